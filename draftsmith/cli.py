@@ -1,0 +1,161 @@
+"""The `draftsmith` command: bench, eval, generate (train/export/publish come with later issues).
+
+Every user-facing error is a DraftsmithError, printed as one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from draftsmith.errors import DraftsmithError
+
+DEFAULT_TARGET = "smollm2-135m-instruct"
+
+
+def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
+    p.add_argument("--target", default=DEFAULT_TARGET, help="built-in name, local folder, .gguf file or Hub id")
+    p.add_argument(
+        "--draft",
+        required=draft_required,
+        help="truncated:N | prompt_lookup[:N] | a causal LM sharing the target's tokenizer (built-in, folder, .gguf, Hub id)",
+    )
+    p.add_argument("--num-speculative-tokens", "-k", type=int, default=4, help="tokens drafted per step (K)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None, help="default: float32 on CPU, bfloat16 on CUDA")
+    p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _prompt_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prompts", default="chat", help="jsonl file (prompt or messages per line), built-in set chat|code, or a datasets name")
+    p.add_argument("--split", default="test", help="split, when --prompts is a datasets name")
+    p.add_argument("--num-prompts", type=int, default=None, help="use the first N prompts")
+    p.add_argument("--json", default=None, help="write the result as JSON here")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="draftsmith", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    bench = sub.add_parser("bench", help="speed and acceptance vs plain decoding and transformers")
+    _common(bench)
+    _prompt_args(bench)
+    bench.add_argument("--plot", default=None, help="PNG of per-position acceptance")
+    bench.add_argument("--no-hf", action="store_true", help="skip the transformers baselines")
+
+    ev = sub.add_parser("eval", help="acceptance metrics only")
+    _common(ev)
+    _prompt_args(ev)
+
+    gen = sub.add_parser("generate", help="decode one prompt, optionally showing drafted tokens")
+    _common(gen, draft_required=False)
+    gen.add_argument("prompt", help="the prompt text")
+    gen.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat template")
+    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument("--show-draft", action="store_true", help="mark tokens that came from the draft: [[like this]]")
+    return parser
+
+
+def _setup(args):
+    import torch
+
+    from draftsmith.infer.sampling import SamplingConfig
+    from draftsmith.models import Target, load_drafter
+
+    dtype = args.dtype or ("bfloat16" if torch.cuda.is_available() and args.device != "cpu" else "float32")
+    target = Target.load(args.target, dtype=dtype, device=args.device)
+    drafter = load_drafter(args.draft, target) if args.draft else None
+    try:
+        sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+    except ValueError as e:
+        raise DraftsmithError(str(e)) from None
+    if args.num_speculative_tokens < 1:
+        raise DraftsmithError("--num-speculative-tokens must be >= 1")
+    return target, drafter, sampling
+
+
+def cmd_bench(args) -> None:
+    from draftsmith.infer.bench import format_table, plot_acceptance, run_bench, write_json
+    from draftsmith.infer.prompts import load_prompts
+
+    target, drafter, sampling = _setup(args)
+    prompts = load_prompts(args.prompts, target.tokenizer, args.num_prompts, args.split)
+    result = run_bench(target, drafter, prompts, args.num_speculative_tokens, args.max_new_tokens, sampling, args.seed, not args.no_hf, not args.quiet)
+    result["prompts"] = args.prompts
+    print(format_table(result))
+    if args.json:
+        write_json(result, args.json)
+        print(f"wrote {args.json}")
+    if args.plot:
+        plot_acceptance({result["draft"]: result}, args.plot)
+        print(f"wrote {args.plot}")
+
+
+def cmd_eval(args) -> None:
+    from draftsmith.infer.bench import format_table, run_eval, write_json
+    from draftsmith.infer.prompts import load_prompts
+
+    target, drafter, sampling = _setup(args)
+    prompts = load_prompts(args.prompts, target.tokenizer, args.num_prompts, args.split)
+    result = run_eval(target, drafter, prompts, args.num_speculative_tokens, args.max_new_tokens, sampling, args.seed, not args.quiet)
+    result["prompts"] = args.prompts
+    print(format_table(result))
+    if args.json:
+        write_json(result, args.json)
+        print(f"wrote {args.json}")
+
+
+def cmd_generate(args) -> None:
+    from draftsmith.infer.engine import Engine
+
+    target, drafter, sampling = _setup(args)
+    tok = target.tokenizer
+    if args.chat:
+        ids = tok.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True, tokenize=False)
+        ids = tok(ids, add_special_tokens=False)["input_ids"]
+    else:
+        ids = tok(args.prompt)["input_ids"]
+    if not ids:
+        raise DraftsmithError("the prompt is empty")
+    engine = Engine(target, drafter, args.num_speculative_tokens)
+    r = engine.generate(ids, args.max_new_tokens, sampling, seed=args.seed, stop_strings=args.stop)
+    if args.show_draft:
+        pieces, run = [], []
+        for t, d in zip(r.tokens, r.from_draft):  # group consecutive drafted tokens into one span
+            if d:
+                run.append(t)
+                continue
+            if run:
+                pieces.append("[[" + tok.decode(run) + "]]")
+                run = []
+            pieces.append(tok.decode([t]))
+        print("".join(pieces))
+    else:
+        print(tok.decode(r.tokens, skip_special_tokens=True))
+    summary = {"tokens": len(r.tokens), "tokens_per_s": round(r.tokens_per_s, 2), "stop_reason": r.stop_reason, **r.metrics.as_dict()}
+    print(json.dumps(summary), file=sys.stderr)
+
+
+COMMANDS = {"bench": cmd_bench, "eval": cmd_eval, "generate": cmd_generate}
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        COMMANDS[args.command](args)
+    except DraftsmithError as e:
+        print(f"draftsmith: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""The KV cache the engine decodes with: preallocated, rolled back by moving a length pointer.
+
+It wraps a transformers `Cache` (what every `AutoModelForCausalLM` accepts as `cache=`) and
+keeps the valid length on the host, so that rolling back after a rejection is bookkeeping, not
+a device sync. Two layouts:
+
+- "static": transformers' `StaticCache`, one buffer of `max_length` positions per layer; new
+  keys are written at the layer's length pointer and stale entries beyond it are masked by
+  causality until overwritten. Fixed shapes and addresses: what torch.compile / CUDA graphs
+  need. Attention always spans `max_length` keys.
+- "dynamic": transformers' `DynamicCache` (grows by concatenation; attention spans only the
+  valid length). Cheaper per step for eager CPU decoding of short contexts.
+
+Tree verification (later: infer/tree.py) writes a whole tree after the valid prefix and keeps
+only the accepted path: `compact` gathers those positions down in one index op.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, StaticCache
+
+
+class KVCache:
+    def __init__(self, config, max_length: int, layout: str = "dynamic"):
+        if layout not in ("static", "dynamic"):
+            raise ValueError(f"unknown cache layout {layout!r} (static|dynamic)")
+        self.layout = layout
+        self.max_length = max_length
+        self.length = 0
+        self.hf = StaticCache(config=config, max_cache_len=max_length) if layout == "static" else DynamicCache(config=config)
+
+    def advance(self, n: int) -> None:
+        """Record that a forward wrote n more positions (transformers advanced its own pointer)."""
+        self.length += n
+        if self.length > self.max_length:
+            raise RuntimeError(f"KV cache overflow: {self.length} > {self.max_length} positions")
+
+    def crop(self, new_length: int) -> None:
+        """Roll back to the first `new_length` positions (e.g. drop rejected draft tokens)."""
+        if new_length > self.length or new_length < 0:
+            raise ValueError(f"cannot crop a cache of length {self.length} to {new_length}")
+        if new_length < self.length:
+            # transformers' crop takes a negative count of positions to remove: for static layers
+            # it only moves the write pointer, for dynamic ones it slices (a view, no copy).
+            self.hf.crop(new_length - self.length)
+            self.length = new_length
+
+    def compact(self, start: int, keep: torch.Tensor) -> None:
+        """Keep positions `keep` (absolute, ascending, all >= start) at start, start+1, ...; drop the rest.
+
+        One gather per layer: how a verified tree keeps only its accepted path.
+        """
+        m = int(keep.shape[0])
+        for layer in self.hf.layers:
+            for name in ("keys", "values"):
+                buf = getattr(layer, name)
+                kept = buf.index_select(2, keep.to(buf.device))
+                if self.layout == "static":
+                    buf[:, :, start : start + m] = kept
+                else:
+                    setattr(layer, name, torch.cat([buf[:, :, :start], kept], dim=2))
+        if self.layout == "static":
+            self.crop(start + m)  # moves each layer's write pointer
+        else:
+            self.length = start + m  # dynamic layers derive their length from the tensors

@@ -1,0 +1,68 @@
+"""Acceptance metrics, named and defined as vLLM reports them.
+
+- drafts: verification steps that had at least one drafted token;
+- drafted_tokens / accepted_tokens: totals over those steps;
+- draft_acceptance_rate = accepted_tokens / drafted_tokens;
+- mean_acceptance_length (τ) = 1 + accepted_tokens / drafts: tokens emitted per target forward,
+  counting the target's bonus/correction token (plain decoding scores exactly 1.00);
+- per_position_acceptance[i] = drafts whose token at position i was accepted / drafts.
+
+Counts are taken from verification, before any truncation at EOS / stop / max tokens, so they
+measure the drafter rather than where the request happened to end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SpecMetrics:
+    drafts: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+
+    def update(self, num_drafted: int, num_accepted: int) -> None:
+        if num_drafted == 0:
+            return
+        self.drafts += 1
+        self.drafted_tokens += num_drafted
+        self.accepted_tokens += num_accepted
+        if len(self.accepted_per_position) < num_drafted:
+            self.accepted_per_position += [0] * (num_drafted - len(self.accepted_per_position))
+        for i in range(num_accepted):
+            self.accepted_per_position[i] += 1
+
+    def merge(self, other: "SpecMetrics") -> "SpecMetrics":
+        out = SpecMetrics(self.drafts, self.drafted_tokens, self.accepted_tokens, list(self.accepted_per_position))
+        n = max(len(out.accepted_per_position), len(other.accepted_per_position))
+        out.accepted_per_position += [0] * (n - len(out.accepted_per_position))
+        for i, a in enumerate(other.accepted_per_position):
+            out.accepted_per_position[i] += a
+        out.drafts += other.drafts
+        out.drafted_tokens += other.drafted_tokens
+        out.accepted_tokens += other.accepted_tokens
+        return out
+
+    @property
+    def draft_acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else None
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        return 1.0 + self.accepted_tokens / self.drafts if self.drafts else 1.0
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        return [a / self.drafts for a in self.accepted_per_position] if self.drafts else []
+
+    def as_dict(self) -> dict:
+        return {
+            "drafts": self.drafts,
+            "drafted_tokens": self.drafted_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "draft_acceptance_rate": self.draft_acceptance_rate,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "per_position_acceptance": self.per_position_acceptance,
+        }

@@ -1,0 +1,98 @@
+"""`draft_lm`: an independent causal LM that shares the target's tokenizer.
+
+The classic speculative-decoding drafter (Leviathan et al. 2023; Chen et al. 2023): a smaller
+model of the same family, a distilled one (train/), or the target's first N layers
+(`truncated:N`, a sensible initialisation before distillation: it keeps the embeddings, the
+final norm and the LM head). A checkpoint is a plain transformers causal-LM folder, so the same
+files load as transformers' `assistant_model` and in serving engines.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.infer.cache import KVCache
+from draftsmith.infer.proposal import Proposal
+from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
+
+from .loading import check_same_tokenizer, load_causal_lm, load_tokenizer
+
+
+class DraftLM:
+    kind = "draft_lm"
+    needs_hidden_states = False
+
+    def __init__(self, model, target, name: str):
+        self.model = model.eval().requires_grad_(False)
+        self.name = name
+        self.target_vocab = target.vocab_size
+        self.device = target.device
+        self.cache: KVCache | None = None
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, target) -> "DraftLM":
+        """Load any causal LM (built-in, folder, .gguf, Hub id) as a draft for `target`."""
+        check_same_tokenizer(load_tokenizer(name_or_path), target.tokenizer, name_or_path, target.name)
+        model = load_causal_lm(name_or_path, dtype=target.dtype, device=target.device)
+        return cls(model, target, name_or_path)
+
+    @classmethod
+    def truncated(cls, target, num_layers: int) -> "DraftLM":
+        """The target's first `num_layers` decoder layers plus its embeddings, final norm and LM head."""
+        total = target.config.num_hidden_layers
+        if not 1 <= num_layers < total:
+            raise DraftsmithError(f"truncated:{num_layers}: the target has {total} layers; choose 1..{total - 1}")
+        config = copy.deepcopy(target.config)
+        config.num_hidden_layers = num_layers
+        if isinstance(getattr(config, "layer_types", None), list):  # per-layer attention kinds (Qwen2 & co)
+            config.layer_types = config.layer_types[:num_layers]
+        model = type(target.model)(config).to(device=target.device, dtype=target.dtype)
+        missing, _unexpected = model.load_state_dict(target.model.state_dict(), strict=False)
+        # Layers >= num_layers are "unexpected" by design; anything missing means a layout we don't know.
+        missing = [m for m in missing if not m.endswith("rotary_emb.inv_freq")]
+        if missing:
+            raise DraftsmithError(f"truncating {target.name}: weights not found in the target: {missing[:5]}")
+        return cls(model, target, f"truncated:{num_layers}")
+
+    def start(self, prompt: torch.Tensor, max_length: int) -> None:
+        layout = "static" if self.device.type == "cuda" else "dynamic"
+        self.cache = KVCache(self.model.config, max_length, layout)
+        self._forward(prompt, logits_to_keep=1)
+
+    def _forward(self, ids: torch.Tensor, logits_to_keep: int = 1) -> torch.Tensor:
+        q = ids.shape[1]
+        pos = torch.arange(self.cache.length, self.cache.length + q, device=ids.device).unsqueeze(0)
+        out = self.model(input_ids=ids, cache=self.cache.hf, position_ids=pos, use_cache=True, logits_to_keep=logits_to_keep)
+        self.cache.advance(q)
+        logits = out.logits[0, -1]
+        # Same tokenizer, but the embedding matrices may be padded differently: align to the target's.
+        v = self.target_vocab
+        if logits.shape[-1] > v:
+            logits = logits[:v]
+        elif logits.shape[-1] < v:
+            logits = torch.cat([logits, logits.new_full((v - logits.shape[-1],), float("-inf"))])
+        return logits
+
+    def propose(self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None) -> Proposal:
+        self._context = seq.shape[1]
+        ids = seq[:, self.cache.length :]  # what the draft has not seen yet (1-2 tokens)
+        tokens, probs = [], []
+        for i in range(k):
+            logits = self._forward(ids)
+            p = logits_to_probs(logits, sampling)
+            tok = logits.argmax(-1) if sampling.greedy else sample(p, generator)
+            tokens.append(tok)
+            probs.append(p)
+            ids = tok.reshape(1, 1)
+        # d_k was sampled but never fed: the cache holds context + d_1..d_{k-1}.
+        return Proposal(torch.stack(tokens), None if sampling.greedy else torch.stack(probs))
+
+    def accept(self, num_accepted: int) -> None:
+        self.cache.crop(min(self.cache.length, self._context + num_accepted))
+
+    def as_assistant_model(self):
+        """The underlying transformers model, for `generate(assistant_model=...)` baselines."""
+        return self.model

@@ -1,0 +1,103 @@
+"""The target model: any `AutoModelForCausalLM`, frozen, behind the small surface the engine uses.
+
+Accepts everything `models.loading.resolve_model` does: a built-in name, a local folder, a
+`.gguf` file or a Hub id. On CUDA the forward is compiled and decodes into a static cache; on
+CPU it runs eagerly with a dynamic cache (see infer/cache.py for why).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.infer.cache import KVCache
+
+from .loading import load_causal_lm, load_tokenizer, resolve_model
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def parse_dtype(dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise DraftsmithError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def eos_ids(model, tokenizer) -> set[int]:
+    """Every id that ends generation: the generation config's (int or list) and the tokenizer's."""
+    ids = set()
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for src in (gen_eos, tokenizer.eos_token_id if tokenizer is not None else None):
+        if src is None:
+            continue
+        ids.update([src] if isinstance(src, int) else src)
+    return ids
+
+
+class Target:
+    def __init__(self, model, tokenizer, name: str, source=None, compile: bool | None = None):
+        self.model = model.eval().requires_grad_(False)
+        self.tokenizer = tokenizer
+        self.name = name
+        self.source = source
+        self.config = model.config
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.eos_token_ids = eos_ids(model, tokenizer)
+        on_cuda = self.device.type == "cuda"
+        self.cache_layout = "static" if on_cuda else "dynamic"
+        self._forward = model.forward
+        if compile if compile is not None else on_cuda:
+            # Decode/verify shapes are few and fixed (q = 1 and q = k+1) with a static cache:
+            # what CUDA graphs need. Prefill stays eager (see forward()).
+            self._forward = torch.compile(model.forward, mode="reduce-overhead", dynamic=False)
+
+    @classmethod
+    def load(cls, name_or_path: str, dtype="float32", device=None, compile: bool | None = None) -> "Target":
+        device = torch.device(device) if device is not None else default_device()
+        source = resolve_model(name_or_path)
+        tokenizer = load_tokenizer(name_or_path)
+        model = load_causal_lm(name_or_path, dtype=parse_dtype(dtype), device=device)
+        return cls(model, tokenizer, name_or_path, source, compile=compile)
+
+    def new_cache(self, max_length: int) -> KVCache:
+        return KVCache(self.config, max_length, self.cache_layout)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        cache: KVCache,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        logits_to_keep: int = 0,
+    ) -> torch.Tensor:
+        """Logits [q, V] (or the last `logits_to_keep` rows) for input_ids [1, q] after `cache`.
+
+        Positions default to the cache's valid length onwards; a tree passes its own positions
+        and a 4D attention mask (transformers uses a 4D mask as given).
+        """
+        q = input_ids.shape[1]
+        if position_ids is None:
+            position_ids = torch.arange(cache.length, cache.length + q, device=input_ids.device).unsqueeze(0)
+        fwd = self._forward if q <= 16 and cache.layout == "static" else self.model.forward
+        out = fwd(
+            input_ids=input_ids,
+            cache=cache.hf,
+            position_ids=position_ids,
+            attention_mask=attention_mask,
+            use_cache=True,
+            logits_to_keep=logits_to_keep,
+        )
+        cache.advance(q)
+        return out.logits[0]

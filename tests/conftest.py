@@ -1,0 +1,28 @@
+"""Shared fixtures: the built-in `tiny-random` target (seeded, built once per session into a
+temporary cache so tests never depend on what a developer's ~/.cache holds)."""
+
+import os
+
+import pytest
+import torch
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(tmp_path_factory):
+    path = tmp_path_factory.mktemp("draftsmith-cache")
+    old = os.environ.get("DRAFTSMITH_CACHE")
+    os.environ["DRAFTSMITH_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("DRAFTSMITH_CACHE", None)
+    else:
+        os.environ["DRAFTSMITH_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tiny_cache):
+    from draftsmith.models import Target
+
+    return Target.load("tiny-random", dtype="float32", device="cpu")

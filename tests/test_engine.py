@@ -1,0 +1,190 @@
+"""The engine on the tiny-random target: greedy exactness, lossless sampling, stopping, metrics."""
+
+import itertools
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from draftsmith.infer import Engine, SamplingConfig
+from draftsmith.infer.cache import KVCache
+from draftsmith.models import DraftLM, PromptLookup, load_drafter
+
+
+def random_prompts(n, vocab, seed=0, min_len=3, max_len=24):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        length = int(torch.randint(min_len, max_len + 1, (1,), generator=g))
+        out.append(torch.randint(0, vocab, (length,), generator=g).tolist())
+    return out
+
+
+def self_draft(target):
+    """A draft identical to the target: every drafted token must be accepted."""
+    return DraftLM(target.model, target, "self")
+
+
+def plain_greedy_reference(target, prompt, n):
+    """Greedy decoding with transformers' own generate(): an independent reference."""
+    out = target.model.generate(
+        torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0,
+        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+    )
+    return out[0, len(prompt):].tolist()
+
+
+def test_plain_engine_matches_transformers_generate(tiny_target):
+    engine = Engine(tiny_target)
+    for prompt in random_prompts(5, 200, seed=1):
+        ours = engine.generate(prompt, 20, eos_token_ids=()).tokens
+        assert ours == plain_greedy_reference(tiny_target, prompt, 20)
+
+
+@pytest.mark.parametrize("draft_spec", ["truncated:2", "truncated:6", "prompt_lookup", "self"])
+def test_greedy_speculative_equals_plain(tiny_target, draft_spec):
+    drafter = self_draft(tiny_target) if draft_spec == "self" else load_drafter(draft_spec, tiny_target)
+    for k in (1, 3, 8):
+        engine = Engine(tiny_target, drafter, k)
+        for i, prompt in enumerate(random_prompts(4, 200, seed=k)):
+            if draft_spec == "prompt_lookup":
+                prompt = prompt + prompt[:5]  # give the lookup something to find
+            plain = engine.generate(prompt, 30, speculative=False, eos_token_ids=())
+            spec = engine.generate(prompt, 30, eos_token_ids=())
+            assert spec.tokens == plain.tokens, (draft_spec, k, i)
+            assert spec.stop_reason == plain.stop_reason == "max_new_tokens"
+
+
+def test_truncated_draft_is_partly_accepted(tiny_target):
+    """Neither never nor always: the metrics really come from verification."""
+    engine = Engine(tiny_target, load_drafter("truncated:6", tiny_target), 4)
+    total = None
+    for prompt in random_prompts(6, 200, seed=3):
+        m = engine.generate(prompt, 40, eos_token_ids=()).metrics
+        total = m if total is None else total.merge(m)
+    assert 0.0 < total.draft_acceptance_rate < 1.0
+    assert total.mean_acceptance_length == pytest.approx(1 + total.accepted_tokens / total.drafts)
+    pos = total.per_position_acceptance
+    assert len(pos) == 4 and all(a >= b for a, b in zip(pos, pos[1:]))  # position i+1 needs i accepted
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_identical_draft_accepted_everywhere(tiny_target, temperature):
+    k = 4
+    engine = Engine(tiny_target, self_draft(tiny_target), k)
+    r = engine.generate([5, 6, 7, 8], 41, SamplingConfig(temperature=temperature), seed=3, eos_token_ids=())
+    assert r.metrics.mean_acceptance_length == pytest.approx(k + 1)
+    assert r.metrics.per_position_acceptance == [1.0] * k
+    assert r.target_forwards == 8 and len(r.tokens) == 41  # 1 from prefill + 8 steps of 5
+
+
+def _exact_law(target, prompt, depth, sampling):
+    """Probability of every continuation of length `depth` under the target's processed law."""
+    from draftsmith.infer.sampling import logits_to_probs
+
+    law = {(): 1.0}
+    for _ in range(depth):
+        nxt = {}
+        for seq, pr in law.items():
+            with torch.inference_mode():
+                logits = target.model(torch.tensor([prompt + list(seq)])).logits[0, -1]
+            probs = logits_to_probs(logits[: target.vocab_size], sampling)
+            for t in probs.nonzero().flatten().tolist():
+                nxt[seq + (t,)] = pr * float(probs[t])
+        law = nxt
+    return law
+
+
+@pytest.mark.parametrize("draft_spec", ["truncated:3", "prompt_lookup"])
+def test_sampled_output_follows_target_distribution(tiny_target, draft_spec):
+    """Chi-square of 3-token continuations (top-k 3 keeps the support enumerable) against the
+    target's exact law. A rule that accepted drafts too often would shift mass to the draft's law."""
+    sampling = SamplingConfig(temperature=1.0, top_k=3)
+    # For lookup, a prompt holding every byte token: whatever the target samples next has an
+    # earlier occurrence, so every step drafts (deterministic, one-hot q).
+    prompt = list(range(3, 259)) + [40, 41] if draft_spec == "prompt_lookup" else [40, 41, 42, 43]
+    engine = Engine(tiny_target, load_drafter(draft_spec, tiny_target), 2)
+    law = _exact_law(tiny_target, prompt, 3, sampling)
+    n = 1200
+    counts = dict.fromkeys(law, 0)
+    drafted = 0
+    for seed in range(n):
+        r = engine.generate(prompt, 3, sampling, seed=seed, eos_token_ids=())
+        counts[tuple(r.tokens)] += 1  # KeyError here = a token outside the target's support
+        drafted += r.metrics.drafted_tokens
+    assert drafted > 0
+    keys = sorted(law)
+    expected = [law[s] * n for s in keys]
+    # merge rare cells so the chi-square approximation holds
+    obs_m, exp_m, acc_o, acc_e = [], [], 0, 0.0
+    for o, e in sorted(zip([counts[s] for s in keys], expected), key=lambda t: t[1]):
+        acc_o, acc_e = acc_o + o, acc_e + e
+        if acc_e >= 5:
+            obs_m.append(acc_o); exp_m.append(acc_e); acc_o, acc_e = 0, 0.0
+    if acc_e:
+        obs_m[-1] += acc_o; exp_m[-1] += acc_e
+    exp_m = [e * n / sum(exp_m) for e in exp_m]  # float rounding: make the totals agree exactly
+    assert chisquare(obs_m, exp_m).pvalue > 1e-3
+
+
+def test_stops_exactly_where_plain_decoding_stops(tiny_target):
+    tok = tiny_target.tokenizer
+    plain_engine = Engine(tiny_target)
+    prompt = [30, 31, 32, 33]
+    ref = plain_engine.generate(prompt, 40, eos_token_ids=()).tokens
+    eos = ref[9]
+    stop_text = tok.decode(ref[14:16])
+    for k in (2, 5):
+        for drafter in (self_draft(tiny_target), load_drafter("truncated:4", tiny_target)):
+            engine = Engine(tiny_target, drafter, k)
+            for kwargs in ({"eos_token_ids": [eos]}, {"eos_token_ids": (), "stop_strings": [stop_text]}, {"eos_token_ids": ()}):
+                a = engine.generate(prompt, 23, speculative=False, **kwargs)
+                b = engine.generate(prompt, 23, **kwargs)
+                assert (a.tokens, a.stop_reason) == (b.tokens, b.stop_reason)
+            assert engine.generate(prompt, 40, eos_token_ids=[eos]).tokens == ref[: ref.index(eos) + 1]
+
+
+def test_prompt_lookup_proposes_the_continuation_of_the_latest_match():
+    pl = PromptLookup(max_ngram=2)
+    seq = torch.tensor([[1, 2, 3, 9, 1, 2, 4, 5, 6, 1, 2]])
+    prop = pl.propose(seq, 3, SamplingConfig(), None)
+    assert prop.tokens.tolist() == [4, 5, 6] and prop.probs is None
+    assert len(pl.propose(torch.tensor([[7, 8, 9]]), 3, SamplingConfig(), None)) == 0
+
+
+@pytest.mark.parametrize("layout", ["static", "dynamic"])
+def test_cache_layouts_crop_and_compact_agree_with_recompute(tiny_target, layout):
+    model = tiny_target.model
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8, 9, 10]])
+    cache = KVCache(model.config, 32, layout)
+    tiny_target.cache_layout = layout
+    try:
+        tiny_target.forward(ids[:, :5], cache)
+        tiny_target.forward(torch.tensor([[50, 51, 52]]), cache)  # to be rolled back
+        cache.crop(5)
+        a = tiny_target.forward(ids[:, 5:], cache)
+        # compaction: write [x, y, z] then keep only positions {5, 7} as if a tree kept that path
+        cache.crop(5)
+        tiny_target.forward(torch.tensor([[8, 60, 9]]), cache, position_ids=torch.tensor([[5, 6, 6]]),
+                            attention_mask=_tree_mask(layout, cache, 5))
+        cache.compact(5, torch.tensor([5, 7]))
+        c = tiny_target.forward(torch.tensor([[10]]), cache)
+    finally:
+        tiny_target.cache_layout = "dynamic"
+    with torch.inference_mode():
+        ref = model(ids).logits[0]
+    torch.testing.assert_close(a, ref[5:], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(c[0], ref[7], rtol=1e-4, atol=1e-4)
+
+
+def _tree_mask(layout, cache, start):
+    """A 3-node tree after `start` cached tokens: node0 root; node1 child of node0; node2 child of
+    node0 (sibling of node1). Additive float mask over all key slots the cache will present."""
+    kv_len = cache.max_length if layout == "static" else start + 3
+    allowed = torch.zeros(3, kv_len, dtype=torch.bool)
+    allowed[:, :start] = True
+    for node, ancestors in enumerate([[0], [0, 1], [0, 2]]):
+        for a in ancestors:
+            allowed[node, start + a] = True
+    mask = torch.zeros(3, kv_len).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    return mask[None, None]

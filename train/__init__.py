@@ -1,0 +1,1 @@
+"""Training: configs, data, features, losses, trainer (later issues)."""
