@@ -87,7 +87,8 @@ def cmd_bench(args) -> None:
 
     target, drafter, sampling = _setup(args)
     prompts = load_prompts(args.prompts, target.tokenizer, args.num_prompts, args.split)
-    result = run_bench(target, drafter, prompts, args.num_speculative_tokens, args.max_new_tokens, sampling, args.seed, not args.no_hf, not args.quiet)
+    baselines = () if args.no_hf else ("hf_plain", "hf_assisted")
+    result = run_bench(target, drafter, prompts, args.num_speculative_tokens, args.max_new_tokens, sampling, args.seed, baselines, not args.quiet)
     result["prompts"] = args.prompts
     print(format_table(result))
     if args.json:

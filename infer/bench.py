@@ -105,7 +105,10 @@ def run_eval(target, drafter, prompts, k, max_new_tokens, sampling, seed=0, prog
     }
 
 
-def run_bench(target, drafter, prompts, k, max_new_tokens, sampling, seed=0, hf_baselines=True, progress=True) -> dict:
+def run_bench(
+    target, drafter, prompts, k, max_new_tokens, sampling, seed=0, baselines=("hf_plain", "hf_assisted"), progress=True
+) -> dict:
+    """Plain vs speculative decoding (ours) plus the transformers `baselines` named, interleaved."""
     engine = Engine(target, drafter, k)
     assistant = drafter.as_assistant_model() if hasattr(drafter, "as_assistant_model") else None
     if assistant is not None:
@@ -124,10 +127,10 @@ def run_bench(target, drafter, prompts, k, max_new_tokens, sampling, seed=0, hf_
         return run
 
     methods = {"plain": ours(False), "speculative": ours(True)}
-    if hf_baselines:
+    if "hf_plain" in baselines:
         methods["hf_plain"] = hf(None)
-        if assistant is not None:
-            methods["hf_assisted"] = hf(assistant)
+    if "hf_assisted" in baselines and assistant is not None:
+        methods["hf_assisted"] = hf(assistant)
     names = list(methods)
 
     for name in names:  # warm-up: allocator, kernels, lazy init; not recorded

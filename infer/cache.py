@@ -9,7 +9,9 @@ a device sync. Two layouts:
   causality until overwritten. Fixed shapes and addresses: what torch.compile / CUDA graphs
   need. Attention always spans `max_length` keys.
 - "dynamic": transformers' `DynamicCache` (grows by concatenation; attention spans only the
-  valid length). Cheaper per step for eager CPU decoding of short contexts.
+  valid length). Kept as an option and tested to give the same logits; on this project's 2-core
+  CPU the static layout was as fast or faster (SmolLM2 fp32, 200-token context, one decode
+  step: static 100 ms, dynamic 108 ms), so the engine uses "static" everywhere.
 
 Tree verification (later: infer/tree.py) writes a whole tree after the valid prefix and keeps
 only the accepted path: `compact` gathers those positions down in one index op.
@@ -22,7 +24,7 @@ from transformers import DynamicCache, StaticCache
 
 
 class KVCache:
-    def __init__(self, config, max_length: int, layout: str = "dynamic"):
+    def __init__(self, config, max_length: int, layout: str = "static"):
         if layout not in ("static", "dynamic"):
             raise ValueError(f"unknown cache layout {layout!r} (static|dynamic)")
         self.layout = layout

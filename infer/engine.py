@@ -9,9 +9,9 @@ Plain decoding is the same loop with no drafter (k = 0), so a comparison between
 every cost except drafting and verifying. The target's cache always holds every emitted token
 but the newest ("pending"), which the next forward consumes first.
 
-Device-agnostic: on CUDA the target decodes with a static cache and (by default) a
-torch.compile'd forward for the small fixed shapes of decode/verify; on CPU the same code runs
-eagerly with a dynamic cache (cheaper per step there; both layouts give the same tokens).
+Device-agnostic: the target decodes into a static cache everywhere; on CUDA its small
+decode/verify forwards (fixed shapes q = 1 and q = k+1) are torch.compile'd with CUDA graphs, on
+CPU the same code runs eagerly.
 """
 
 from __future__ import annotations

@@ -58,8 +58,7 @@ class DraftLM:
         return cls(model, target, f"truncated:{num_layers}")
 
     def start(self, prompt: torch.Tensor, max_length: int) -> None:
-        layout = "static" if self.device.type == "cuda" else "dynamic"
-        self.cache = KVCache(self.model.config, max_length, layout)
+        self.cache = KVCache(self.model.config, max_length)
         self._forward(prompt, logits_to_keep=1)
 
     def _forward(self, ids: torch.Tensor, logits_to_keep: int = 1) -> torch.Tensor:

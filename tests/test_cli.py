@@ -1,0 +1,109 @@
+"""The command line end to end on tiny-random, and its errors on bad input."""
+
+import json
+import shutil
+
+import pytest
+
+from draftsmith.cli import main
+from draftsmith.infer.prompts import load_prompts
+
+SUMMARY_KEYS = {
+    "drafts", "drafted_tokens", "accepted_tokens", "draft_acceptance_rate", "mean_acceptance_length",
+    "per_position_acceptance", "tokens_per_s", "speedup", "speedup_vs_hf_assisted", "predicted_speedup",
+    "plain_vs_hf_plain", "greedy_outputs_match", "target", "draft", "dtype", "device", "temperature", "versions",
+}
+TINY = ["--target", "tiny-random", "--quiet"]
+
+
+def test_bench_writes_json_table_and_plot(tiny_cache, tmp_path, capsys):
+    out, png = tmp_path / "b.json", tmp_path / "b.png"
+    rc = main(["bench", *TINY, "--draft", "truncated:4", "--num-prompts", "2", "--max-new-tokens", "12",
+               "-k", "3", "--json", str(out), "--plot", str(png)])
+    assert rc == 0
+    r = json.loads(out.read_text())
+    assert SUMMARY_KEYS <= set(r)
+    assert r["greedy_outputs_match"] is True  # fp32, T=0: exact
+    assert set(r["methods"]) == {"plain", "speculative", "hf_plain", "hf_assisted"}
+    assert all(m["outputs_match_plain"] for m in r["methods"].values())
+    assert r["speedup"] > 0 and r["speedup_vs_hf_assisted"] > 0 and r["predicted_speedup"] > 0
+    assert len(r["per_position_acceptance"]) == 3
+    assert r["mean_acceptance_length"] == pytest.approx(1 + r["accepted_tokens"] / r["drafts"])
+    assert png.stat().st_size > 1000
+    assert "mean_acceptance_length" in capsys.readouterr().out
+
+
+def test_bench_prompt_lookup_has_no_hf_assisted_baseline(tiny_cache, tmp_path):
+    out = tmp_path / "b.json"
+    assert main(["bench", *TINY, "--draft", "prompt_lookup", "--num-prompts", "1", "--max-new-tokens", "8",
+                 "--no-hf", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["speedup_vs_hf_assisted"] is None and r["plain_vs_hf_plain"] is None
+    assert set(r["methods"]) == {"plain", "speculative"}
+
+
+def test_eval_reports_acceptance_by_domain(tiny_cache, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        json.dumps({"prompt": "hello there", "domain": "a"}) + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": "hi"}], "domain": "b"}) + "\n"
+    )
+    out = tmp_path / "e.json"
+    assert main(["eval", *TINY, "--draft", "truncated:6", "--prompts", str(prompts), "--max-new-tokens", "10",
+                 "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert set(r["by_domain"]) == {"a", "b"}
+    assert r["drafts"] == r["by_domain"]["a"]["drafts"] + r["by_domain"]["b"]["drafts"]
+
+
+def test_generate_marks_drafted_tokens(tiny_cache, capsys):
+    assert main(["generate", *TINY, "--draft", "truncated:6", "--max-new-tokens", "24", "--show-draft", "abcabc"]) == 0
+    captured = capsys.readouterr()
+    stats = json.loads(captured.err.strip().splitlines()[-1])
+    assert stats["tokens"] == 24
+    assert ("[[" in captured.out) == (stats["accepted_tokens"] > 0)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [("", "no prompts"), ("\n\n", "no prompts"), ('{"prompt": "ok"}\n{not json\n', ":2: not valid JSON"),
+     ('{"text": "x"}\n', "needs a 'prompt'")],
+)
+def test_bad_prompt_files_are_one_clear_error(tiny_cache, tmp_path, capsys, content, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(content)
+    assert main(["eval", *TINY, "--draft", "truncated:2", "--prompts", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_missing_prompt_file_and_bad_draft_spec(tiny_cache, capsys):
+    assert main(["eval", *TINY, "--draft", "truncated:2", "--prompts", "nope.jsonl"]) == 2
+    assert "prompt file not found" in capsys.readouterr().err
+    assert main(["eval", *TINY, "--draft", "truncated:x"]) == 2
+    assert "truncated:N" in capsys.readouterr().err
+    assert main(["eval", *TINY, "--draft", "truncated:99"]) == 2
+    assert "has 8 layers" in capsys.readouterr().err
+
+
+def test_draft_with_another_tokenizer_is_refused(tiny_cache, tmp_path, capsys):
+    from draftsmith.models.loading import load_tokenizer, resolve_model
+
+    folder = tmp_path / "other-draft"
+    shutil.copytree(resolve_model("tiny-random").path, folder)
+    tok = load_tokenizer(str(folder))
+    tok.add_tokens(["<extra_token>"])
+    tok.save_pretrained(folder)
+    assert main(["eval", *TINY, "--draft", str(folder), "--num-prompts", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "tokenizer" in err.lower() and "other-draft" in err
+
+
+def test_builtin_prompt_sets_render_through_the_chat_template(tiny_cache):
+    from draftsmith.models.loading import load_tokenizer
+
+    tok = load_tokenizer("tiny-random")
+    for name in ("chat", "code"):
+        prompts = load_prompts(name, tok)
+        assert len(prompts) >= 20 and {p.domain for p in prompts} == {name}
+        assert all(p.text.rstrip().endswith("assistant") for p in prompts)  # generation prompt added
