@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .metrics import SpecMetrics
-from .proposal import Drafter, Proposal
+from .proposal import Drafter
 from .sampling import GREEDY, SamplingConfig, logits_to_probs, sample
 from .stopping import StopCriteria
 from .verify import greedy_chain, speculative_sampling
@@ -118,23 +118,20 @@ class Engine:
             proposal = drafter.propose(seq[:, :n_seq], k, sampling, generator) if drafter else None
             kk = len(proposal) if proposal is not None else 0
             step_input = seq[:, n_seq - 1 : n_seq] if kk == 0 else torch.cat([seq[:, n_seq - 1], proposal.tokens]).unsqueeze(0)
+            drafted = step_input[0, 1:]
             valid = cache.length  # everything before the pending token
             logits = target.forward(step_input, cache)
             forwards += 1
             if sampling.greedy:
-                n_acc, nxt = greedy_chain(proposal.tokens if kk else step_input[0, 1:], logits)
+                n_acc, nxt = greedy_chain(drafted, logits)
             else:
-                n_acc, nxt = speculative_sampling(
-                    proposal.tokens if kk else step_input[0, 1:],
-                    proposal.probs if kk else None,
-                    logits_to_probs(logits, sampling),
-                    generator,
-                )
+                q = proposal.probs if kk else None
+                n_acc, nxt = speculative_sampling(drafted, q, logits_to_probs(logits, sampling), generator)
             cache.crop(valid + 1 + n_acc)  # pending + accepted drafts stay; rejected ones go
             if drafter is not None:
                 drafter.accept(n_acc)
             metrics.update(kk, n_acc)
-            accepted = step_input[0, 1 : 1 + n_acc]
+            accepted = drafted[:n_acc]
             seq[0, n_seq : n_seq + n_acc] = accepted
             seq[0, n_seq + n_acc] = nxt
             n_seq += n_acc + 1
@@ -200,4 +197,4 @@ def predicted_speedup(tau: float, t_step: float, t_draft_k: float, t_verify: flo
     return tau * t_step / (t_draft_k + t_verify)
 
 
-__all__ = ["Engine", "GenerationResult", "Proposal", "predicted_speedup"]
+__all__ = ["Engine", "GenerationResult", "predicted_speedup"]

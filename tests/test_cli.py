@@ -107,3 +107,17 @@ def test_builtin_prompt_sets_render_through_the_chat_template(tiny_cache):
         prompts = load_prompts(name, tok)
         assert len(prompts) >= 20 and {p.domain for p in prompts} == {name}
         assert all(p.text.rstrip().endswith("assistant") for p in prompts)  # generation prompt added
+
+
+def test_prompts_from_a_datasets_source(tiny_cache, tmp_path):
+    """A `datasets` source (here a local folder, loaded by `datasets.load_dataset`) with a chat
+    column whose last assistant turn is dropped so the target writes it."""
+    from draftsmith.models.loading import load_tokenizer
+
+    (tmp_path / "test.jsonl").write_text(
+        json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}) + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": "how are you"}]}) + "\n"
+    )
+    prompts = load_prompts(str(tmp_path), load_tokenizer("tiny-random"), split="test")
+    assert len(prompts) == 2
+    assert "yo" not in prompts[0].text and prompts[0].text.rstrip().endswith("assistant")
