@@ -224,6 +224,7 @@ def write_json(result: dict, path: str) -> None:
 def plot_acceptance(results: dict[str, dict], path: str) -> None:
     """Per-position acceptance of one or more runs (label -> result) as a PNG."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -232,6 +233,7 @@ def plot_acceptance(results: dict[str, dict], path: str) -> None:
     for label, r in results.items():
         acc = r["per_position_acceptance"]
         ax.plot(range(1, len(acc) + 1), acc, marker="o", label=f"{label} (τ={r['mean_acceptance_length']:.2f})")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_xlabel("draft position")
     ax.set_ylabel("acceptance (fraction of drafts)")
     ax.set_ylim(0, 1.02)
