@@ -31,6 +31,7 @@ class DraftLM:
         self.target_vocab = target.vocab_size
         self.device = target.device
         self.cache: KVCache | None = None
+        self._context = 0  # context length at the last propose(): where accepted drafts start
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, target) -> "DraftLM":
@@ -59,12 +60,13 @@ class DraftLM:
 
     def start(self, prompt: torch.Tensor, max_length: int) -> None:
         self.cache = KVCache(self.model.config, max_length)
-        self._forward(prompt, logits_to_keep=1)
+        self._forward(prompt)
 
-    def _forward(self, ids: torch.Tensor, logits_to_keep: int = 1) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Feed ids [1, q] into the draft's cache; next-token logits after the last one."""
         q = ids.shape[1]
         pos = torch.arange(self.cache.length, self.cache.length + q, device=ids.device).unsqueeze(0)
-        out = self.model(input_ids=ids, cache=self.cache.hf, position_ids=pos, use_cache=True, logits_to_keep=logits_to_keep)
+        out = self.model(input_ids=ids, cache=self.cache.hf, position_ids=pos, use_cache=True, logits_to_keep=1)
         self.cache.advance(q)
         logits = out.logits[0, -1]
         # Same tokenizer, but the embedding matrices may be padded differently: align to the target's.

@@ -91,7 +91,9 @@ class Target:
         q = input_ids.shape[1]
         if position_ids is None:
             position_ids = torch.arange(cache.length, cache.length + q, device=input_ids.device).unsqueeze(0)
-        fwd = self._forward if q <= 16 and cache.layout == "static" else self.model.forward
+        # Only decode/verify forwards (all logits kept) take the compiled path: prefill shapes vary
+        # with every prompt and would recompile.
+        fwd = self._forward if logits_to_keep == 0 and cache.layout == "static" else self.model.forward
         out = fwd(
             input_ids=input_ids,
             cache=cache.hf,
