@@ -29,7 +29,6 @@ class DraftLM:
         self.model = model.eval().requires_grad_(False)
         self.name = name
         self.target_vocab = target.vocab_size
-        self.device = target.device
         self.cache: KVCache | None = None
         self._context = 0  # context length at the last propose(): where accepted drafts start
 
