@@ -1,0 +1,275 @@
+"""Distillation losses (train/losses.py) against brute-force float64 formulas, plus masking,
+shift, vocabulary padding and a tiny training run per loss kind. CPU, seeded, seconds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from draftsmith.train.losses import (
+    KINDS,
+    cross_entropy,
+    distillation_loss,
+    divergence,
+    expected_acceptance_length,
+)
+
+DIVS = ("fkl", "rkl", "jsd", "tvd")
+
+
+def _probs(row: list[float], temperature: float) -> list[float]:
+    vals = [x / temperature for x in row]
+    top = max(vals)
+    exps = [math.exp(v - top) for v in vals]  # exp(-inf) = 0: masked entries
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def _kl(a: list[float], b: list[float]) -> float:
+    return sum(x * math.log(x / y) for x, y in zip(a, b) if x > 0)
+
+
+def _reference(draft: torch.Tensor, target: torch.Tensor, kind: str, t: float, beta: float) -> list[float]:
+    out = []
+    for d_row, t_row in zip(draft.double().tolist(), target.double().tolist()):
+        p, q = _probs(t_row, t), _probs(d_row, t)
+        if kind == "fkl":
+            out.append(_kl(p, q))
+        elif kind == "rkl":
+            out.append(_kl(q, p))
+        elif kind == "tvd":
+            out.append(0.5 * sum(abs(x - y) for x, y in zip(p, q)))
+        else:
+            m = [beta * x + (1 - beta) * y for x, y in zip(p, q)]
+            out.append(beta * _kl(p, m) + (1 - beta) * _kl(q, m))
+    return out
+
+
+def _close(got: torch.Tensor, want: list[float]) -> None:
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), torch.tensor(want, dtype=torch.float64), rtol=1e-4, atol=1e-5)
+
+
+_CASES = [(k, t, b) for k in DIVS for t in (0.5, 1.0, 2.0) for b in ((0.1, 0.5, 0.9) if k == "jsd" else (0.5,))]
+
+
+@pytest.mark.parametrize("kind,temperature,beta", _CASES)
+def test_divergence_matches_reference(kind: str, temperature: float, beta: float) -> None:
+    g = torch.Generator().manual_seed(0)
+    draft, target = 3 * torch.randn(5, 7, generator=g), 3 * torch.randn(5, 7, generator=g)
+    _close(divergence(draft, target, kind, temperature, beta), _reference(draft, target, kind, temperature, beta))
+
+
+@pytest.mark.parametrize("kind", DIVS)
+def test_zero_when_equal_and_bounds(kind: str) -> None:
+    g = torch.Generator().manual_seed(1)
+    logits = 4 * torch.randn(6, 9, generator=g)
+    logits[:, -2:] = float("-inf")
+    assert divergence(logits, logits.clone(), kind).abs().max() < 1e-6
+    # Near-disjoint distributions push every divergence towards its upper bound.
+    draft, target = 30 * torch.randn(50, 9, generator=g), 30 * torch.randn(50, 9, generator=g)
+    for beta in (0.05, 0.5, 0.8):
+        d = divergence(draft, target, kind, beta=beta)
+        assert torch.isfinite(d).all() and (d >= -1e-6).all()
+        if kind == "tvd":
+            assert d.max() <= 1 + 1e-6
+        if kind == "jsd":  # JSD_beta <= H(beta, 1 - beta)
+            assert d.max() <= -beta * math.log(beta) - (1 - beta) * math.log(1 - beta) + 1e-5
+
+
+def test_jsd_limits_are_forward_and_reverse_kl() -> None:
+    g = torch.Generator().manual_seed(2)
+    draft, target = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
+    fkl, rkl = divergence(draft, target, "fkl"), divergence(draft, target, "rkl")
+    eps = 1e-3
+    torch.testing.assert_close(divergence(draft, target, "jsd", beta=eps) / eps, fkl, rtol=2e-2, atol=1e-4)
+    torch.testing.assert_close(divergence(draft, target, "jsd", beta=1 - eps) / eps, rkl, rtol=2e-2, atol=1e-4)
+
+
+# (kinds whose true value is finite for this masking, draft mask, target mask)
+_MASKS = [(DIVS, [5, 6], [5, 6]), (("fkl", "jsd", "tvd"), [], [0, 6]), (("rkl", "jsd", "tvd"), [1, 2], [])]
+
+
+@pytest.mark.parametrize("kinds,draft_mask,target_mask", _MASKS)
+def test_masked_vocab_and_large_logits(kinds: tuple[str, ...], draft_mask: list[int], target_mask: list[int]) -> None:
+    g = torch.Generator().manual_seed(3)
+    for scale in (1.0, 1e4):  # 1e4: softmax underflows to exact zeros in float32
+        draft, target = scale * torch.randn(4, 7, generator=g), scale * torch.randn(4, 7, generator=g)
+        draft[:, draft_mask], target[:, target_mask] = float("-inf"), float("-inf")
+        for kind in kinds:
+            d, t = draft.clone().requires_grad_(), target.clone().requires_grad_()
+            out = divergence(d, t, kind, temperature=0.7)
+            assert torch.isfinite(out).all()
+            if scale == 1.0:
+                _close(out.detach(), _reference(draft, target, kind, 0.7, 0.5))
+            out.sum().backward()
+            assert torch.isfinite(d.grad).all() and torch.isfinite(t.grad).all()
+            assert (d.grad[:, draft_mask] == 0).all()
+
+
+def test_bf16_inputs_use_float32_math() -> None:
+    g = torch.Generator().manual_seed(4)
+    draft, target = torch.randn(3, 50, generator=g).bfloat16(), torch.randn(3, 50, generator=g).bfloat16()
+    for kind in DIVS:
+        _close(divergence(draft, target, kind), _reference(draft, target, kind, 1.0, 0.5))
+    assert cross_entropy(draft, torch.tensor([0, 1, 2])).dtype == torch.float32
+
+
+def test_errors_name_the_problem() -> None:
+    x = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="'kl'.*fkl, rkl, jsd, tvd"):
+        divergence(x, x, "kl")
+    with pytest.raises(ValueError, match="cross_entropy"):
+        divergence(x, x, "ce")
+    for beta in (0.0, 1.0, 1.5):
+        with pytest.raises(ValueError, match="beta"):
+            divergence(x, x, "jsd", beta=beta)
+    with pytest.raises(ValueError, match="temperature"):
+        divergence(x, x, "fkl", temperature=0.0)
+    with pytest.raises(ValueError, match="shape"):
+        divergence(x, torch.zeros(2, 4), "fkl")
+    ids, mask, logits = torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3), torch.zeros(1, 3, 5)
+    with pytest.raises(ValueError, match="'wasserstein'.*ce"):
+        distillation_loss(logits, logits, ids, mask, kind="wasserstein")
+    with pytest.raises(ValueError, match="target_logits"):
+        distillation_loss(logits, None, ids, mask, kind="rkl")
+    with pytest.raises(ValueError, match="shape"):
+        distillation_loss(logits, logits, ids, torch.ones(1, 4))
+    assert KINDS == ("fkl", "rkl", "jsd", "tvd", "ce")
+
+
+def test_cross_entropy_matches_torch() -> None:
+    g = torch.Generator().manual_seed(5)
+    logits, labels = torch.randn(6, 11, generator=g), torch.randint(0, 11, (6,), generator=g)
+    torch.testing.assert_close(cross_entropy(logits, labels), F.cross_entropy(logits, labels, reduction="none"))
+
+
+def test_shift_convention_by_hand() -> None:
+    # Sequence [0, 1, 2], only token 2 is a training target: position 1 (which predicts it) counts.
+    ids, mask = torch.tensor([[0, 1, 2]]), torch.tensor([[0, 0, 1]])
+    draft = torch.tensor([[[5.0, 0.0, 0.0], [0.0, 1.0, 2.0], [9.0, 0.0, 0.0]]])
+    target = torch.tensor([[[0.0, 5.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 9.0]]])
+    loss, stats = distillation_loss(draft, target, ids, mask, kind="ce")
+    torch.testing.assert_close(loss, -torch.log_softmax(draft[0, 1], -1)[2])
+    loss, stats = distillation_loss(draft, target, ids, mask, kind="fkl")
+    torch.testing.assert_close(loss, divergence(draft[0, 1:2], target[0, 1:2], "fkl")[0])
+    p, q = torch.softmax(target[0, 1], -1), torch.softmax(draft[0, 1], -1)
+    assert stats["num_tokens"] == 1.0 and stats["top1_agreement"] == 0.0
+    assert stats["token_acceptance"] == pytest.approx(float(torch.minimum(p, q).sum()))
+    assert stats["loss"] == pytest.approx(float(loss))
+
+
+def _batch(seed: int, vd: int = 10, vt: int = 10) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    draft, target = 2 * torch.randn(3, 8, vd, generator=g), 2 * torch.randn(3, 8, vt, generator=g)
+    ids = torch.randint(0, min(vd, vt), (3, 8), generator=g)
+    mask = torch.rand(3, 8, generator=g) < 0.5
+    mask[0, 1] = True
+    return draft, target, ids, mask
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_uncounted_positions_do_not_matter(kind: str) -> None:
+    draft, target, ids, mask = _batch(6)
+    base, stats = distillation_loss(draft, target, ids, mask, kind=kind, temperature=1.5)
+    counted = torch.zeros_like(mask)
+    counted[:, :-1] = mask[:, 1:]
+    noise = 10 * torch.randn(draft.shape, generator=torch.Generator().manual_seed(7))
+    draft2 = torch.where(counted[..., None], draft, draft + noise).requires_grad_()
+    target2 = torch.where(counted[..., None], target, target - noise)
+    loss, _ = distillation_loss(draft2, target2, ids, mask, kind=kind, temperature=1.5)
+    torch.testing.assert_close(loss, base)
+    loss.backward()
+    assert (draft2.grad[~counted] == 0).all() and draft2.grad[counted].abs().sum() > 0
+    assert stats["num_tokens"] == float(counted.sum())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_empty_mask_gives_zero_with_grad(kind: str) -> None:
+    draft, target, ids, _ = _batch(8)
+    draft[..., 0] = float("-inf")
+    draft.requires_grad_()
+    mask = torch.zeros(3, 8, dtype=torch.long)
+    mask[:, 0] = 1  # the first token is never predicted, so this still counts nothing
+    loss, stats = distillation_loss(draft, target, ids, mask, kind=kind)
+    assert loss.item() == 0.0 and stats["num_tokens"] == 0.0
+    assert all(math.isfinite(v) for v in stats.values())
+    loss.backward()
+    assert torch.equal(draft.grad, torch.zeros_like(draft))
+
+
+@pytest.mark.parametrize("kind", DIVS)
+def test_vocab_padding_is_truncated(kind: str) -> None:
+    draft, target, ids, mask = _batch(9, vd=12, vt=10)
+    loss, stats = distillation_loss(draft, target, ids, mask, kind=kind)
+    want, want_stats = distillation_loss(draft[..., :10], target, ids, mask, kind=kind)
+    torch.testing.assert_close(loss, want)
+    assert stats == want_stats
+    loss, stats = distillation_loss(target, draft, ids, mask, kind=kind)  # target padded instead
+    want, want_stats = distillation_loss(target, draft[..., :10], ids, mask, kind=kind)
+    torch.testing.assert_close(loss, want)
+    assert stats == want_stats
+
+
+def test_ce_on_shifted_tokens_without_target() -> None:
+    draft, _, ids, mask = _batch(10)
+    loss, stats = distillation_loss(draft, None, ids, mask, kind="ce")
+    sel = mask[:, 1:]
+    want = F.cross_entropy(draft[:, :-1][sel], ids[:, 1:][sel])
+    torch.testing.assert_close(loss, want)
+    assert set(stats) == {"loss", "num_tokens"}
+
+
+def test_acceptance_stats_of_identical_models() -> None:
+    draft, _, ids, mask = _batch(11)
+    loss, stats = distillation_loss(draft, draft.clone(), ids, mask, kind="tvd", temperature=3.0)
+    assert loss.item() < 1e-6
+    assert stats["token_acceptance"] == pytest.approx(1.0) and stats["top1_agreement"] == 1.0
+
+
+def test_expected_acceptance_length() -> None:
+    assert expected_acceptance_length(0.0, 5) == 1.0
+    assert expected_acceptance_length(1.0, 4) == 5.0
+    assert expected_acceptance_length(0.5, 3) == pytest.approx(1.875)
+    assert expected_acceptance_length(0.8, 7) == pytest.approx((1 - 0.8**8) / 0.2)
+    assert expected_acceptance_length(0.9, 0) == 1.0
+    with pytest.raises(ValueError):
+        expected_acceptance_length(1.2, 3)
+
+
+class _Bigram(torch.nn.Module):
+    def __init__(self, vocab: int, dim: int) -> None:
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(vocab, dim), torch.nn.Linear(dim, vocab)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(ids))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_training_a_tiny_draft_reduces_loss(kind: str) -> None:
+    vocab, g = 24, torch.Generator().manual_seed(12)
+    table = 3 * torch.randn(vocab, vocab, generator=g)  # the fixed "target" bigram model
+    ids = torch.zeros(8, 33, dtype=torch.long)  # sequences sampled from the target itself
+    ids[:, 0] = torch.randint(0, vocab, (8,), generator=g)
+    for t in range(1, ids.shape[1]):
+        ids[:, t] = torch.multinomial(torch.softmax(table[ids[:, t - 1]], -1), 1, generator=g)[:, 0]
+    mask = torch.ones_like(ids)
+    mask[:, :4] = 0  # a "prompt" that is not trained on
+    target_logits = table[ids]
+    torch.manual_seed(0)
+    draft = _Bigram(vocab, 16)
+    opt = torch.optim.Adam(draft.parameters(), lr=0.05)
+    history = []
+    for _ in range(40):
+        loss, stats = distillation_loss(draft(ids), target_logits, ids, mask, kind=kind)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        history.append(stats)
+    first, last = history[0], history[-1]
+    assert last["loss"] < 0.7 * first["loss"], (first, last)
+    assert last["token_acceptance"] > first["token_acceptance"] + 0.3, (first, last)
