@@ -1,4 +1,4 @@
-"""The `draftsmith` command: bench, eval, generate (train/export/publish come with later issues).
+"""The `draftsmith` command: train, bench, eval, generate (export/publish come with a later issue).
 
 Every user-facing error is a DraftsmithError, printed as one line with exit status 2.
 """
@@ -16,7 +16,7 @@ DEFAULT_TARGET = "smollm2-135m-instruct"
 
 
 def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
-    p.add_argument("--target", default=DEFAULT_TARGET, help="built-in name, local folder, .gguf file or Hub id")
+    p.add_argument("--target", default=None, help=f"built-in name, local folder, .gguf file or Hub id (default: a checkpoint's own target, else {DEFAULT_TARGET})")
     p.add_argument(
         "--draft",
         required=draft_required,
@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="draftsmith", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
+    sub.add_parser("train", help="train a drafter from a YAML recipe (draftsmith train RECIPE --help)", add_help=False)
+
     bench = sub.add_parser("bench", help="speed and acceptance vs plain decoding and transformers")
     _common(bench)
     _prompt_args(bench)
@@ -63,6 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _default_target(draft: str | None) -> str:
+    """A trained checkpoint names its target in drafter.json; otherwise the built-in default."""
+    import pathlib
+
+    from draftsmith.models import read_drafter_meta
+
+    meta = read_drafter_meta(draft) if draft and pathlib.Path(draft).is_dir() else None
+    return meta["target"] if meta else DEFAULT_TARGET
+
+
 def _setup(args):
     import torch
 
@@ -70,7 +82,7 @@ def _setup(args):
     from draftsmith.models import Target, load_drafter
 
     dtype = args.dtype or ("bfloat16" if torch.cuda.is_available() and args.device != "cpu" else "float32")
-    target = Target.load(args.target, dtype=dtype, device=args.device)
+    target = Target.load(args.target or _default_target(args.draft), dtype=dtype, device=args.device)
     drafter = load_drafter(args.draft, target) if args.draft else None
     try:
         sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
@@ -148,6 +160,11 @@ COMMANDS = {"bench": cmd_bench, "eval": cmd_eval, "generate": cmd_generate}
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:  # its own parser: recipe overrides are free-form --section.key=value
+        from draftsmith.train.__main__ import main as train_main
+
+        return train_main(argv[1:])
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
     try:

@@ -21,12 +21,32 @@ from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 from .loading import check_same_tokenizer, load_causal_lm, load_tokenizer
 
 
+def truncate_model(model, num_layers: int, name: str = "the target"):
+    """A new causal LM of `model`'s class holding a copy of its first `num_layers` decoder layers,
+    embeddings, final norm and LM head (parameters trainable, on the CPU in `model`'s dtype)."""
+    total = model.config.num_hidden_layers
+    if not 1 <= num_layers < total:
+        raise DraftsmithError(f"truncated:{num_layers}: {name} has {total} layers; choose 1..{total - 1}")
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = num_layers
+    if isinstance(getattr(config, "layer_types", None), list):  # per-layer attention kinds (Qwen2 & co)
+        config.layer_types = config.layer_types[:num_layers]
+    draft = type(model)(config).to(dtype=next(model.parameters()).dtype)
+    missing, _unexpected = draft.load_state_dict(model.state_dict(), strict=False)
+    # Layers >= num_layers are "unexpected" by design; anything missing means a layout we don't know.
+    missing = [m for m in missing if not m.endswith("rotary_emb.inv_freq")]
+    if missing:
+        raise DraftsmithError(f"truncating {name}: weights not found in the target: {missing[:5]}")
+    return draft
+
+
 class DraftLM:
     kind = "draft_lm"
     needs_hidden_states = False
 
-    def __init__(self, model, target, name: str):
-        self.model = model.eval().requires_grad_(False)
+    def __init__(self, model, target, name: str, freeze: bool = True):
+        # freeze=False: the trainer measures real acceptance on the live model it is training.
+        self.model = model.eval().requires_grad_(False) if freeze else model
         self.name = name
         self.target_vocab = target.vocab_size
         self.cache: KVCache | None = None
@@ -36,25 +56,18 @@ class DraftLM:
     def from_pretrained(cls, name_or_path: str, target) -> "DraftLM":
         """Load any causal LM (built-in, folder, .gguf, Hub id) as a draft for `target`."""
         check_same_tokenizer(load_tokenizer(name_or_path), target.tokenizer, name_or_path, target.name)
-        model = load_causal_lm(name_or_path, dtype=target.dtype, device=target.device)
+        try:
+            model = load_causal_lm(name_or_path, dtype=target.dtype, device=target.device)
+        except (OSError, ValueError, RuntimeError, KeyError) as e:  # truncated/corrupt weights, bad config
+            if isinstance(e, DraftsmithError):
+                raise
+            raise DraftsmithError(f"draft {name_or_path}: could not load the model ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
         return cls(model, target, name_or_path)
 
     @classmethod
     def truncated(cls, target, num_layers: int) -> "DraftLM":
         """The target's first `num_layers` decoder layers plus its embeddings, final norm and LM head."""
-        total = target.config.num_hidden_layers
-        if not 1 <= num_layers < total:
-            raise DraftsmithError(f"truncated:{num_layers}: the target has {total} layers; choose 1..{total - 1}")
-        config = copy.deepcopy(target.config)
-        config.num_hidden_layers = num_layers
-        if isinstance(getattr(config, "layer_types", None), list):  # per-layer attention kinds (Qwen2 & co)
-            config.layer_types = config.layer_types[:num_layers]
-        model = type(target.model)(config).to(device=target.device, dtype=target.dtype)
-        missing, _unexpected = model.load_state_dict(target.model.state_dict(), strict=False)
-        # Layers >= num_layers are "unexpected" by design; anything missing means a layout we don't know.
-        missing = [m for m in missing if not m.endswith("rotary_emb.inv_freq")]
-        if missing:
-            raise DraftsmithError(f"truncating {target.name}: weights not found in the target: {missing[:5]}")
+        model = truncate_model(target.model, num_layers, target.name).to(device=target.device, dtype=target.dtype)
         return cls(model, target, f"truncated:{num_layers}")
 
     def start(self, prompt: torch.Tensor, max_length: int) -> None:

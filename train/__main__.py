@@ -1,0 +1,44 @@
+"""`python -m draftsmith.train RECIPE [--output-dir D] [--resume] [--print-config] [--a.b=value ...]`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from draftsmith.errors import DraftsmithError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="draftsmith train", description="Train a drafter from a YAML recipe.",
+                                epilog="Any recipe key can be overridden: --optim.lr=3e-4 --data.max_rows 500")
+    p.add_argument("recipe", help="YAML recipe, e.g. configs/tiny/draft_lm.yaml")
+    p.add_argument("--output-dir", default=None, help="where checkpoints go (overrides checkpoint.output_dir)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in the output dir")
+    p.add_argument("--print-config", action="store_true", help="print the resolved recipe and exit")
+    return p
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args, rest = build_parser().parse_known_args(argv)
+    try:
+        from .config import dump_recipe, load_recipe
+
+        recipe = load_recipe(args.recipe, rest)
+        if args.output_dir:
+            recipe.checkpoint.output_dir = args.output_dir
+        if args.print_config:
+            print(dump_recipe(recipe), end="")
+            return 0
+        from .trainer import train
+
+        train(recipe, resume=True if args.resume else None)
+    except DraftsmithError as e:
+        print(f"draftsmith: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

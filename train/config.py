@@ -1,0 +1,296 @@
+"""Training recipes: typed dataclasses, YAML instances, dotted command-line overrides.
+
+A recipe (`configs/<target>/<drafter>.yaml`) is one `Recipe`: six sections, each a dataclass.
+Loading is strict: an unknown or mistyped key, a wrong type or a bad value is a DraftsmithError
+that names the key (with a "did you mean" when one is close), before any model loads.
+
+    recipe = load_recipe("configs/tiny/draft_lm.yaml", ["--optim.lr=3e-4", "--data.max_length", "256"])
+
+The `drafter` section is polymorphic: its `kind` picks the dataclass from `DRAFTER_CONFIGS`
+(one entry per trainable drafter kind), so each drafter declares exactly the knobs it has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import pathlib
+import types
+import typing
+from dataclasses import dataclass, field
+
+import yaml
+
+from draftsmith.errors import DraftsmithError
+
+
+@dataclass
+class ModelConfig:
+    target: str = "smollm2-135m-instruct"  # built-in name, folder, .gguf or Hub id; frozen, never saved
+    target_dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on CPU (this CPU has no fast bf16)
+
+
+@dataclass
+class LoraConfig:
+    r: int = 0  # 0: full fine-tuning; > 0: LoRA adapters via peft (Hu et al. 2021)
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    merge: bool = True  # merge adapters into the weights when saving: checkpoints load as plain LMs
+
+
+@dataclass
+class DraftLMConfig:
+    """An independent draft LM distilled from the target (DistillSpec, Zhou et al. 2023)."""
+
+    kind: str = "draft_lm"
+    init: str = "truncated:8"  # truncated:N (target's first N layers) or any causal LM with its tokenizer
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    loss: str = "fkl"  # fkl | rkl | jsd | tvd | ce (see train/losses.py)
+    temperature: float = 1.0
+    jsd_beta: float = 0.5
+    on_policy_fraction: float = 0.0  # share of steps trained on the draft's own samples
+    on_policy_tokens: int = 32  # tokens the draft samples per on-policy sequence
+    on_policy_temperature: float = 1.0
+
+
+# One entry per trainable drafter kind; the Medusa and EAGLE issues add theirs here.
+DRAFTER_CONFIGS: dict[str, type] = {"draft_lm": DraftLMConfig}
+
+
+@dataclass
+class DataConfig:
+    path: str = "chitchat"  # chitchat | stdlib | a datasets hub id | a local .json/.jsonl/.parquet
+    name: str | None = None  # datasets config name
+    split: str = "train"
+    format: str = "auto"  # auto | chat | text
+    messages_column: str = "messages"
+    text_column: str = "text"
+    max_length: int = 512  # tokens per training row
+    pack: bool = True  # concatenate rows (EOS-separated) into full max_length rows
+    max_rows: int | None = None  # use at most this many dataset rows (None: all)
+    eval_rows: int = 64  # rows held out for evaluation and acceptance prompts
+    max_turn_chars: int = 4000  # drop conversations with a longer turn (chitchat has 95k-char turns)
+    regenerate: bool = False  # rewrite assistant turns with the target itself
+    regenerate_max_new_tokens: int = 256
+    regenerate_temperature: float = 0.0
+    seed: int = 0
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3e-4
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    warmup_steps: int = 50
+    max_steps: int = 1000  # optimizer steps
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    batch_size: int = 4  # rows per device per micro-batch
+    grad_accum: int = 1
+    max_grad_norm: float = 1.0
+    mixed_precision: str = "no"  # no | bf16 | fp16
+    seed: int = 0
+
+
+@dataclass
+class CheckpointConfig:
+    output_dir: str = "runs/draft"
+    save_every: int = 200  # optimizer steps; a final checkpoint is always written
+    keep_last: int = 2  # older step-* folders are deleted (final/ is kept)
+    resume: bool = False  # continue from the newest complete checkpoint in output_dir
+
+
+@dataclass
+class LoggingConfig:
+    log_every: int = 10
+    trackers: list[str] = field(default_factory=list)  # tensorboard, wandb (offline without a key)
+    project: str = "draftsmith"
+    run_name: str | None = None
+    eval_every: int = 200  # held-out loss and acceptance proxies
+    eval_batches: int = 8
+    acceptance_every: int = 0  # real mean_acceptance_length through the runtime; 0: at the end only
+    acceptance_prompts: int = 4
+    acceptance_k: int = 4
+    acceptance_max_new_tokens: int = 64
+    progress: bool = True
+
+
+@dataclass
+class Recipe:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    drafter: typing.Any = field(default_factory=DraftLMConfig)  # one of DRAFTER_CONFIGS
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+CHOICES = {
+    "model.target_dtype": ("auto", "float32", "bfloat16", "float16"),
+    "data.format": ("auto", "chat", "text"),
+    "optim.mixed_precision": ("no", "bf16", "fp16"),
+    "drafter.loss": ("fkl", "rkl", "jsd", "tvd", "ce"),
+}
+
+
+# --- building dataclasses from plain dicts, strictly ------------------------------------------
+
+
+def _build(cls, data, where: str):
+    if not isinstance(data, dict):
+        raise DraftsmithError(f"{where or 'recipe'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f" (did you mean '{_join(where, close[0])}'?)" if close else f"; valid keys: {', '.join(names)}"
+            raise DraftsmithError(f"unknown config key '{_join(where, key)}'{hint}")
+    kwargs = {}
+    for name in names:
+        if name in data:
+            kwargs[name] = _convert(data[name], hints[name], _join(where, name))
+    return cls(**kwargs)
+
+
+def _join(where: str, key) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+def _convert(value, hint, where: str):
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(value, args[0], where)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        return [_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if hint is typing.Any:
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "3e-4" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    if value is None:
+        raise DraftsmithError(f"config key '{where}' must not be null")
+    raise DraftsmithError(f"config key '{where}': expected {getattr(hint, '__name__', hint)}, got {value!r}")
+
+
+def recipe_from_dict(data: dict) -> Recipe:
+    data = dict(data or {})
+    drafter = dict(data.pop("drafter", None) or {})
+    kind = drafter.get("kind", "draft_lm")
+    if kind not in DRAFTER_CONFIGS:
+        raise DraftsmithError(f"config key 'drafter.kind': unknown drafter {kind!r}; trainable kinds: {', '.join(DRAFTER_CONFIGS)}")
+    recipe = _build(Recipe, data, "")
+    recipe.drafter = _build(DRAFTER_CONFIGS[kind], drafter, "drafter")
+    for key, allowed in CHOICES.items():
+        section, name = key.split(".")
+        obj = getattr(recipe, section)
+        if hasattr(obj, name) and getattr(obj, name) not in allowed:
+            raise DraftsmithError(f"config key '{key}': {getattr(obj, name)!r} is not one of {', '.join(allowed)}")
+    _check_values(recipe)
+    return recipe
+
+
+def _check_values(r: Recipe) -> None:
+    checks = [
+        (r.optim.lr > 0, "optim.lr must be > 0"),
+        (r.optim.max_steps >= 1, "optim.max_steps must be >= 1"),
+        (r.optim.batch_size >= 1, "optim.batch_size must be >= 1"),
+        (r.optim.grad_accum >= 1, "optim.grad_accum must be >= 1"),
+        (0 <= r.optim.warmup_steps, "optim.warmup_steps must be >= 0"),
+        (0 <= r.optim.min_lr_ratio <= 1, "optim.min_lr_ratio must be in [0, 1]"),
+        (len(r.optim.betas) == 2, "optim.betas must be two numbers"),
+        (r.data.max_length >= 8, "data.max_length must be >= 8"),
+        (r.data.eval_rows >= 1, "data.eval_rows must be >= 1"),
+        (r.checkpoint.save_every >= 1, "checkpoint.save_every must be >= 1"),
+        (r.checkpoint.keep_last >= 1, "checkpoint.keep_last must be >= 1"),
+        (set(r.logging.trackers) <= {"tensorboard", "wandb"}, "logging.trackers: choose from tensorboard, wandb"),
+    ]
+    d = r.drafter
+    if isinstance(d, DraftLMConfig):
+        checks += [
+            (0 <= d.on_policy_fraction <= 1, "drafter.on_policy_fraction must be in [0, 1]"),
+            (d.temperature > 0, "drafter.temperature must be > 0"),
+            (0 < d.jsd_beta < 1, "drafter.jsd_beta must be in (0, 1)"),
+            (d.lora.r >= 0, "drafter.lora.r must be >= 0"),
+        ]
+    for ok, msg in checks:
+        if not ok:
+            raise DraftsmithError(msg)
+
+
+# --- YAML + overrides --------------------------------------------------------------------------
+
+
+def parse_overrides(args: list[str]) -> dict[str, object]:
+    """`--optim.lr=3e-4` or `--optim.lr 3e-4` -> {"optim.lr": 0.0003} (values parsed as YAML)."""
+    out, i = {}, 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or "." not in arg.split("=", 1)[0]:
+            raise DraftsmithError(f"unexpected argument {arg!r}: overrides look like --section.key=value")
+        key, eq, value = arg[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(args):
+                raise DraftsmithError(f"override --{key} has no value")
+            value = args[i + 1]
+            i += 1
+        out[key] = yaml.safe_load(value) if value != "" else ""
+        i += 1
+    return out
+
+
+def apply_overrides(data: dict, overrides: dict[str, object]) -> dict:
+    for dotted, value in overrides.items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            child = node.setdefault(p, {})
+            if not isinstance(child, dict):
+                raise DraftsmithError(f"override --{dotted}: '{p}' is not a section")
+            node = child
+        node[leaf] = value
+    return data
+
+
+def load_recipe(path: str | pathlib.Path, overrides: list[str] | dict | None = None) -> Recipe:
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise DraftsmithError(f"recipe {path} not found")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise DraftsmithError(f"recipe {path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise DraftsmithError(f"recipe {path}: expected a mapping of sections at the top level")
+    if isinstance(overrides, list):
+        overrides = parse_overrides(overrides)
+    return recipe_from_dict(apply_overrides(data, overrides or {}))
+
+
+def dump_recipe(recipe: Recipe) -> str:
+    return yaml.safe_dump(recipe.to_dict(), sort_keys=False)

@@ -1,0 +1,156 @@
+"""Training the independent draft LM: distillation from the frozen target.
+
+The draft learns the target's next-token distribution on the same tokens (fixed data: the
+dataset's or the target's own regenerated replies), with a divergence chosen in the recipe
+(train/losses.py). DistillSpec (Zhou et al. 2023) shows that which divergence works best depends
+on the decoding temperature, and that training on the draft's own samples (on-policy data,
+scored by the target) aligns the two where it matters at inference: `on_policy_fraction` of the
+optimizer steps do that.
+
+A task is the trainer's only view of a drafter kind: the trainable module, a loss over a
+batch, how to save a loadable drafter, and how to run it in the inference engine.
+"""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+import random
+
+import torch
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.models import DraftLM, read_drafter_meta, write_drafter_meta
+from draftsmith.models.draft_lm import truncate_model
+from draftsmith.models.loading import check_same_tokenizer, load_causal_lm, load_tokenizer
+
+from . import losses
+from .config import DraftLMConfig
+
+
+class DraftLMTask:
+    kind = "draft_lm"
+
+    def __init__(self, cfg: DraftLMConfig, target, seed: int = 0):
+        self.cfg = cfg
+        self.target = target
+        self.seed = seed
+        self.model = self._init_model()
+        self.is_lora = cfg.lora.r > 0
+        if self.is_lora:
+            self.model = self._wrap_lora(self.model)
+
+    # --- building ------------------------------------------------------------------------------
+
+    def _init_model(self):
+        init, target = self.cfg.init, self.target
+        if init.startswith("truncated:"):
+            arg = init.partition(":")[2]
+            if not arg.isdigit():
+                raise DraftsmithError(f"drafter.init {init!r}: expected truncated:N with N a number of layers")
+            model = truncate_model(target.model, int(arg), target.name)
+        else:
+            meta = read_drafter_meta(init) if pathlib.Path(init).is_dir() else None
+            if meta is not None and meta["kind"] != self.kind:
+                raise DraftsmithError(
+                    f"drafter.init {init}: a {meta['kind']!r} checkpoint, but this recipe trains a {self.kind!r} drafter")
+            check_same_tokenizer(load_tokenizer(init), target.tokenizer, init, target.name)
+            model = load_causal_lm(init, dtype=torch.float32, device="cpu")
+        # Master weights in fp32 whatever the target's dtype: mixed precision casts the compute.
+        return model.float().train().requires_grad_(True)
+
+    def _wrap_lora(self, model):
+        try:
+            import peft
+        except ImportError:
+            raise DraftsmithError("drafter.lora.r > 0 needs peft: pip install 'draftsmith[peft]'") from None
+        lc = self.cfg.lora
+        present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+        unknown = [m for m in lc.target_modules if m not in present]
+        if unknown:
+            raise DraftsmithError(f"drafter.lora.target_modules: {unknown} not in the draft (it has e.g. {sorted(present)[:12]})")
+        config = peft.LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=list(lc.target_modules), task_type="CAUSAL_LM")
+        return peft.get_peft_model(model, config)
+
+    def trainable_parameters(self):
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    # --- the loss --------------------------------------------------------------------------------
+
+    def is_on_policy(self, step: int | None) -> bool:
+        # Same answer on every rank without communication: a function of (seed, step) only.
+        if step is None or self.cfg.on_policy_fraction <= 0:
+            return False
+        return random.Random(self.seed * 1_000_003 + step).random() < self.cfg.on_policy_fraction
+
+    def loss(self, model, batch: dict, step: int | None = None):
+        """(loss, stats) for one micro-batch; `step` None (evaluation) never goes on-policy."""
+        input_ids, loss_mask, attention_mask = batch["input_ids"], batch["loss_mask"], batch["attention_mask"]
+        if self.is_on_policy(step):
+            input_ids, loss_mask, attention_mask = self._on_policy_batch(model, input_ids, attention_mask, step)
+        draft_logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+        target_logits = None
+        if self.cfg.loss != "ce":
+            with torch.no_grad():
+                target_logits = self.target.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+        c = self.cfg
+        return losses.distillation_loss(draft_logits, target_logits, input_ids, loss_mask, c.loss, c.temperature, c.jsd_beta)
+
+    @torch.no_grad()
+    def _on_policy_batch(self, model, input_ids, attention_mask, step: int):
+        """Cut every row at one point, let the draft sample `on_policy_tokens` tokens after it and
+        train on those tokens only (DistillSpec's on-policy data; the target scores them in loss())."""
+        n = self.cfg.on_policy_tokens
+        length = int(attention_mask.sum(1).min())
+        if length < 2:
+            return input_ids, torch.zeros_like(input_ids), attention_mask
+        rng = random.Random(self.seed * 7919 + step)
+        cut = rng.randint(max(1, length // 4), max(1, length - 1))
+        prefix = input_ids[:, :cut]
+        unwrapped = getattr(model, "module", model)
+        was_training = unwrapped.training
+        unwrapped.eval()
+        tok = self.target.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else min(self.target.eos_token_ids)
+        out = unwrapped.generate(
+            input_ids=prefix, attention_mask=torch.ones_like(prefix), do_sample=True,
+            temperature=self.cfg.on_policy_temperature, top_k=0, top_p=1.0, max_new_tokens=n, min_new_tokens=1,
+            pad_token_id=pad, eos_token_id=sorted(self.target.eos_token_ids), synced_gpus=_zero3(unwrapped))
+        unwrapped.train(was_training)
+        gen = out[:, cut:]
+        # Train on generated tokens up to and including each row's first EOS.
+        is_eos = torch.zeros_like(gen, dtype=torch.bool)
+        for e in self.target.eos_token_ids:
+            is_eos |= gen == e
+        after_eos = (is_eos.long().cumsum(1) - is_eos.long()) > 0
+        gen_mask = (~after_eos).long()
+        loss_mask = torch.cat([torch.zeros_like(prefix), gen_mask], 1)
+        return out, loss_mask, torch.cat([torch.ones_like(prefix), gen_mask], 1)
+
+    # --- saving and running --------------------------------------------------------------------
+
+    def save(self, model, state_dict, folder: pathlib.Path, extra: dict) -> None:
+        """Write a loadable drafter: a plain causal-LM folder (LoRA merged; the adapter beside it
+        in adapter/), the target's tokenizer, and drafter.json naming the kind and the target."""
+        folder = pathlib.Path(folder)
+        if self.is_lora:
+            model.save_pretrained(folder / "adapter")
+            merged = copy.deepcopy(model).merge_and_unload()
+            merged.save_pretrained(folder)
+        else:
+            model.save_pretrained(folder, state_dict=state_dict)
+        self.target.tokenizer.save_pretrained(folder)
+        write_drafter_meta(folder, self.kind, self.target.name, init=self.cfg.init, lora_r=self.cfg.lora.r, **extra)
+
+    def runtime_drafter(self, model):
+        """The live model as an engine drafter (not frozen: training continues afterwards)."""
+        return DraftLM(model, self.target, f"{self.kind}@training", freeze=False)
+
+
+def _zero3(model) -> bool:
+    try:
+        from transformers.integrations import is_deepspeed_zero3_enabled
+    except ImportError:
+        return False
+    return bool(is_deepspeed_zero3_enabled()) and torch.distributed.is_initialized()
+

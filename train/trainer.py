@@ -1,0 +1,404 @@
+"""One accelerate training loop for every drafter kind.
+
+The loop knows nothing of a drafter's internals: a task (`TASKS[kind]`) gives it the trainable
+module, a loss over a batch, how to save a loadable drafter and how to run it in the engine.
+The frozen target is loaded once, outside DeepSpeed's `zero.Init`, never `prepare`d and never
+saved into a checkpoint; only the drafter is trained and sharded.
+
+Single process, DDP, DeepSpeed ZeRO-2/3 and FSDP are the same code, chosen by the accelerate
+config the job is launched with (configs/accelerate/*.yaml). On CPU the process group uses gloo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import logging
+import math
+import os
+import pathlib
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+from draftsmith.errors import DraftsmithError
+
+from . import checkpoint
+from .config import Recipe, dump_recipe
+from .draft_lm import DraftLMTask
+from .losses import expected_acceptance_length
+
+log = logging.getLogger("draftsmith.train")
+
+TASKS = {"draft_lm": DraftLMTask}
+
+
+class EpochShuffle(torch.utils.data.Sampler):
+    """A fresh permutation per epoch from (seed, epoch) alone, optionally skipping a prefix of
+    the epoch: a resumed run sees exactly the batches the killed one had not reached.
+    accelerate calls set_epoch() on it; batches are cut from consecutive indices and dealt to
+    ranks round-robin, so skipping `n` indices skips `n / (batch * world)` steps on every rank."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self.epoch = n, seed, 0
+        self.skip_epoch, self.skip = -1, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def skip_next(self, epoch: int, num_indices: int) -> None:
+        self.skip_epoch, self.skip = epoch, num_indices
+
+    def __iter__(self):
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1000 + self.epoch)).tolist()
+        if self.epoch == self.skip_epoch:
+            order = order[self.skip :]
+        return iter(order)
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def lr_lambda(warmup: int, total: int, min_ratio: float):
+    """Linear warm-up then cosine decay to `min_ratio` (Loshchilov & Hutter 2017)."""
+
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return f
+
+
+def make_accelerator(recipe: Recipe):
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs, ProjectConfiguration
+
+    handlers = []
+    if not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # CPU ranks talk over gloo; DeepSpeed would otherwise ask for its own CPU backend.
+        handlers.append(InitProcessGroupKwargs(backend="gloo", timeout=datetime.timedelta(minutes=30)))
+    out = pathlib.Path(recipe.checkpoint.output_dir)
+    trackers = list(recipe.logging.trackers)
+    if "wandb" in trackers:
+        _wandb_offline_unless_logged_in()
+    return Accelerator(
+        mixed_precision=recipe.optim.mixed_precision,
+        gradient_accumulation_steps=recipe.optim.grad_accum,
+        log_with=trackers or None,
+        project_config=ProjectConfiguration(project_dir=str(out), logging_dir=str(out / "logs")),
+        kwargs_handlers=handlers,
+        step_scheduler_with_optimizer=False,  # we step the schedule once per optimizer step
+    )
+
+
+def _wandb_offline_unless_logged_in() -> None:
+    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+        return
+    netrc = pathlib.Path("~/.netrc").expanduser()
+    if netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"):
+        return
+    os.environ["WANDB_MODE"] = "offline"
+    log.info("wandb: no API key found, logging offline (wandb sync later)")
+
+
+def _zero3(acc) -> bool:
+    plugin = acc.state.deepspeed_plugin
+    return plugin is not None and plugin.zero_stage == 3
+
+
+def load_target(recipe: Recipe, acc):
+    from draftsmith.models import Target
+
+    dtype = recipe.model.target_dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if acc.device.type == "cuda" else "float32"
+    return Target.load(recipe.model.target, dtype=dtype, device=acc.device, compile=False)
+
+
+def fingerprint(model) -> str:
+    h = hashlib.sha256()
+    for name, p in sorted(model.named_parameters()):
+        h.update(name.encode())
+        h.update(p.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+class Trainer:
+    def __init__(self, recipe: Recipe, resume: bool | None = None):
+        from accelerate.utils import set_seed
+
+        from .data import build_data, collate
+
+        self.recipe = r = recipe
+        self.out = pathlib.Path(r.checkpoint.output_dir)
+        self.acc = acc = make_accelerator(r)
+        self.main = acc.is_main_process
+        self.resume = r.checkpoint.resume if resume is None else resume
+        set_seed(r.optim.seed)
+        self._prepare_output_dir()
+
+        # The target and the drafter's initial weights are built outside zero.Init: the target
+        # must stay whole and unsharded; the drafter is partitioned by deepspeed.initialize.
+        no_zero_init = acc.state.deepspeed_plugin.zero3_init_context_manager(enable=False) if acc.state.deepspeed_plugin else _null()
+        with no_zero_init:
+            self.target = load_target(r, acc)
+            self.task = TASKS[r.drafter.kind](r.drafter, self.target, seed=r.optim.seed)
+        with acc.main_process_first():  # regeneration/tokenising caches are written once
+            self.data = build_data(r.data, self.target.tokenizer, target=self.target, progress=self.main and r.logging.progress)
+        world, bs = acc.num_processes, r.optim.batch_size
+        if len(self.data.train) < bs * world:
+            raise DraftsmithError(f"{len(self.data.train)} training rows < batch_size {bs} x {world} processes: use more data or a smaller batch")
+        self.sampler = EpochShuffle(len(self.data.train), r.data.seed)
+        loader = torch.utils.data.DataLoader(self.data.train, batch_size=bs, sampler=self.sampler, collate_fn=collate, drop_last=True)
+        eval_loader = torch.utils.data.DataLoader(self.data.eval, batch_size=bs, collate_fn=collate)
+        plugin = acc.state.deepspeed_plugin
+        if plugin is not None and plugin.deepspeed_config.get("gradient_clipping", "auto") == "auto":
+            plugin.deepspeed_config["gradient_clipping"] = r.optim.max_grad_norm  # else accelerate's 1.0
+        params = self.task.trainable_parameters()
+        optimizer = torch.optim.AdamW(params, lr=r.optim.lr, betas=tuple(r.optim.betas), weight_decay=r.optim.weight_decay)
+        o = r.optim
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.warmup_steps, o.max_steps, o.min_lr_ratio))
+        self.model, self.optimizer, self.loader, self.eval_loader, self.scheduler = acc.prepare(
+            self.task.model, optimizer, loader, eval_loader, scheduler)
+        self.step, self.epoch, self.batch_in_epoch, self.tokens = 0, 0, 0, 0
+        self.history: list[dict] = []
+        if self.resume:
+            self._resume()
+        if r.logging.trackers:
+            acc.init_trackers(r.logging.project, config=_flat(r.to_dict()), init_kwargs=_tracker_kwargs(r))
+
+    # --- setup -----------------------------------------------------------------------------------
+
+    def _prepare_output_dir(self) -> None:
+        if self.main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            removed = checkpoint.remove_partial(self.out)
+            if removed:
+                log.info("removed partial checkpoints left by a killed run: %s", ", ".join(removed))
+            if not self.resume and checkpoint.latest_checkpoint(self.out) is not None:
+                raise DraftsmithError(f"{self.out} already holds checkpoints: pass --resume to continue, or another --output-dir")
+            (self.out / "recipe.yaml").write_text(dump_recipe(self.recipe))
+        self.acc.wait_for_everyone()
+
+    def _resume(self) -> None:
+        ckpt = checkpoint.latest_checkpoint(self.out)
+        if ckpt is None:
+            log.info("--resume: no checkpoint in %s yet, starting from step 0", self.out)
+            return
+        state = checkpoint.read_trainer_state(ckpt, self.task.kind)
+        try:
+            self.acc.load_state(str(ckpt / checkpoint.TRAINING_STATE_DIR))
+        except (OSError, RuntimeError, ValueError, KeyError) as e:
+            raise DraftsmithError(f"{ckpt}: corrupt training state ({type(e).__name__}: {str(e)[:200]}); delete it to resume from the one before") from None
+        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        self.tokens, self.history = state.get("tokens", 0), state.get("history", [])
+        if state.get("world_size") not in (None, self.acc.num_processes):
+            log.warning("resuming with %d processes, checkpoint was written by %s: the data order changes", self.acc.num_processes, state["world_size"])
+        log.info("resumed from %s (step %d, epoch %d)", ckpt.name, self.step, self.epoch)
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    def train(self) -> dict:
+        r, acc = self.recipe, self.acc
+        bar = tqdm(total=r.optim.max_steps, initial=self.step, desc="train", disable=not (self.main and r.logging.progress), dynamic_ncols=True)
+        self.model.train()
+        window = {"loss": 0.0, "token_acceptance": 0.0, "top1_agreement": 0.0, "n": 0, "tokens": 0, "t0": time.perf_counter()}
+        while self.step < r.optim.max_steps:
+            bs_global = r.optim.batch_size * acc.num_processes
+            self.sampler.skip_next(self.epoch, self.batch_in_epoch * bs_global)
+            self.loader.set_epoch(self.epoch)
+            for batch in self.loader:
+                self.batch_in_epoch += 1
+                with acc.accumulate(self.model):
+                    loss, stats = self.task.loss(self.model, batch, step=self.step)
+                    acc.backward(loss)
+                    grad_norm = None
+                    if acc.sync_gradients and r.optim.max_grad_norm > 0:
+                        grad_norm = acc.clip_grad_norm_(self.model.parameters(), r.optim.max_grad_norm)
+                    self.optimizer.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+                n_tok = batch["input_ids"].numel() * acc.num_processes
+                self.tokens += n_tok
+                window["tokens"] += n_tok
+                for key in ("loss", "token_acceptance", "top1_agreement"):
+                    window[key] += stats.get(key, 0.0)
+                window["n"] += 1
+                if not acc.sync_gradients:
+                    continue
+                self.scheduler.step()
+                self.step += 1
+                bar.update(1)
+                if self.step % r.logging.log_every == 0 or self.step == r.optim.max_steps:
+                    self._log_train(window, grad_norm, bar)
+                    window = {k: 0.0 for k in window} | {"t0": time.perf_counter()}
+                if self.step % r.logging.eval_every == 0 and self.step < r.optim.max_steps:
+                    self.evaluate()
+                if r.logging.acceptance_every and self.step % r.logging.acceptance_every == 0 and self.step < r.optim.max_steps:
+                    self.measure_acceptance()
+                if self.step % r.checkpoint.save_every == 0 and self.step < r.optim.max_steps:
+                    self.save()
+                if self.step >= r.optim.max_steps:
+                    break
+            else:
+                self.epoch += 1
+                self.batch_in_epoch = 0
+        bar.close()
+        final_eval = self.evaluate()
+        acceptance = self.measure_acceptance()
+        self.save()
+        final = checkpoint.save(acc, self.task, self.model, self.out, "final", None, {"step": self.step})
+        return self._finish(final, final_eval, acceptance)
+
+    def _log_train(self, window: dict, grad_norm, bar) -> None:
+        n = max(1, window["n"])
+        dt = time.perf_counter() - window["t0"]
+        metrics = {
+            "train/loss": window["loss"] / n,
+            "train/token_acceptance": window["token_acceptance"] / n,
+            "train/top1_agreement": window["top1_agreement"] / n,
+            "train/lr": self.scheduler.get_last_lr()[0],
+            "train/tokens_per_s": window["tokens"] / max(dt, 1e-9),
+            "train/tokens": self.tokens,
+        }
+        if grad_norm is not None:
+            metrics["train/grad_norm"] = float(grad_norm)
+        bar.set_postfix(loss=f"{metrics['train/loss']:.4f}", tok_s=f"{metrics['train/tokens_per_s']:.0f}", lr=f"{metrics['train/lr']:.2e}")
+        self._record(metrics)
+
+    def _record(self, metrics: dict) -> None:
+        metrics = {k: float(v) for k, v in metrics.items()}
+        self.history.append({"step": self.step, **metrics})
+        if self.recipe.logging.trackers:
+            self.acc.log(metrics, step=self.step)
+        if self.main and not self.recipe.logging.progress:
+            log.info("step %d %s", self.step, " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Held-out loss and token-level acceptance proxies; the expected acceptance length at
+        K=acceptance_k assumes i.i.d. per-token acceptance (Leviathan et al. 2023, eq. 1)."""
+        self.model.eval()
+        sums = torch.zeros(4, dtype=torch.float64, device=self.acc.device)
+        for i, batch in enumerate(self.eval_loader):
+            if i >= self.recipe.logging.eval_batches:
+                break
+            _, stats = self.task.loss(self.model, batch, step=None)
+            n = stats["num_tokens"]
+            sums += torch.tensor([stats["loss"] * n, stats.get("token_acceptance", 0) * n, stats.get("top1_agreement", 0) * n, n], dtype=torch.float64, device=self.acc.device)
+        sums = self.acc.reduce(sums, reduction="sum")
+        self.model.train()
+        n = max(float(sums[3]), 1.0)
+        k = self.recipe.logging.acceptance_k
+        alpha, top1 = float(sums[1]) / n, float(sums[2]) / n
+        metrics = {
+            "eval/loss": float(sums[0]) / n,
+            "eval/token_acceptance": alpha,
+            "eval/top1_agreement": top1,
+            "eval/expected_acceptance_length": expected_acceptance_length(alpha, k),
+            "eval/expected_acceptance_length_greedy": expected_acceptance_length(top1, k),
+        }
+        self._record(metrics)
+        return metrics
+
+    def measure_acceptance(self) -> dict | None:
+        """Real mean_acceptance_length from the inference engine on held-out prompts (greedy)."""
+        r, acc = self.recipe.logging, self.acc
+        if r.acceptance_prompts <= 0 or not self.data.eval_prompts:
+            return None
+        if _zero3(acc):
+            log.info("acceptance through the runtime is skipped under ZeRO-3 (weights are sharded); run draftsmith eval on the checkpoint")
+            return None
+        result = None
+        if self.main:
+            from draftsmith.infer.bench import run_eval
+            from draftsmith.infer.sampling import GREEDY
+
+            unwrapped = acc.unwrap_model(self.model)
+            drafter = self.task.runtime_drafter(unwrapped)
+            unwrapped.eval()
+            with torch.inference_mode():
+                result = run_eval(self.target, drafter, self.data.eval_prompts[: r.acceptance_prompts], r.acceptance_k,
+                                  r.acceptance_max_new_tokens, GREEDY, seed=self.recipe.optim.seed, progress=False)
+            unwrapped.train()
+            self._record({"eval/mean_acceptance_length": result["mean_acceptance_length"],
+                          "eval/draft_acceptance_rate": result["draft_acceptance_rate"]})
+        acc.wait_for_everyone()
+        return result
+
+    def save(self) -> None:
+        state = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "tokens": self.tokens,
+                 "world_size": self.acc.num_processes, "history": self.history[-200:]}
+        checkpoint.save(self.acc, self.task, self.model, self.out, checkpoint.step_dir(self.out, self.step).name, state, {"step": self.step})
+        if self.main:
+            checkpoint.prune(self.out, self.recipe.checkpoint.keep_last)
+
+    def _finish(self, final: pathlib.Path, final_eval: dict, acceptance: dict | None) -> dict:
+        acc = self.acc
+        prints = acc.gather_for_metrics([fingerprint(acc.unwrap_model(self.model))], use_gather_object=True) if not _zero3(acc) else []
+        summary = {
+            "final_checkpoint": str(final),
+            "steps": self.step,
+            "tokens": self.tokens,
+            "world_size": acc.num_processes,
+            "distributed_type": str(acc.distributed_type),
+            "mixed_precision": acc.mixed_precision,
+            "param_fingerprints": prints,
+            "eval": final_eval,
+            "acceptance": {k: v for k, v in (acceptance or {}).items() if k != "by_domain"},
+            "data": self.data.stats,
+            "history": self.history,
+        }
+        if self.main:
+            (self.out / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+            log.info("done: %d steps, final checkpoint %s; eval loss %.4f, expected τ(K=%d) %.2f%s", self.step, final,
+                     final_eval["eval/loss"], self.recipe.logging.acceptance_k, final_eval["eval/expected_acceptance_length"],
+                     f", measured mean_acceptance_length {acceptance['mean_acceptance_length']:.2f}" if acceptance else "")
+        if self.recipe.logging.trackers:
+            acc.end_training()
+        return summary
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v if isinstance(v, (int, float, str, bool)) else str(v)
+    return out
+
+
+def _tracker_kwargs(r: Recipe) -> dict:
+    name = r.logging.run_name or pathlib.Path(r.checkpoint.output_dir).name
+    return {"wandb": {"name": name, "dir": str(pathlib.Path(r.checkpoint.output_dir))}}
+
+
+def train(recipe: Recipe, resume: bool | None = None) -> dict:
+    trainer = Trainer(recipe, resume=resume)
+    try:
+        return trainer.train()
+    finally:
+        _shutdown()
+
+
+def _shutdown() -> None:
+    # DeepSpeed on gloo hangs at interpreter exit unless the group is destroyed explicitly.
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+__all__ = ["TASKS", "Trainer", "train", "dataclasses"]
