@@ -58,9 +58,9 @@ class DraftLM:
         check_same_tokenizer(load_tokenizer(name_or_path), target.tokenizer, name_or_path, target.name)
         try:
             model = load_causal_lm(name_or_path, dtype=target.dtype, device=target.device)
-        except (OSError, ValueError, RuntimeError, KeyError) as e:  # truncated/corrupt weights, bad config
-            if isinstance(e, DraftsmithError):
-                raise
+        except DraftsmithError:
+            raise
+        except Exception as e:  # noqa: BLE001 -- corrupt weights raise safetensors' own error type, among others
             raise DraftsmithError(f"draft {name_or_path}: could not load the model ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
         return cls(model, target, name_or_path)
 

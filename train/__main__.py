@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("accelerate").setLevel(logging.WARNING)  # one line per file it saves otherwise
     args, rest = build_parser().parse_known_args(argv)
     try:
         from .config import dump_recipe, load_recipe

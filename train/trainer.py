@@ -11,7 +11,7 @@ config the job is launched with (configs/accelerate/*.yaml). On CPU the process 
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import datetime
 import hashlib
 import json
@@ -144,8 +144,7 @@ class Trainer:
 
         # The target and the drafter's initial weights are built outside zero.Init: the target
         # must stay whole and unsharded; the drafter is partitioned by deepspeed.initialize.
-        no_zero_init = acc.state.deepspeed_plugin.zero3_init_context_manager(enable=False) if acc.state.deepspeed_plugin else _null()
-        with no_zero_init:
+        with _outside_zero_init(acc):
             self.target = load_target(r, acc)
             self.task = TASKS[r.drafter.kind](r.drafter, self.target, seed=r.optim.seed)
         with acc.main_process_first():  # regeneration/tokenising caches are written once
@@ -311,7 +310,8 @@ class Trainer:
         if r.acceptance_prompts <= 0 or not self.data.eval_prompts:
             return None
         if _zero3(acc):
-            log.info("acceptance through the runtime is skipped under ZeRO-3 (weights are sharded); run draftsmith eval on the checkpoint")
+            if self.main:
+                log.info("acceptance through the runtime is skipped under ZeRO-3 (weights are sharded); run draftsmith eval on the checkpoint")
             return None
         result = None
         if self.main:
@@ -363,12 +363,22 @@ class Trainer:
         return summary
 
 
-class _null:
-    def __enter__(self):
-        return self
+@contextlib.contextmanager
+def _outside_zero_init(acc):
+    """Build models as plain tensors even under ZeRO-3. accelerate registers the DeepSpeed config
+    with transformers whatever `zero3_init_flag` says, and from_pretrained then partitions every
+    model it loads (the target too): unregister it meanwhile, then restore it."""
+    plugin = acc.state.deepspeed_plugin
+    if plugin is None:
+        yield
+        return
+    from transformers.integrations import unset_hf_deepspeed_config
 
-    def __exit__(self, *exc):
-        return False
+    unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        plugin.set_deepspeed_weakref()
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -401,4 +411,4 @@ def _shutdown() -> None:
         torch.distributed.destroy_process_group()
 
 
-__all__ = ["TASKS", "Trainer", "train", "dataclasses"]
+__all__ = ["TASKS", "Trainer", "train"]

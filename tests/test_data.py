@@ -1,0 +1,370 @@
+"""The training data pipeline (train/data.py) on small local files, chitchat, the stdlib corpus
+and the tiny-random target: loss masks, packing, padding, skips, errors, regeneration cache."""
+
+import json
+import logging
+
+import pytest
+import torch
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.infer import Engine
+from draftsmith.models.loading import cache_dir, load_tokenizer
+from draftsmith.train import data as data_mod
+from draftsmith.train.config import DataConfig
+from draftsmith.train.data import build_data, collate, load_rows
+
+END = "<|im_end|>"
+# SmolLM2's template: a default system prompt when the chat does not start with one.
+SMOL_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+# Numbered turns: a message's text depends on its position, so the per-message layout cannot be
+# reused and spans come from rendering prefixes.
+NUMBERED_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + ' ' + loop.index|string + '\n' + "
+    "message['content'] + '<|im_end|>\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant ' + (messages|length + 1)|string + '\n' }}{% endif %}"
+)
+# Marks the end of the conversation: a prefix never renders as a prefix of the whole chat.
+BROKEN_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% else %}{{ '<|endofchat|>' }}{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_cache):
+    return load_tokenizer("tiny-random")
+
+
+@pytest.fixture
+def quiet_tok(tok):
+    """A fresh tokenizer per test when a test changes its template."""
+    return load_tokenizer("tiny-random")
+
+
+def chat(i: int, turns: int = 2, system: bool = False) -> list[dict]:
+    msgs = [{"role": "system", "content": f"system prompt {i}"}] if system else []
+    for t in range(turns):
+        msgs += [{"role": "user", "content": f"question {i}.{t}: what now?"},
+                 {"role": "assistant", "content": f"answer {i}.{t}: this."}]
+    return msgs
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def cfg(path, **kw) -> DataConfig:
+    kw.setdefault("max_length", 512)
+    return DataConfig(path=str(path), **kw)
+
+
+def runs(ids: torch.Tensor, mask: torch.Tensor, tok) -> list[str]:
+    """Decoded maximal runs of masked tokens."""
+    out, cur = [], []
+    for t, m in zip(ids.tolist(), mask.tolist()):
+        if m:
+            cur.append(t)
+        elif cur:
+            out.append(tok.decode(cur))
+            cur = []
+    return out + ([tok.decode(cur)] if cur else [])
+
+
+def rows_by_chat(dataset, tok) -> dict[int, tuple[str, list[str]]]:
+    """Pad-mode rows keyed by the chat number found in their text: (text, masked runs)."""
+    out = {}
+    for item in dataset:
+        n = int(item["attention_mask"].sum())
+        text = tok.decode(item["input_ids"][:n])
+        i = int(text.split("question ")[1].split(".")[0])
+        out[i] = (text, runs(item["input_ids"][:n], item["loss_mask"][:n], tok))
+    return out
+
+
+# --- Loss masks ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("template", [None, SMOL_TEMPLATE, NUMBERED_TEMPLATE])
+def test_masks_cover_exactly_the_assistant_turns(tmp_path, quiet_tok, template):
+    if template:
+        quiet_tok.chat_template = template
+    chats = [chat(i, turns=3, system=i % 2 == 0) for i in range(6)]
+    data = build_data(cfg(write_jsonl(tmp_path / "c.jsonl", [{"messages": c} for c in chats]), pack=False),
+                      quiet_tok, progress=False)
+    assert len(data.train) == 5 and len(data.eval) == 1
+    for i, (text, masked) in {**rows_by_chat(data.train, quiet_tok), **rows_by_chat(data.eval, quiet_tok)}.items():
+        expected = [m["content"] + END for m in chats[i] if m["role"] == "assistant"]
+        assert masked == expected, (template, text)
+        assert text == quiet_tok.apply_chat_template(chats[i], tokenize=False)
+        assert not any(word in run for run in masked for word in ("user", "system", "question"))
+    if template is NUMBERED_TEMPLATE:  # the slow path really ran
+        spans = data_mod._ChatSpans(quiet_tok)
+        assert spans._laid_out(chats[1], spans.render(chats[1])) is None
+
+
+def test_layout_agrees_with_prefix_rendering_on_chitchat(quiet_tok):
+    """The linear-time span finder gives what rendering every prefix gives."""
+    quiet_tok.chat_template = SMOL_TEMPLATE
+    rows, _ = load_rows(DataConfig(max_rows=60))
+    spans = data_mod._ChatSpans(quiet_tok)
+    checked = 0
+    for row in rows:
+        msgs = row["messages"]
+        if not any(m["role"] == "assistant" for m in msgs):
+            continue
+        full = spans.render(msgs)
+        assert spans._laid_out(msgs, full) == spans._prefixes(msgs, full)
+        checked += 1
+    assert checked > 20
+
+
+def test_template_that_breaks_prefixes_is_an_error(tmp_path, quiet_tok):
+    quiet_tok.chat_template = BROKEN_TEMPLATE
+    path = write_jsonl(tmp_path / "c.jsonl", [{"messages": chat(i)} for i in range(3)])
+    with pytest.raises(DraftsmithError, match="chat template renders"):
+        build_data(cfg(path), quiet_tok, progress=False)
+
+
+def test_sharegpt_columns(tmp_path, tok):
+    roles = {"user": "human", "assistant": "gpt", "system": "system"}
+    chats = [chat(i, system=True) for i in range(3)]
+    rows = [{"conversations": [{"from": roles[m["role"]], "value": m["content"]} for m in c]} for c in chats]
+    data = build_data(cfg(write_jsonl(tmp_path / "s.jsonl", rows), pack=False, messages_column="conversations"),
+                      tok, progress=False)
+    for i, (_, masked) in rows_by_chat(data.train, tok).items():
+        assert masked == [m["content"] + END for m in chats[i] if m["role"] == "assistant"]
+
+
+# --- Packing and padding -------------------------------------------------------------------------
+
+
+def test_packing_is_the_concatenation_cut_into_full_rows(tmp_path, tok):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"messages": chat(i, turns=2)} for i in range(12)])
+    whole = build_data(cfg(path, pack=False), tok, progress=False)
+    ids = torch.cat([r["input_ids"][r["attention_mask"].bool()] for r in whole.train])
+    mask = torch.cat([r["loss_mask"][r["attention_mask"].bool()] for r in whole.train])
+    packed = build_data(cfg(path, pack=True, max_length=64), tok, progress=False)
+    batch = collate([packed.train[i] for i in range(len(packed.train))])
+    n = len(packed.train)
+    assert n == len(ids) // 64 and batch["input_ids"].shape == (n, 64)
+    assert batch["input_ids"].dtype == torch.long and batch["attention_mask"].all()
+    assert torch.equal(batch["input_ids"].flatten(), ids[: n * 64])
+    assert torch.equal(batch["loss_mask"].flatten(), mask[: n * 64])
+    assert packed.stats["train_tail_tokens_dropped"] == len(ids) - n * 64
+    assert packed.stats["train_tokens"] == n * 64 and packed.stats["train_loss_tokens"] == int(mask[: n * 64].sum())
+
+
+def test_pad_mode_truncates_and_pads(tmp_path, tok):
+    rows = [{"text": "short one"}, {"text": "x" * 100}, {"text": "another short"}, {"text": "y" * 30}]
+    data = build_data(cfg(write_jsonl(tmp_path / "t.jsonl", rows), pack=False, max_length=40), tok, progress=False)
+    pad = tok.pad_token_id
+    for item in [*data.train, *data.eval]:
+        n = int(item["attention_mask"].sum())
+        assert item["input_ids"].shape == (40,)
+        assert torch.equal(item["loss_mask"], item["attention_mask"])  # text: every real token trained
+        assert (item["input_ids"][n:] == pad).all() and item["attention_mask"][:n].all()
+        if n < 40:
+            assert item["input_ids"][n - 1] == tok.eos_token_id
+    assert data.stats["train_truncated_tokens"] + data.stats.get("eval_truncated_tokens", 0) == 101 - 40
+
+
+def test_rows_with_no_loss_after_truncation_are_dropped(tmp_path, tok):
+    long_user = [{"role": "user", "content": "u" * 200}, {"role": "assistant", "content": "late answer"}]
+    rows = [{"messages": long_user}] + [{"messages": chat(i)} for i in range(9)]
+    data = build_data(cfg(write_jsonl(tmp_path / "c.jsonl", rows), pack=False, max_length=64), tok, progress=False)
+    dropped = data.stats["train_dropped_no_loss"] + data.stats["eval_dropped_no_loss"]
+    assert dropped == 1 and len(data.train) + len(data.eval) == 9
+    assert all(item["loss_mask"].any() for item in data.train)
+
+
+# --- Filtering, splitting, loading ---------------------------------------------------------------
+
+
+def test_skip_counts_and_log_line(tmp_path, tok, caplog):
+    rows = [{"messages": chat(i)} for i in range(10)] + [
+        {"messages": []},
+        {"messages": [{"role": "user", "content": "  "}, {"role": "assistant", "content": ""}]},
+        {"messages": [{"role": "user", "content": "hello?"}]},
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": " "}]},
+        {"messages": [{"role": "user", "content": "z" * 300}, {"role": "assistant", "content": "ok"}]},
+    ]
+    with caplog.at_level(logging.INFO, logger="draftsmith.train.data"):
+        data = build_data(cfg(write_jsonl(tmp_path / "c.jsonl", rows), max_turn_chars=200), tok, progress=False)
+    s = data.stats
+    assert (s["rows_read"], s["rows_used"]) == (15, 10)
+    assert (s["skipped_empty"], s["skipped_no_assistant"], s["skipped_too_long"]) == (2, 2, 1)
+    assert (s["train_rows"], s["eval_rows"]) == (9, 1)
+    line = next(r.getMessage() for r in caplog.records if "read 15 rows" in r.getMessage())
+    assert "skipped_empty 2" in line and "skipped_no_assistant 2" in line and "skipped_too_long 1" in line
+
+
+def test_split_is_seeded_and_eval_prompts_are_held_out(tmp_path, tok):
+    chats = [chat(i) for i in range(40)]
+    path = write_jsonl(tmp_path / "c.jsonl", [{"messages": c} for c in chats])
+    a, b = (build_data(cfg(path, pack=False, eval_rows=3), tok, progress=False) for _ in range(2))
+    assert torch.equal(a.train.input_ids, b.train.input_ids) and a.stats == b.stats
+    c = build_data(cfg(path, pack=False, eval_rows=3, seed=1), tok, progress=False)
+    assert not torch.equal(a.eval.input_ids, c.eval.input_ids)
+    assert a.stats["eval_rows"] == 3 and len(a.eval_prompts) == 3
+    held_out = set(rows_by_chat(a.eval, tok))
+    for p in a.eval_prompts:
+        i = int(p.text.split("question ")[1].split(".")[0])
+        assert i in held_out and p.domain == path
+        assert p.text == tok.apply_chat_template(chats[i][:1], add_generation_prompt=True, tokenize=False)
+        assert p.ids == tok(p.text, add_special_tokens=False)["input_ids"]
+    assert not held_out & set(rows_by_chat(a.train, tok))
+
+
+def test_too_little_data_is_an_error(tmp_path, tok):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"messages": chat(0)}, {"messages": []}])
+    with pytest.raises(DraftsmithError, match="1 usable row"):
+        build_data(cfg(path), tok, progress=False)
+
+
+def test_local_jsonl_and_parquet(tmp_path, tok):
+    import datasets
+
+    rows = [{"text": f"document number {i} " * 5, "other": i} for i in range(20)]
+    datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "t.parquet"))
+    for path in (write_jsonl(tmp_path / "t.jsonl", rows), str(tmp_path / "t.parquet")):
+        loaded, fmt = load_rows(cfg(path, max_rows=7))
+        assert fmt == "text" and [r["text"] for r in loaded] == [r["text"] for r in rows[:7]]
+        data = build_data(cfg(path, max_length=32), tok, progress=False)
+        assert data.stats["train_rows"] == 18 and len(data.eval_prompts) == 2
+        assert data.eval_prompts[0].ids == tok(data.eval_prompts[0].text, add_special_tokens=False)["input_ids"]
+
+
+def test_missing_column_names_the_columns(tmp_path, tok):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"prompt": "a", "answer": "b"}] * 3)
+    with pytest.raises(DraftsmithError, match=r"no column 'messages' or 'text'.*columns: prompt, answer"):
+        build_data(cfg(path), tok, progress=False)
+    with pytest.raises(DraftsmithError, match=r"no column 'dialog' \(data.format=chat\).*prompt, answer"):
+        build_data(cfg(path, format="chat", messages_column="dialog"), tok, progress=False)
+
+
+def test_unloadable_sources_are_one_line_errors(tmp_path, tok, monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'someone/some-set' on the Hub (LocalEntryNotFoundError)\nmore")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(DraftsmithError, match=r"'someone/some-set' could not be loaded: ConnectionError: Couldn't reach") as e:
+        build_data(DataConfig(path="someone/some-set"), tok, progress=False)
+    assert "\n" not in str(e.value)
+    with pytest.raises(DraftsmithError, match="not found"):
+        build_data(cfg(tmp_path / "missing.jsonl"), tok, progress=False)
+
+
+def test_chitchat_rows(tok):
+    rows, fmt = load_rows(DataConfig(max_rows=20))
+    assert fmt == "chat" and len(rows) == 20
+    assert rows == load_rows(DataConfig(max_rows=20))[0]  # deterministic order
+    two_sided = [r["messages"] for r in rows if {m["role"] for m in r["messages"]} == {"user", "assistant"}]
+    assert len(two_sided) >= 5
+    for msgs in two_sided:
+        assert msgs[0]["role"] == "user"
+        assert all(a["role"] != b["role"] for a, b in zip(msgs, msgs[1:]))  # same-sender turns merged
+    data = build_data(DataConfig(max_rows=20, max_length=128), tok, progress=False)
+    assert 0 < data.stats["rows_used"] <= len(two_sided) and data.stats["train_loss_tokens"] > 0
+    with pytest.raises(DraftsmithError, match="is chat data"):
+        load_rows(DataConfig(format="text"))
+
+
+def test_stdlib_rows(tok):
+    rows, fmt = load_rows(DataConfig(path="stdlib", max_rows=5))
+    assert fmt == "text" and len(rows) == 5 and all(r["text"].strip() for r in rows)
+    data = build_data(DataConfig(path="stdlib", max_rows=5, max_length=64), tok, progress=False)
+    assert data.stats["train_rows"] == 4 and data.stats["train_loss_tokens"] == data.stats["train_tokens"]
+    assert len(data.eval_prompts) == 1 and len(data.eval_prompts[0].ids) == 64
+
+
+# --- Regeneration --------------------------------------------------------------------------------
+
+
+def regen_cfg(tmp_path, n=4) -> DataConfig:
+    rows = [{"messages": chat(i, turns=2)} for i in range(n)]
+    return cfg(write_jsonl(tmp_path / "r.jsonl", rows), regenerate=True, regenerate_max_new_tokens=6, pack=False)
+
+
+def count_generate(monkeypatch) -> list:
+    calls, real = [], Engine.generate
+
+    def counted(self, *args, **kwargs):
+        calls.append(kwargs.get("seed"))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "generate", counted)
+    return calls
+
+
+def regen_cache(c: DataConfig, target) -> list[dict]:
+    path = cache_dir() / "regenerated" / f"{data_mod._regen_key(c, target)}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_regeneration_rewrites_assistant_turns_and_caches(tmp_path, tok, tiny_target, monkeypatch):
+    c = regen_cfg(tmp_path)
+    calls = count_generate(monkeypatch)
+    data = build_data(c, tok, target=tiny_target, progress=False)
+    assert sorted(calls) == [0, 0, 1, 1, 2, 2, 3, 3]  # seed + row index; two assistant turns per row
+    cached = {e["index"]: e["messages"] for e in regen_cache(c, tiny_target)}
+    assert sorted(cached) == [0, 1, 2, 3]
+    msgs = cached[0]
+    assert [m["content"] for m in msgs if m["role"] == "user"] == ["question 0.0: what now?", "question 0.1: what now?"]
+    # The first reply is exactly what the target writes after the original user turn.
+    prompt = tok.apply_chat_template(msgs[:1], add_generation_prompt=True, tokenize=False)
+    out = Engine(tiny_target, None, 1).generate(tok(prompt, add_special_tokens=False)["input_ids"], 6,
+                                                seed=0, speculative=False)
+    assert msgs[1]["content"] == tok.decode(out.tokens, skip_special_tokens=True).strip() != "answer 0.0: this."
+    for i, (_, masked) in {**rows_by_chat(data.train, tok), **rows_by_chat(data.eval, tok)}.items():
+        assert masked == [m["content"] + END for m in cached[i] if m["role"] == "assistant"]
+    assert data.stats["regenerated_from_cache"] == 0
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the cache should have answered")
+
+    monkeypatch.setattr(Engine, "generate", boom)
+    again = build_data(c, tok, target=tiny_target, progress=False)
+    assert again.stats["regenerated_from_cache"] == 4
+    assert torch.equal(again.train.input_ids, data.train.input_ids)
+
+
+def test_regeneration_resumes_after_a_kill(tmp_path, tok, tiny_target, monkeypatch, caplog):
+    c = regen_cfg(tmp_path)
+    first = build_data(c, tok, target=tiny_target, progress=False)
+    path = cache_dir() / "regenerated" / f"{data_mod._regen_key(c, tiny_target)}.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:2]) + lines[2][:15])  # two rows done, the third cut mid-line
+    calls = count_generate(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="draftsmith.train.data"):
+        again = build_data(c, tok, target=tiny_target, progress=False)
+    assert sorted(calls) == [2, 2, 3, 3] and again.stats["regenerated_from_cache"] == 2
+    assert any("2 of 4 rows from the cache" in r.getMessage() for r in caplog.records)
+    assert [e["index"] for e in regen_cache(c, tiny_target)] == [0, 1, 2, 3]  # the partial line is gone
+    assert torch.equal(again.train.input_ids, first.train.input_ids)
+
+
+def test_regeneration_needs_a_target_and_chat_data(tmp_path, tok, tiny_target):
+    with pytest.raises(DraftsmithError, match="needs the target"):
+        build_data(regen_cfg(tmp_path), tok, progress=False)
+    path = write_jsonl(tmp_path / "t.jsonl", [{"text": "abc"}] * 3)
+    with pytest.raises(DraftsmithError, match="needs chat data"):
+        build_data(cfg(path, regenerate=True), tok, target=tiny_target, progress=False)
+
+
+def test_packing_keeps_a_short_split_as_one_padded_row(tmp_path, tok):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"messages": chat(i)} for i in range(3)])
+    data = build_data(cfg(path, pack=True, max_length=1024), tok, progress=False)
+    for split in (data.train, data.eval):
+        assert len(split) == 1 and not split[0]["attention_mask"].all()
+        n = int(split[0]["attention_mask"].sum())
+        assert (split[0]["input_ids"][n:] == tok.pad_token_id).all() and not split[0]["loss_mask"][n:].any()

@@ -1,0 +1,291 @@
+"""The trainer end to end on the tiny-random target: recipes, losses falling, checkpoints that
+load as drafters, resume after SIGKILL, distributed runs, and clear errors on bad input."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.train.config import load_recipe
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "tiny" / "draft_lm.yaml"
+# Small and quick: the tiny recipe cut down to a few seconds of training.
+QUICK = ["--data.max_rows=120", "--data.max_length=64", "--optim.batch_size=4", "--logging.progress=false",
+         "--logging.eval_every=1000", "--logging.acceptance_prompts=1", "--logging.acceptance_max_new_tokens=8"]
+
+
+@pytest.fixture
+def fresh_accelerate():
+    """accelerate keeps process-wide singletons; each in-process run starts from a clean slate."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    yield
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+def run(tmp_path, *overrides, resume=None):
+    from draftsmith.train.trainer import train
+
+    recipe = load_recipe(TINY, QUICK + [f"--checkpoint.output_dir={tmp_path}"] + list(overrides))
+    return train(recipe, resume=resume)
+
+
+def losses(summary, key="train/loss"):
+    return [h[key] for h in summary["history"] if key in h]
+
+
+# --- recipes ---------------------------------------------------------------------------------
+
+
+def test_every_recipe_parses_and_starts_with_its_launch_command():
+    recipes = sorted((ROOT / "configs").glob("*/*.yaml"))
+    recipes = [p for p in recipes if p.parent.name != "accelerate"]
+    assert len(recipes) >= 4
+    for path in recipes:
+        load_recipe(path)
+        first = path.read_text().splitlines()[0]
+        text = path.read_text()
+        assert first.startswith("#"), path
+        assert f"train {path.relative_to(ROOT)}" in text or f"draftsmith.train {path.relative_to(ROOT)}" in text, path
+    for mode in ("single", "ddp", "zero2", "zero3", "fsdp"):
+        cfg = yaml.safe_load((ROOT / "configs" / "accelerate" / f"{mode}.yaml").read_text())
+        assert cfg["distributed_type"] in ("NO", "MULTI_GPU", "DEEPSPEED", "FSDP")
+
+
+def test_overrides_and_unknown_keys():
+    r = load_recipe(TINY, ["--optim.lr=3e-4", "--data.max_length", "96", "--drafter.loss=jsd", "--logging.trackers=[tensorboard]"])
+    assert (r.optim.lr, r.data.max_length, r.drafter.loss, r.logging.trackers) == (3e-4, 96, "jsd", ["tensorboard"])
+    with pytest.raises(DraftsmithError, match=r"unknown config key 'optim.lrr' \(did you mean 'optim.lr'\?\)"):
+        load_recipe(TINY, ["--optim.lrr=1"])
+    with pytest.raises(DraftsmithError, match="unknown config key 'drafter.num_heads'"):
+        load_recipe(TINY, ["--drafter.num_heads=4"])
+    with pytest.raises(DraftsmithError, match="'optim.max_steps': expected int"):
+        load_recipe(TINY, ["--optim.max_steps=ten"])
+    with pytest.raises(DraftsmithError, match="drafter.loss"):
+        load_recipe(TINY, ["--drafter.loss=kl"])
+
+
+def test_cli_reports_config_errors_in_one_line(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "draftsmith", "train", str(TINY), "--optim.warmup=3"], capture_output=True, text=True)
+    assert p.returncode == 2
+    assert "unknown config key 'optim.warmup' (did you mean 'optim.warmup_steps'?)" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+# --- training, checkpoints, loading ------------------------------------------------------------
+
+
+def test_tiny_training_loss_falls_and_checkpoint_is_a_drafter(tiny_target, tmp_path, fresh_accelerate):
+    from draftsmith.infer.engine import Engine
+    from draftsmith.models import load_drafter
+
+    s = run(tmp_path, "--optim.max_steps=30", "--logging.log_every=5", "--checkpoint.save_every=10")
+    curve = losses(s)
+    assert curve[-1] < 0.6 * curve[0], curve
+    assert s["eval"]["eval/token_acceptance"] > 0.5
+    # step-10 was pruned (keep_last=2); final/ and the last two steps remain, none partial
+    names = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    assert names == ["final", "step-0000020", "step-0000030"], names
+    meta = json.loads((tmp_path / "final" / "drafter.json").read_text())
+    assert meta["kind"] == "draft_lm" and meta["target"] == "tiny-random"
+    assert not any("lm_head" in k or "embed" in k for k in meta)  # the target is never saved
+    # the folder is a drafter: greedy speculative output equals plain decoding token for token
+    drafter = load_drafter(str(tmp_path / "final"), tiny_target)
+    engine = Engine(tiny_target, drafter, 4)
+    prompt = tiny_target.tokenizer("hello there, how are")["input_ids"]
+    spec = engine.generate(prompt, 24)
+    plain = engine.generate(prompt, 24, speculative=False)
+    assert spec.tokens == plain.tokens
+    assert spec.metrics.mean_acceptance_length > 1.5
+    # ... and transformers' assisted generation takes it as assistant_model
+    ids = torch.tensor([prompt])
+    out = tiny_target.model.generate(ids, assistant_model=drafter.as_assistant_model(), max_new_tokens=12, do_sample=False)
+    ref = tiny_target.model.generate(ids, max_new_tokens=12, do_sample=False)
+    assert out.tolist() == ref.tolist()
+
+
+@pytest.mark.parametrize("kind", ["fkl", "rkl", "jsd", "tvd", "ce"])
+def test_each_distillation_loss_falls(kind, tiny_cache, tmp_path, fresh_accelerate):
+    s = run(tmp_path, f"--drafter.loss={kind}", "--optim.max_steps=24", "--logging.log_every=4", "--logging.acceptance_prompts=0")
+    curve = losses(s)
+    assert curve[-1] < 0.8 * curve[0], (kind, curve)
+
+
+def test_on_policy_and_lora(tiny_cache, tmp_path, fresh_accelerate):
+    pytest.importorskip("peft")
+    s = run(tmp_path, "--drafter.on_policy_fraction=1.0", "--drafter.on_policy_tokens=8", "--drafter.lora.r=4",
+            "--optim.max_steps=6", "--logging.log_every=2", "--optim.lr=1e-2", "--logging.acceptance_prompts=0")
+    assert all(torch.isfinite(torch.tensor(losses(s))))
+    final = tmp_path / "final"
+    assert (final / "adapter" / "adapter_config.json").is_file()
+    from safetensors.torch import load_file
+
+    weights = load_file(final / "model.safetensors")
+    assert not any("lora" in k for k in weights)  # merged: a plain causal LM
+    assert any(k.startswith("model.layers.1.") for k in weights)
+
+
+def test_trackers_write_offline(tiny_cache, tmp_path, fresh_accelerate, monkeypatch):
+    pytest.importorskip("tensorboard")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc: wandb must go offline
+    trackers = "[tensorboard,wandb]" if _has("wandb") else "[tensorboard]"
+    run(tmp_path, "--optim.max_steps=4", "--logging.log_every=2", f"--logging.trackers={trackers}", "--logging.acceptance_prompts=0")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = list((tmp_path / "logs").rglob("events.out.tfevents.*"))
+    assert events
+    acc = EventAccumulator(str(events[0].parent))
+    acc.Reload()
+    assert "train/loss" in acc.Tags()["scalars"]
+    if _has("wandb"):
+        assert os.environ.get("WANDB_MODE") == "offline"
+        assert list(tmp_path.rglob("offline-run-*"))
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+# --- resume after SIGKILL ----------------------------------------------------------------------
+
+KILL_ARGS = ["--optim.max_steps=24", "--checkpoint.save_every=4", "--logging.log_every=1", "--logging.acceptance_prompts=0",
+             "--checkpoint.keep_last=3"]
+
+
+def _launch(out, *extra):
+    cmd = [sys.executable, "-m", "draftsmith.train", str(TINY), "--output-dir", str(out), *QUICK, *KILL_ARGS, *extra]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_sigkill_then_resume_matches_uninterrupted(tiny_cache, tmp_path):
+    ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
+    proc = _launch(cut_dir)
+    deadline = time.time() + 300
+    while not (cut_dir / "step-0000012").is_dir():  # let it save three checkpoints, then kill it mid-run
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (cut_dir / "final").exists()
+    # every checkpoint under a real name is complete and loads
+    from draftsmith.train.checkpoint import complete_checkpoints
+
+    steps = [p for p in cut_dir.iterdir() if p.name.startswith("step-")]
+    assert steps and set(steps) == set(complete_checkpoints(cut_dir))
+    assert _launch(cut_dir, "--resume").wait() == 0
+    assert _launch(ref_dir).wait() == 0
+    resumed = json.loads((cut_dir / "train_summary.json").read_text())
+    ref = json.loads((ref_dir / "train_summary.json").read_text())
+    assert resumed["steps"] == ref["steps"] == 24
+    assert resumed["tokens"] == ref["tokens"]  # the data position was restored, not replayed
+    by_step = lambda s: {h["step"]: h["train/loss"] for h in s["history"] if "train/loss" in h}  # noqa: E731
+    a, b = by_step(resumed), by_step(ref)
+    assert sorted(a) == sorted(b) == list(range(1, 25))
+    for step in b:
+        assert a[step] == pytest.approx(b[step], rel=1e-4, abs=1e-5), step
+    assert resumed["eval"]["eval/loss"] == pytest.approx(ref["eval"]["eval/loss"], rel=1e-4)
+    assert not list(cut_dir.glob(".tmp-*"))
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+def test_missing_column_is_a_clear_error(tiny_cache, tmp_path, fresh_accelerate):
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(json.dumps({"conversation": [{"role": "user", "content": "hi"}]}) for _ in range(20)))
+    with pytest.raises(DraftsmithError, match="messages"):
+        run(tmp_path / "out", f"--data.path={data}", "--data.format=chat")
+
+
+def test_draft_with_another_tokenizer_is_refused(tiny_cache, tmp_path, fresh_accelerate):
+    from draftsmith.models.loading import load_causal_lm, load_tokenizer
+
+    other = tmp_path / "other-draft"
+    load_causal_lm("tiny-random").save_pretrained(other)
+    tok = load_tokenizer("tiny-random")
+    tok.add_tokens(["<extra_token>"])
+    tok.save_pretrained(other)
+    with pytest.raises(DraftsmithError, match="do not share a tokenizer"):
+        run(tmp_path / "out", f"--drafter.init={other}")
+
+
+def test_checkpoint_of_another_kind_is_refused(tiny_cache, tmp_path, fresh_accelerate):
+    from draftsmith.models import write_drafter_meta
+
+    other = tmp_path / "medusa-ckpt"
+    other.mkdir()
+    write_drafter_meta(other, "medusa", "tiny-random")
+    with pytest.raises(DraftsmithError, match="a 'medusa' checkpoint, but this recipe trains a 'draft_lm'"):
+        run(tmp_path / "out", f"--drafter.init={other}")
+    # resuming into an output dir whose checkpoints belong to another kind
+    out = tmp_path / "out2"
+    step = out / "step-0000004"
+    step.mkdir(parents=True)
+    write_drafter_meta(step, "eagle3", "tiny-random")
+    (step / "trainer_state.json").write_text("{}")
+    with pytest.raises(DraftsmithError, match="a 'eagle3' checkpoint; this recipe trains a 'draft_lm'"):
+        run(out, resume=True)
+
+
+def test_existing_checkpoints_need_resume(tiny_cache, tmp_path, fresh_accelerate):
+    run(tmp_path, "--optim.max_steps=2", "--logging.acceptance_prompts=0")
+    with pytest.raises(DraftsmithError, match="--resume"):
+        run(tmp_path, "--optim.max_steps=2")
+
+
+def test_corrupt_checkpoint_is_named(tiny_cache, tmp_path, fresh_accelerate):
+    from draftsmith.models import load_drafter
+
+    run(tmp_path, "--optim.max_steps=2", "--logging.acceptance_prompts=0")
+    (tmp_path / "final" / "model.safetensors").write_bytes(b"not a safetensors file")
+    from draftsmith.models import Target
+
+    target = Target.load("tiny-random")
+    with pytest.raises(DraftsmithError, match="could not load"):
+        load_drafter(str(tmp_path / "final"), target)
+
+
+# --- distributed on one machine ---------------------------------------------------------------
+
+
+def _accelerate(mode, out, env_extra=None, steps=4):
+    cmd = ["accelerate", "launch", "--config_file", str(ROOT / "configs" / "accelerate" / f"{mode}.yaml"),
+           "-m", "draftsmith.train", str(TINY), "--output-dir", str(out), *QUICK, f"--optim.max_steps={steps}",
+           "--checkpoint.save_every=2", "--logging.log_every=1", "--logging.acceptance_prompts=0"]
+    env = {**os.environ, **(env_extra or {})}
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads((out / "train_summary.json").read_text())
+
+
+def test_ddp_two_processes_identical_parameters(tiny_cache, tmp_path):
+    s = _accelerate("ddp", tmp_path, {"ACCELERATE_USE_CPU": "1"})
+    assert s["world_size"] == 2 and "MULTI_CPU" in s["distributed_type"]
+    a, b = s["param_fingerprints"]
+    assert a == b
+
+
+def test_deepspeed_zero2_two_processes_identical_parameters(tiny_cache, tmp_path):
+    pytest.importorskip("deepspeed")
+    s = _accelerate("zero2", tmp_path)
+    assert s["world_size"] == 2 and "DEEPSPEED" in s["distributed_type"]
+    a, b = s["param_fingerprints"]
+    assert a == b
+    assert losses(s)[-1] < losses(s)[0]
