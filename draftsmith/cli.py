@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 
-from draftsmith.errors import DraftsmithError
+from draftsmith.errors import DraftsmithError, run_command
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
 
@@ -167,12 +167,7 @@ def main(argv=None) -> int:
         return train_main(argv[1:])
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = build_parser().parse_args(argv)
-    try:
-        COMMANDS[args.command](args)
-    except DraftsmithError as e:
-        print(f"draftsmith: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return run_command(COMMANDS[args.command], args)
 
 
 if __name__ == "__main__":

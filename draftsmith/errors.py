@@ -7,3 +7,15 @@ where there is one, the fix.
 
 class DraftsmithError(Exception):
     """A problem with the user's input or environment, explained in the message."""
+
+
+def run_command(fn, *args) -> int:
+    """Run a CLI command: exit status 0, or 2 with the DraftsmithError printed as one line."""
+    import sys
+
+    try:
+        fn(*args)
+    except DraftsmithError as e:
+        print(f"draftsmith: error: {e}", file=sys.stderr)
+        return 2
+    return 0

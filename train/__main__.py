@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from draftsmith.errors import DraftsmithError
+from draftsmith.errors import run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,22 +23,21 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("accelerate").setLevel(logging.WARNING)  # one line per file it saves otherwise
     args, rest = build_parser().parse_known_args(argv)
-    try:
-        from .config import dump_recipe, load_recipe
+    return run_command(_run, args, rest)
 
-        recipe = load_recipe(args.recipe, rest)
-        if args.output_dir:
-            recipe.checkpoint.output_dir = args.output_dir
-        if args.print_config:
-            print(dump_recipe(recipe), end="")
-            return 0
-        from .trainer import train
 
-        train(recipe, resume=True if args.resume else None)
-    except DraftsmithError as e:
-        print(f"draftsmith: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+def _run(args, rest: list[str]) -> None:
+    from .config import dump_recipe, load_recipe
+
+    recipe = load_recipe(args.recipe, rest)
+    if args.output_dir:
+        recipe.checkpoint.output_dir = args.output_dir
+    if args.print_config:
+        print(dump_recipe(recipe), end="")
+        return
+    from .trainer import train
+
+    train(recipe, resume=True if args.resume else None)
 
 
 if __name__ == "__main__":

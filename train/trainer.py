@@ -86,7 +86,7 @@ def make_accelerator(recipe: Recipe):
     trackers = list(recipe.logging.trackers)
     if "wandb" in trackers:
         _wandb_offline_unless_logged_in()
-    return Accelerator(
+    acc = Accelerator(
         mixed_precision=recipe.optim.mixed_precision,
         gradient_accumulation_steps=recipe.optim.grad_accum,
         log_with=trackers or None,
@@ -94,6 +94,11 @@ def make_accelerator(recipe: Recipe):
         kwargs_handlers=handlers,
         step_scheduler_with_optimizer=False,  # we step the schedule once per optimizer step
     )
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and acc.distributed_type.name != "FSDP":
+        # accelerate quietly falls back to plain data parallel when FSDP has no GPUs to run on.
+        raise DraftsmithError("FSDP was requested but accelerate runs FSDP on GPUs only (here: "
+                              f"{acc.distributed_type.name}); on CPU use configs/accelerate/ddp.yaml, zero2.yaml or zero3.yaml")
+    return acc
 
 
 def _wandb_offline_unless_logged_in() -> None:
@@ -325,8 +330,9 @@ class Trainer:
                 result = run_eval(self.target, drafter, self.data.eval_prompts[: r.acceptance_prompts], r.acceptance_k,
                                   r.acceptance_max_new_tokens, GREEDY, seed=self.recipe.optim.seed, progress=False)
             unwrapped.train()
+            per_pos = {f"eval/acceptance_pos{j + 1}": a for j, a in enumerate(result["per_position_acceptance"])}
             self._record({"eval/mean_acceptance_length": result["mean_acceptance_length"],
-                          "eval/draft_acceptance_rate": result["draft_acceptance_rate"]})
+                          "eval/draft_acceptance_rate": result["draft_acceptance_rate"], **per_pos})
         acc.wait_for_everyone()
         return result
 
