@@ -10,12 +10,11 @@ class DraftsmithError(Exception):
 
 
 def run_command(fn, *args) -> int:
-    """Run a CLI command: exit status 0, or 2 with the DraftsmithError printed as one line."""
+    """Run a CLI command: its exit status (None: 0), or 2 with the DraftsmithError printed as one line."""
     import sys
 
     try:
-        fn(*args)
+        return fn(*args) or 0
     except DraftsmithError as e:
         print(f"draftsmith: error: {e}", file=sys.stderr)
         return 2
-    return 0

@@ -204,6 +204,26 @@ def test_sigkill_then_resume_matches_uninterrupted(tiny_cache, tmp_path):
     assert not list(cut_dir.glob(".tmp-*"))
 
 
+def test_sigterm_checkpoints_the_current_step_then_resume_finishes(tiny_cache, tmp_path):
+    out = tmp_path / "run"
+    proc = _launch(out, "--checkpoint.save_every=100")  # no periodic checkpoint before the signal
+    for line in proc.stderr:  # the run logs "step N train/loss=..." once per step
+        if line.startswith("step 2 "):
+            break
+    else:
+        pytest.fail(f"the run ended before step 2 (rc {proc.wait()})")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=300) == 143, proc.stderr.read()[-2000:]
+    from draftsmith.train.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(out)
+    assert ckpt is not None and not (out / "final").exists()
+    stopped_at = json.loads((ckpt / "trainer_state.json").read_text())["step"]
+    assert 1 <= stopped_at < 24
+    assert _launch(out, "--resume", "--checkpoint.save_every=100").wait() == 0
+    assert json.loads((out / "train_summary.json").read_text())["steps"] == 24
+
+
 # --- bad input ---------------------------------------------------------------------------------
 
 
@@ -254,6 +274,15 @@ def test_corrupt_checkpoint_is_named(tiny_cache, tmp_path, fresh_accelerate):
     from draftsmith.models import load_drafter
 
     run(tmp_path, "--optim.max_steps=2", "--logging.acceptance_prompts=0")
+    state = tmp_path / "step-0000002" / "trainer_state.json"
+    good = state.read_text()
+    state.write_text("{}")
+    with pytest.raises(DraftsmithError, match="trainer_state.json: corrupt checkpoint"):
+        run(tmp_path, "--optim.max_steps=4", resume=True)
+    state.write_text(good)
+    (tmp_path / "step-0000002" / "training_state" / "optimizer.bin").write_bytes(b"truncated")
+    with pytest.raises(DraftsmithError, match="corrupt training state"):
+        run(tmp_path, "--optim.max_steps=4", resume=True)
     (tmp_path / "final" / "model.safetensors").write_bytes(b"not a safetensors file")
     from draftsmith.models import Target
 

@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     return run_command(_run, args, rest)
 
 
-def _run(args, rest: list[str]) -> None:
+def _run(args, rest: list[str]) -> int:
     from .config import dump_recipe, load_recipe
 
     recipe = load_recipe(args.recipe, rest)
@@ -34,10 +34,11 @@ def _run(args, rest: list[str]) -> None:
         recipe.checkpoint.output_dir = args.output_dir
     if args.print_config:
         print(dump_recipe(recipe), end="")
-        return
+        return 0
     from .trainer import train
 
-    train(recipe, resume=True if args.resume else None)
+    summary = train(recipe, resume=True if args.resume else None)
+    return 143 if summary.get("interrupted") else 0  # 128 + SIGTERM: schedulers requeue it
 
 
 if __name__ == "__main__":

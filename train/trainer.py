@@ -19,6 +19,8 @@ import logging
 import math
 import os
 import pathlib
+import signal
+import threading
 import time
 
 import torch
@@ -179,13 +181,14 @@ class Trainer:
     # --- setup -----------------------------------------------------------------------------------
 
     def _prepare_output_dir(self) -> None:
+        # Every rank checks (and fails) alike, so no rank is left waiting at the barrier below.
+        if not self.resume and checkpoint.latest_checkpoint(self.out) is not None:
+            raise DraftsmithError(f"{self.out} already holds checkpoints: pass --resume to continue, or another --output-dir")
         if self.main:
             self.out.mkdir(parents=True, exist_ok=True)
             removed = checkpoint.remove_partial(self.out)
             if removed:
                 log.info("removed partial checkpoints left by a killed run: %s", ", ".join(removed))
-            if not self.resume and checkpoint.latest_checkpoint(self.out) is not None:
-                raise DraftsmithError(f"{self.out} already holds checkpoints: pass --resume to continue, or another --output-dir")
             (self.out / "recipe.yaml").write_text(dump_recipe(self.recipe))
         self.acc.wait_for_everyone()
 
@@ -196,10 +199,13 @@ class Trainer:
             return
         state = checkpoint.read_trainer_state(ckpt, self.task.kind)
         try:
+            self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        except (KeyError, TypeError):
+            raise DraftsmithError(f"{ckpt / checkpoint.TRAINER_STATE}: corrupt checkpoint (no step/epoch/batch_in_epoch); delete {ckpt} to resume from the one before") from None
+        try:
             self.acc.load_state(str(ckpt / checkpoint.TRAINING_STATE_DIR))
-        except (OSError, RuntimeError, ValueError, KeyError) as e:
+        except Exception as e:  # noqa: BLE001 -- torch.load/safetensors raise many types on a damaged file
             raise DraftsmithError(f"{ckpt}: corrupt training state ({type(e).__name__}: {str(e)[:200]}); delete it to resume from the one before") from None
-        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
         self.tokens, self.history = state.get("tokens", 0), state.get("history", [])
         if state.get("world_size") not in (None, self.acc.num_processes):
             log.warning("resuming with %d processes, checkpoint was written by %s: the data order changes", self.acc.num_processes, state["world_size"])
@@ -208,7 +214,12 @@ class Trainer:
     # --- the loop --------------------------------------------------------------------------------
 
     def train(self) -> dict:
+        """Train to optim.max_steps; on SIGTERM (preemption, `kill`), checkpoint the step in
+        progress and return {"interrupted": True, ...}: --resume continues from there."""
         r, acc = self.recipe, self.acc
+        self._terminate = False
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
         bar = tqdm(total=r.optim.max_steps, initial=self.step, desc="train", disable=not (self.main and r.logging.progress), dynamic_ncols=True)
         self.model.train()
         window = {"loss": 0.0, "token_acceptance": 0.0, "top1_agreement": 0.0, "n": 0, "tokens": 0, "t0": time.perf_counter()}
@@ -244,8 +255,15 @@ class Trainer:
                     self.evaluate()
                 if r.logging.acceptance_every and self.step % r.logging.acceptance_every == 0 and self.step < r.optim.max_steps:
                     self.measure_acceptance()
-                if self.step % r.checkpoint.save_every == 0 and self.step < r.optim.max_steps:
+                saved = self.step % r.checkpoint.save_every == 0 and self.step < r.optim.max_steps
+                if saved:
                     self.save()
+                if self._stop_requested():
+                    if not saved:
+                        self.save()
+                    bar.close()
+                    log.warning("stopped by SIGTERM at step %d; checkpoint saved: --resume continues", self.step)
+                    return {"interrupted": True, "steps": self.step, "output_dir": str(self.out)}
                 if self.step >= r.optim.max_steps:
                     break
             else:
@@ -257,6 +275,16 @@ class Trainer:
         self.save()
         final = checkpoint.save(acc, self.task, self.model, self.out, "final", None, {"step": self.step})
         return self._finish(final, final_eval, acceptance)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self._terminate = True
+
+    def _stop_requested(self) -> bool:
+        """Whether any rank got SIGTERM: all ranks must agree, since saving is collective."""
+        if self.acc.num_processes == 1:
+            return self._terminate
+        flag = torch.tensor([1.0 if self._terminate else 0.0], device=self.acc.device)
+        return bool(self.acc.reduce(flag, reduction="sum").item() > 0)
 
     def _log_train(self, window: dict, grad_norm, bar) -> None:
         n = max(1, window["n"])
