@@ -115,13 +115,11 @@ class DraftLMTask:
         out = unwrapped.generate(
             input_ids=prefix, attention_mask=torch.ones_like(prefix), do_sample=True,
             temperature=self.cfg.on_policy_temperature, top_k=0, top_p=1.0, max_new_tokens=n, min_new_tokens=1,
-            pad_token_id=pad, eos_token_id=sorted(self.target.eos_token_ids), synced_gpus=_zero3(unwrapped))
+            pad_token_id=pad, eos_token_id=sorted(self.target.eos_token_ids), synced_gpus=_zero3())
         unwrapped.train(was_training)
         gen = out[:, cut:]
         # Train on generated tokens up to and including each row's first EOS.
-        is_eos = torch.zeros_like(gen, dtype=torch.bool)
-        for e in self.target.eos_token_ids:
-            is_eos |= gen == e
+        is_eos = torch.isin(gen, torch.tensor(sorted(self.target.eos_token_ids), device=gen.device))
         after_eos = (is_eos.long().cumsum(1) - is_eos.long()) > 0
         gen_mask = (~after_eos).long()
         loss_mask = torch.cat([torch.zeros_like(prefix), gen_mask], 1)
@@ -147,10 +145,9 @@ class DraftLMTask:
         return DraftLM(model, self.target, f"{self.kind}@training", freeze=False)
 
 
-def _zero3(model) -> bool:
-    try:
-        from transformers.integrations import is_deepspeed_zero3_enabled
-    except ImportError:
-        return False
+def _zero3() -> bool:
+    """Under ZeRO-3 every rank must take part in each generate() step (synced_gpus)."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
     return bool(is_deepspeed_zero3_enabled()) and torch.distributed.is_initialized()
 
