@@ -22,7 +22,15 @@ def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
         required=draft_required,
         help="truncated:N | prompt_lookup[:N] | a causal LM sharing the target's tokenizer (built-in, folder, .gguf, Hub id)",
     )
-    p.add_argument("--num-speculative-tokens", "-k", type=int, default=4, help="tokens drafted per step (K)")
+    p.add_argument("--num-speculative-tokens", "-k", type=int, default=4, help="tokens drafted per step (K): chain depth (medusa: heads used)")
+    tree = p.add_argument_group("trees (medusa, eagle): opt in with choices or any of topk/depth/num-draft-tokens (named as SGLang's)")
+    tree.add_argument("--tree-choices", default=None, help="JSON file of Medusa-style paths, e.g. [[0], [1], [0, 0]]")
+    tree.add_argument("--tree-topk", type=int, default=None, help="children per node (SGLang: speculative_eagle_topk)")
+    tree.add_argument("--tree-depth", type=int, default=None, help="tree depth (SGLang: speculative_num_steps)")
+    tree.add_argument("--tree-num-draft-tokens", type=int, default=None, help="tokens verified per step, root included (SGLang: speculative_num_draft_tokens)")
+    tree.add_argument("--tree-children", choices=["topk", "sampled"], default="topk", help="children: the drafter's top ranks, or sampled without replacement (temperature > 0)")
+    p.add_argument("--verification", choices=["lossless", "typical-lossy"], default="lossless",
+                   help="lossless (default): greedy / speculative sampling; typical-lossy: Medusa's typical acceptance, changes the output distribution")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=0)
@@ -65,14 +73,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _default_target(draft: str | None) -> str:
-    """A trained checkpoint names its target in drafter.json; otherwise the built-in default."""
+def _checkpoint_target(draft: str | None) -> tuple[str | None, str | None]:
+    """(target, note) a trained checkpoint names in drafter.json: its own fine-tuned target when
+    it carries one (Medusa-2 trains the target too), else the target it was trained against."""
     import pathlib
 
     from draftsmith.models import read_drafter_meta
 
     meta = read_drafter_meta(draft) if draft and pathlib.Path(draft).is_dir() else None
-    return meta["target"] if meta else DEFAULT_TARGET
+    if meta is None:
+        return None, None
+    if meta.get("target_path"):
+        path = str(pathlib.Path(draft) / meta["target_path"])
+        return path, f"fine-tuned with the drafter (Medusa-2) from {meta.get('base_target', meta['target'])}: outputs are this model's, not the base model's"
+    return meta["target"], None
+
+
+def _tree_config(args):
+    from draftsmith.infer.tree import TreeConfig, load_choices
+
+    if args.tree_choices is None and args.tree_topk is None and args.tree_depth is None and args.tree_num_draft_tokens is None:
+        if args.tree_children != "topk":
+            raise DraftsmithError("--tree-children applies to trees: add --tree-choices or --tree-topk/--tree-depth/--tree-num-draft-tokens")
+        return None
+    choices = tuple(load_choices(args.tree_choices)) if args.tree_choices else None
+    return TreeConfig(choices, args.tree_topk, args.tree_depth, args.tree_num_draft_tokens, args.tree_children)
 
 
 def _setup(args):
@@ -82,8 +107,17 @@ def _setup(args):
     from draftsmith.models import Target, load_drafter
 
     dtype = args.dtype or ("bfloat16" if torch.cuda.is_available() and args.device != "cpu" else "float32")
-    target = Target.load(args.target or _default_target(args.draft), dtype=dtype, device=args.device)
+    ckpt_target, note = _checkpoint_target(args.draft)
+    if args.target and ckpt_target and note and args.target != ckpt_target:
+        logging.warning("%s was trained together with its own target %s; decoding with --target %s instead "
+                        "stays lossless but accepts less", args.draft, ckpt_target, args.target)
+        note = None
+    target = Target.load(args.target or ckpt_target or DEFAULT_TARGET, dtype=dtype, device=args.device)
+    target.note = note
     drafter = load_drafter(args.draft, target) if args.draft else None
+    args.tree = _tree_config(args)
+    if args.tree is not None and drafter is None:
+        raise DraftsmithError("tree flags need a --draft that drafts trees (medusa or eagle)")
     try:
         sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     except ValueError as e:
@@ -100,7 +134,8 @@ def cmd_bench(args) -> None:
     target, drafter, sampling = _setup(args)
     prompts = load_prompts(args.prompts, target.tokenizer, args.num_prompts, args.split)
     baselines = () if args.no_hf else ("hf_plain", "hf_assisted")
-    result = run_bench(target, drafter, prompts, args.num_speculative_tokens, args.max_new_tokens, sampling, args.seed, baselines, not args.quiet)
+    result = run_bench(target, drafter, prompts, args.num_speculative_tokens, args.max_new_tokens, sampling, args.seed, baselines,
+                       not args.quiet, tree=args.tree, verification=args.verification)
     result["prompts"] = args.prompts
     print(format_table(result))
     if args.json:
@@ -117,7 +152,8 @@ def cmd_eval(args) -> None:
 
     target, drafter, sampling = _setup(args)
     prompts = load_prompts(args.prompts, target.tokenizer, args.num_prompts, args.split)
-    result = run_eval(target, drafter, prompts, args.num_speculative_tokens, args.max_new_tokens, sampling, args.seed, not args.quiet)
+    result = run_eval(target, drafter, prompts, args.num_speculative_tokens, args.max_new_tokens, sampling, args.seed, not args.quiet,
+                      tree=args.tree, verification=args.verification)
     result["prompts"] = args.prompts
     print(format_table(result))
     if args.json:
@@ -137,7 +173,7 @@ def cmd_generate(args) -> None:
         ids = tok(args.prompt)["input_ids"]
     if not ids:
         raise DraftsmithError("the prompt is empty")
-    engine = Engine(target, drafter, args.num_speculative_tokens)
+    engine = Engine(target, drafter, args.num_speculative_tokens, tree=args.tree, verification=args.verification)
     r = engine.generate(ids, args.max_new_tokens, sampling, seed=args.seed, stop_strings=args.stop)
     if args.show_draft:
         pieces, run = [], []

@@ -15,6 +15,7 @@ order rotates), so machine noise hits all of them alike:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 import statistics
@@ -27,6 +28,7 @@ from tqdm.auto import tqdm
 from .engine import Engine, GenerationResult, predicted_speedup
 from .metrics import SpecMetrics
 from .sampling import SamplingConfig
+from .tree import TreeConfig
 
 
 def _hf_generate(model, ids, max_new_tokens, sampling: SamplingConfig, eos, pad, seed, assistant=None):
@@ -58,7 +60,7 @@ def configure_hf_assistant(draft_model, k: int) -> None:
     gc.assistant_confidence_threshold = 0.0
 
 
-def environment(target, drafter) -> dict:
+def environment(target, drafter, engine=None) -> dict:
     import transformers
 
     import draftsmith
@@ -72,9 +74,13 @@ def environment(target, drafter) -> dict:
     except OSError:
         pass
     dev = target.device
+    tree = engine.tree if engine is not None else None
     return {
         "target": target.name,
+        "target_note": getattr(target, "note", None),
         "draft": getattr(drafter, "name", None),
+        "tree": None if tree is None else {k: v for k, v in dataclasses.asdict(tree).items() if v is not None},
+        "verification": engine.verification if engine is not None else "lossless",
         "drafter_kind": getattr(drafter, "kind", None),
         "dtype": str(target.dtype).replace("torch.", ""),
         "device": str(dev),
@@ -87,16 +93,16 @@ def _mean_tps(results: list[tuple[int, float]]) -> float | None:
     return statistics.mean(n / s for n, s in results) if results else None
 
 
-def run_eval(target, drafter, prompts, k, max_new_tokens, sampling, seed=0, progress=True) -> dict:
+def run_eval(target, drafter, prompts, k, max_new_tokens, sampling, seed=0, progress=True, tree=None, verification="lossless") -> dict:
     """Acceptance metrics only (no baselines, no timing claims), overall and per domain."""
-    engine = Engine(target, drafter, k)
+    engine = Engine(target, drafter, k, tree=tree, verification=verification)
     total, by_domain = SpecMetrics(), defaultdict(SpecMetrics)
     for i, p in enumerate(tqdm(prompts, desc="eval", disable=not progress)):
         r = engine.generate(p.ids, max_new_tokens, sampling, seed=seed + i)
         total = total.merge(r.metrics)
         by_domain[p.domain] = by_domain[p.domain].merge(r.metrics)
     return {
-        **environment(target, drafter),
+        **environment(target, drafter, engine),
         "num_speculative_tokens": k,
         "temperature": sampling.temperature,
         "num_prompts": len(prompts),
@@ -106,10 +112,11 @@ def run_eval(target, drafter, prompts, k, max_new_tokens, sampling, seed=0, prog
 
 
 def run_bench(
-    target, drafter, prompts, k, max_new_tokens, sampling, seed=0, baselines=("hf_plain", "hf_assisted"), progress=True
+    target, drafter, prompts, k, max_new_tokens, sampling, seed=0, baselines=("hf_plain", "hf_assisted"), progress=True,
+    tree=None, verification="lossless",
 ) -> dict:
     """Plain vs speculative decoding (ours) plus the transformers `baselines` named, interleaved."""
-    engine = Engine(target, drafter, k)
+    engine = Engine(target, drafter, k, tree=tree, verification=verification)
     assistant = drafter.as_assistant_model() if hasattr(drafter, "as_assistant_model") else None
     if assistant is not None:
         configure_hf_assistant(assistant, k)
@@ -157,7 +164,7 @@ def run_bench(
         return all(x.tokens == y.tokens for x, y in zip(outputs[a], outputs[b]))
 
     result = {
-        **environment(target, drafter),
+        **environment(target, drafter, engine),
         "num_speculative_tokens": k,
         "temperature": sampling.temperature,
         "top_k": sampling.top_k,
@@ -188,13 +195,85 @@ def run_bench(
     return result
 
 
+@dataclasses.dataclass
+class Method:
+    """One speculative configuration in a side-by-side comparison."""
+
+    name: str
+    drafter: object
+    k: int = 4
+    tree: TreeConfig | None = None
+    verification: str = "lossless"
+
+
+def run_compare(target, methods: list[Method], prompts, max_new_tokens, sampling, seed=0, progress=True) -> dict:
+    """Plain decoding and every method on the same prompts in one process, interleaved prompt
+    by prompt with a rotating order: the fair way to put drafters side by side on a noisy
+    machine. Speedups are Spec-Bench's (mean per-prompt tokens/s over plain's)."""
+    engines = {"plain": Engine(target)}
+    for m in methods:
+        if m.name in engines:
+            raise ValueError(f"method name {m.name!r} used twice")
+        engines[m.name] = Engine(target, m.drafter, m.k, tree=m.tree, verification=m.verification)
+    names = list(engines)
+    run = {n: (lambda e, s: lambda p, sd: e.generate(p.ids, max_new_tokens, sampling, seed=sd, speculative=s))(e, n != "plain")
+           for n, e in engines.items()}
+    for n in names:  # warm-up, not recorded
+        run[n](prompts[0], seed)
+    outputs: dict[str, list[GenerationResult]] = {n: [] for n in names}
+    for i, p in enumerate(tqdm(prompts, desc="compare", disable=not progress)):
+        for j in range(len(names)):
+            n = names[(i + j) % len(names)]
+            outputs[n].append(run[n](p, seed + i))
+    tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in outs]) for n, outs in outputs.items()}
+    rows = {}
+    for n in names:
+        m = SpecMetrics()
+        for r in outputs[n]:
+            m = m.merge(r.metrics)
+        row = {"tokens_per_s": tps[n], "speedup": tps[n] / tps["plain"], **m.as_dict(),
+               "outputs_match_plain": all(a.tokens == b.tokens for a, b in zip(outputs[n], outputs["plain"])) if sampling.greedy else None}
+        if n != "plain":
+            e = engines[n]
+            costs = e.measure_step_costs(prompts[0].ids)
+            row.update(environment(target, e.drafter, e), num_speculative_tokens=e.k, step_costs_s=costs,
+                       predicted_speedup=predicted_speedup(m.mean_acceptance_length, costs["t_step"], costs["t_draft_k"], costs["t_verify"]))
+        rows[n] = row
+    env = environment(target, None)
+    env.pop("draft"), env.pop("drafter_kind"), env.pop("tree"), env.pop("verification")
+    return {**env, "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p, "seed": seed,
+            "max_new_tokens": max_new_tokens, "num_prompts": len(prompts), "methods": rows}
+
+
+def format_compare(result: dict) -> str:
+    lines = [f"target {result['target']}  T={result['temperature']}  {result['dtype']} on {result['hardware']}  "
+             f"{result['num_prompts']} prompts x {result['max_new_tokens']} tokens"]
+    if result.get("target_note"):
+        lines.append(f"note: the target was {result['target_note']}")
+    lines.append(f"{'method':<22}{'nodes/step':>11}{'tau':>7}{'accept':>8}{'tokens/s':>10}{'speedup':>9}{'predicted':>10}{'match':>7}  per-position")
+    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    for name, r in result["methods"].items():
+        per_step = r["drafted_tokens"] / r["drafts"] if r.get("drafts") else 0
+        match = {True: "yes", False: "NO", None: "-"}[r["outputs_match_plain"]]
+        lines.append(f"{name:<22}{per_step:>11.1f}{r['mean_acceptance_length']:>7.2f}{fmt(r['draft_acceptance_rate'], '.2f'):>8}"
+                     f"{r['tokens_per_s']:>10.2f}{r['speedup']:>8.2f}x{fmt(r.get('predicted_speedup'), '.2f'):>9}x{match:>7}  "
+                     + " ".join(f"{a:.2f}" for a in r["per_position_acceptance"]))
+    return "\n".join(lines)
+
+
 def format_table(result: dict) -> str:
     """A plain-text table of the methods plus the acceptance summary."""
+    tree = result.get("tree")
+    shape = f"tree {tree}" if tree else f"k={result['num_speculative_tokens']}"
     lines = [
-        f"target {result['target']}  draft {result['draft']}  k={result['num_speculative_tokens']}  "
+        f"target {result['target']}  draft {result['draft']}  {shape}  "
         f"T={result['temperature']}  {result['dtype']} on {result['hardware']}",
         f"{'method':<13}{'tokens/s':>10}{'vs plain':>10}{'match':>8}",
     ]
+    if result.get("target_note"):
+        lines.insert(1, f"note: the target was {result['target_note']}")
+    if result.get("verification", "lossless") != "lossless":
+        lines.insert(1, f"verification {result['verification']}: NOT lossless, outputs may differ from the target's distribution")
     for name, m in result.get("methods", {}).items():
         match = {True: "yes", False: "NO", None: "-"}[m["outputs_match_plain"]]
         lines.append(f"{name:<13}{m['tokens_per_s']:>10.2f}{m['speedup']:>9.2f}x{match:>8}")

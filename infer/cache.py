@@ -13,7 +13,7 @@ a device sync. Two layouts:
   CPU the static layout was as fast or faster (SmolLM2 fp32, 200-token context, one decode
   step: static 100 ms, dynamic 108 ms), so the engine uses "static" everywhere.
 
-Tree verification (later: infer/tree.py) writes a whole tree after the valid prefix and keeps
+Tree verification (infer/tree.py) writes a whole tree after the valid prefix and keeps
 only the accepted path: `compact` gathers those positions down in one index op.
 """
 
@@ -37,6 +37,10 @@ class KVCache:
         self.length += n
         if self.length > self.max_length:
             raise RuntimeError(f"KV cache overflow: {self.length} > {self.max_length} positions")
+
+    def kv_length(self, q: int) -> int:
+        """Keys a forward of q new tokens attends over: what a 4D attention mask must span."""
+        return self.max_length if self.layout == "static" else self.length + q
 
     def crop(self, new_length: int) -> None:
         """Roll back to the first `new_length` positions (e.g. drop rejected draft tokens)."""

@@ -1,32 +1,46 @@
 """One decoding loop for plain and speculative decoding (batch size 1, as Spec-Bench measures).
 
     prefill target on the prompt → sample t0 from the target
-    repeat: drafter proposes d_1..d_k → ONE target forward over [pending, d_1..d_k]
-            → verify (greedy chain / speculative sampling) → keep n drafted + 1 target token
-            → roll both caches back to the kept prefix → feed tokens to the stop rule in order
+    repeat: drafter proposes a chain d_1..d_k or a tree of n nodes
+            → ONE target forward over [pending, drafted...] (a tree with its attention mask and
+              position ids) → verify (greedy / lossless sampling / opt-in lossy typical)
+            → keep the accepted path + 1 target token → roll the cache back to the kept prefix
+              (a chain crops, a tree's path is gathered down: KVCache.compact)
+            → feed tokens to the stop rule in order
 
-Plain decoding is the same loop with no drafter (k = 0), so a comparison between the two shares
-every cost except drafting and verifying. The target's cache always holds every emitted token
-but the newest ("pending"), which the next forward consumes first.
+A chain is the one-branch tree: both go through the same verification functions. Plain decoding
+is the same loop with no drafter (k = 0), so a comparison between the two shares every cost
+except drafting and verifying. The target's cache always holds every emitted token but the
+newest ("pending"), which the next forward consumes first.
 
 Device-agnostic: the target decodes into a static cache everywhere; on CUDA its small
-decode/verify forwards (fixed shapes q = 1 and q = k+1) are torch.compile'd with CUDA graphs, on
-CPU the same code runs eagerly.
+decode/verify forwards (fixed shapes) are torch.compile'd with CUDA graphs, on CPU the same code
+runs eagerly.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from dataclasses import dataclass, field
 
 import torch
 
+from draftsmith.errors import DraftsmithError
+
 from .metrics import SpecMetrics
 from .proposal import Drafter
 from .sampling import GREEDY, SamplingConfig, logits_to_probs, sample
 from .stopping import StopCriteria
-from .verify import greedy_chain, speculative_sampling
+from .tree import Tree, TreeConfig
+from .verify import greedy_tree, tree_speculative_sampling, typical_acceptance
+
+# "lossless": greedy verification at temperature 0, speculative sampling above (the output
+# follows the target's distribution exactly). "typical-lossy": Medusa's typical acceptance,
+# which changes the output distribution; its name says so and it is never a default.
+VERIFICATIONS = ("lossless", "typical-lossy")
+CACHE_BUCKET = 256  # compiled targets: static cache sizes are multiples of this
 
 
 @dataclass
@@ -50,15 +64,38 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-class Engine:
-    """Decodes with `target`, optionally speculating with `drafter` (any object behind `Drafter`)."""
+@functools.lru_cache(maxsize=64)
+def _chain(k: int) -> Tree:
+    return Tree.chain(k)
 
-    def __init__(self, target, drafter: Drafter | None = None, num_speculative_tokens: int = 4):
+
+class Engine:
+    """Decodes with `target`, optionally speculating with `drafter` (any object behind `Drafter`).
+
+    tree: a TreeConfig for drafters that draft trees (`supports_trees`); None drafts chains of
+    `num_speculative_tokens`. verification: one of VERIFICATIONS.
+    """
+
+    def __init__(self, target, drafter: Drafter | None = None, num_speculative_tokens: int = 4,
+                 tree: TreeConfig | None = None, verification: str = "lossless"):
         if drafter is not None and num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens must be >= 1 with a drafter")
+        if verification not in VERIFICATIONS:
+            hint = " (typical acceptance is lossy: ask for it as 'typical-lossy')" if "typical" in verification else ""
+            raise DraftsmithError(f"unknown verification {verification!r}: choose one of {', '.join(VERIFICATIONS)}{hint}")
+        if tree is not None and drafter is not None and not getattr(drafter, "supports_trees", False):
+            raise DraftsmithError(f"a {getattr(drafter, 'kind', 'this')} drafter proposes chains only; trees need a medusa or eagle drafter")
         self.target = target
         self.drafter = drafter
         self.k = num_speculative_tokens if drafter is not None else 0
+        self.tree = tree if drafter is not None else None
+        self.verification = verification
+        self.hidden_layers = tuple(drafter.hidden_layers) if drafter is not None and getattr(drafter, "needs_hidden_states", False) else None
+
+    @property
+    def max_draft_tokens(self) -> int:
+        """Nodes one step may verify: k for a chain, the tree's bound for a tree."""
+        return self.tree.max_nodes if self.tree is not None else self.k
 
     @torch.inference_mode()
     def generate(
@@ -79,6 +116,10 @@ class Engine:
             raise ValueError("empty prompt: nothing to condition on")
         drafter = self.drafter if speculative else None
         k = self.k if drafter is not None else 0
+        layers = self.hidden_layers if drafter is not None else None
+        typical = self.verification == "typical-lossy" and drafter is not None
+        if typical and sampling.greedy:
+            raise DraftsmithError("typical-lossy verification needs --temperature > 0 (at 0 it is greedy verification)")
         stop = StopCriteria(
             max_new_tokens,
             target.eos_token_ids if eos_token_ids is None else eos_token_ids,
@@ -87,8 +128,11 @@ class Engine:
         )
         generator = torch.Generator(device=device)
         generator.manual_seed(0 if seed is None else seed)
-        # +k+1: a last verify may write k+1 positions past the final kept token.
-        max_length = prompt.shape[1] + max_new_tokens + k + 1
+        # +n+1: a last verify may write n+1 positions past the final kept token.
+        max_length = prompt.shape[1] + max_new_tokens + (self.max_draft_tokens if drafter else 0) + 1
+        if getattr(target, "compiled", False):
+            # CUDA graphs are captured per cache size: round it up so requests share them.
+            max_length = -(-max_length // CACHE_BUCKET) * CACHE_BUCKET
         cache = target.new_cache(max_length)
         seq = torch.empty(1, max_length, dtype=torch.long, device=device)  # prompt + emitted ids
         seq[:, : prompt.shape[1]] = prompt
@@ -98,10 +142,11 @@ class Engine:
 
         _sync(device)
         t_start = time.perf_counter()
-        logits = target.forward(prompt, cache, logits_to_keep=1)[-1]
+        logits, hidden = target.forward_hidden(prompt, cache, logits_to_keep=1, hidden_layers=layers)
+        logits = logits[-1]
         pending = sample(logits_to_probs(logits, sampling), generator) if not sampling.greedy else logits.argmax(-1)
         if drafter is not None:
-            drafter.start(prompt, max_length)
+            drafter.start(prompt, max_length, hidden=hidden)
         new_ids, new_src = [int(pending)], [False]
         seq[0, n_seq] = pending
         n_seq += 1
@@ -115,23 +160,35 @@ class Engine:
                     break
             if reason:
                 break
-            proposal = drafter.propose(seq[:, :n_seq], k, sampling, generator) if drafter else None
-            kk = len(proposal) if proposal is not None else 0
-            step_input = seq[:, n_seq - 1 : n_seq] if kk == 0 else torch.cat([seq[:, n_seq - 1], proposal.tokens]).unsqueeze(0)
-            drafted = step_input[0, 1:]
+            proposal = drafter.propose(seq[:, :n_seq], k, sampling, generator, tree=self.tree) if drafter else None
+            n = len(proposal) if proposal is not None else 0
+            tree = (proposal.tree or _chain(n)) if n else _chain(0)
+            drafted = proposal.tokens if n else seq[0, :0]
+            step_input = torch.cat([seq[0, n_seq - 1 : n_seq], drafted]).unsqueeze(0)
             valid = cache.length  # everything before the pending token
-            logits = target.forward(step_input, cache)
+            positions = mask = None
+            if not tree.is_chain:
+                positions = tree.position_ids(valid, device)
+                mask = tree.attention_mask(valid, cache.kv_length(n + 1), target.dtype, device)
+            logits, hidden = target.forward_hidden(step_input, cache, positions, mask, hidden_layers=layers)
             forwards += 1
-            if sampling.greedy:
-                n_acc, nxt = greedy_chain(drafted, logits)
+            if typical:
+                path, nxt = typical_acceptance(tree, drafted, logits, sampling.temperature, generator=generator)
+            elif sampling.greedy:
+                path, nxt = greedy_tree(tree, drafted, logits)
             else:
-                q = proposal.probs if kk else None
-                n_acc, nxt = speculative_sampling(drafted, q, logits_to_probs(logits, sampling), generator)
-            cache.crop(valid + 1 + n_acc)  # pending + accepted drafts stay; rejected ones go
+                q = proposal.probs if n else None
+                path, nxt = tree_speculative_sampling(tree, drafted, q, logits_to_probs(logits, sampling), generator)
+            n_acc = len(path)
+            if tree.is_chain:
+                cache.crop(valid + 1 + n_acc)  # pending + accepted drafts stay; rejected ones go
+            else:  # gather the root and the accepted path down to valid, valid+1, ...
+                cache.compact(valid, torch.tensor([valid] + [valid + i for i in path], device=device))
             if drafter is not None:
-                drafter.accept(n_acc)
-            metrics.update(kk, n_acc)
-            accepted = drafted[:n_acc]
+                rows = None if hidden is None else hidden[[0] + path]
+                drafter.accept(n_acc, hidden=rows)
+            metrics.update(n, n_acc)
+            accepted = drafted[[i - 1 for i in path]]
             seq[0, n_seq : n_seq + n_acc] = accepted
             seq[0, n_seq + n_acc] = nxt
             n_seq += n_acc + 1
@@ -143,16 +200,17 @@ class Engine:
 
     @torch.inference_mode()
     def measure_step_costs(self, prompt_ids, repeats: int = 7) -> dict:
-        """Median seconds of: one plain target step, one verify of k+1 tokens, one k-token draft.
+        """Median seconds of: one plain target step, one verify of the drafted tokens (k+1, or
+        the tree's n+1 with its mask), one `propose` call (t_draft_k).
 
-        Inputs to predicted_speedup = τ·t_step / (t_draft_k + t_verify) (t_draft_k = k draft
-        steps, as one `propose` call); measured at the prompt's context length.
+        Inputs to predicted_speedup = τ·t_step / (t_draft_k + t_verify); measured at the
+        prompt's context length.
         """
         target, device = self.target, self.target.device
         prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).reshape(1, -1)
-        max_length = prompt.shape[1] + self.k + 2
+        max_length = prompt.shape[1] + self.max_draft_tokens + 2
         cache = target.new_cache(max_length)
-        target.forward(prompt[:, :-1], cache, logits_to_keep=1)
+        _, hidden = target.forward_hidden(prompt[:, :-1], cache, logits_to_keep=1, hidden_layers=self.hidden_layers)
         base = cache.length
 
         def timed(fn) -> float:
@@ -165,25 +223,30 @@ class Engine:
                 times.append(time.perf_counter() - t)
             return statistics.median(times[1:])
 
-        def step(q: int):
+        def step(tree: Tree, layers=None):
+            q = tree.num_nodes + 1
+            ids = prompt[:, -1:].expand(1, q).contiguous()
+            positions = None if tree.is_chain else tree.position_ids(base, device)
+            mask = None if tree.is_chain else tree.attention_mask(base, cache.kv_length(q), target.dtype, device)
+
             def run():
-                target.forward(prompt[:, -1:].expand(1, q).contiguous(), cache)
+                target.forward_hidden(ids, cache, positions, mask, hidden_layers=layers)
                 cache.crop(base)
 
             return run
 
-        costs = {"t_step": timed(step(1))}
+        costs = {"t_step": timed(step(_chain(0)))}
         if self.drafter is not None:
-            costs["t_verify"] = timed(step(self.k + 1))
+            def draft_start():
+                self.drafter.start(prompt[:, :-1], max_length, hidden=hidden)
 
             def draft():
-                self.drafter.start(prompt[:, :-1], max_length)
-                self.drafter.propose(prompt, self.k, GREEDY, None)
+                draft_start()
+                return self.drafter.propose(prompt, self.k, GREEDY, None, tree=self.tree)
 
-            # start() prefills the drafter; subtract it so t_draft_k is the k drafting steps only.
-            def draft_start():
-                self.drafter.start(prompt[:, :-1], max_length)
-
+            proposal = draft()
+            costs["t_verify"] = timed(step(proposal.tree or _chain(len(proposal)), self.hidden_layers))
+            # start() prefills the drafter; subtract it so t_draft_k is the drafting alone.
             costs["t_draft_k"] = max(timed(draft) - timed(draft_start), 0.0)
         return costs
 

@@ -70,7 +70,7 @@ class DraftLM:
         model = truncate_model(target.model, num_layers, target.name).to(device=target.device, dtype=target.dtype)
         return cls(model, target, f"truncated:{num_layers}")
 
-    def start(self, prompt: torch.Tensor, max_length: int) -> None:
+    def start(self, prompt: torch.Tensor, max_length: int, hidden=None) -> None:
         self.cache = KVCache(self.model.config, max_length)
         self._forward(prompt)
 
@@ -89,7 +89,7 @@ class DraftLM:
             logits = torch.cat([logits, logits.new_full((v - logits.shape[-1],), float("-inf"))])
         return logits
 
-    def propose(self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None) -> Proposal:
+    def propose(self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None, tree=None) -> Proposal:
         self._context = seq.shape[1]
         ids = seq[:, self.cache.length :]  # what the draft has not seen yet (1-2 tokens)
         tokens, probs = [], []
@@ -103,7 +103,7 @@ class DraftLM:
         # d_k was sampled but never fed: the cache holds context + d_1..d_{k-1}.
         return Proposal(torch.stack(tokens), None if sampling.greedy else torch.stack(probs))
 
-    def accept(self, num_accepted: int) -> None:
+    def accept(self, num_accepted: int, hidden=None) -> None:
         self.cache.crop(min(self.cache.length, self._context + num_accepted))
 
     def as_assistant_model(self):

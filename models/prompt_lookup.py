@@ -25,10 +25,10 @@ class PromptLookup:
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.name = f"prompt_lookup:{max_ngram}"
 
-    def start(self, prompt: torch.Tensor, max_length: int) -> None:
+    def start(self, prompt: torch.Tensor, max_length: int, hidden=None) -> None:
         pass  # stateless
 
-    def propose(self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None) -> Proposal:
+    def propose(self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None, tree=None) -> Proposal:
         ids = seq[0].cpu()
         n_ctx = ids.shape[0]
         for n in range(min(self.max_ngram, n_ctx - 1), self.min_ngram - 1, -1):
@@ -40,5 +40,5 @@ class PromptLookup:
                 return Proposal(cont.to(seq.device), None)
         return Proposal(seq.new_empty(0), None)
 
-    def accept(self, num_accepted: int) -> None:
+    def accept(self, num_accepted: int, hidden=None) -> None:
         pass

@@ -56,10 +56,12 @@ class Target:
         self.dtype = next(model.parameters()).dtype
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids = eos_ids(model, tokenizer)
+        self.note: str | None = None  # what a report should say about it (e.g. fine-tuned by Medusa-2)
         on_cuda = self.device.type == "cuda"
         self.cache_layout = "static"
         self._forward = model.forward
-        if compile if compile is not None else on_cuda:
+        self.compiled = bool(compile if compile is not None else on_cuda)
+        if self.compiled:
             # Decode/verify shapes are few and fixed (q = 1 and q = k+1) with a static cache:
             # what CUDA graphs need. Prefill stays eager (see forward()).
             self._forward = torch.compile(model.forward, mode="reduce-overhead", dynamic=False)
@@ -88,6 +90,21 @@ class Target:
         Positions default to the cache's valid length onwards; a tree passes its own positions
         and a 4D attention mask (transformers uses a 4D mask as given).
         """
+        return self.forward_hidden(input_ids, cache, position_ids, attention_mask, logits_to_keep)[0]
+
+    def forward_hidden(
+        self,
+        input_ids: torch.Tensor,
+        cache: KVCache,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        logits_to_keep: int = 0,
+        hidden_layers: tuple[int, ...] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """forward() plus, with `hidden_layers`, the hidden states a drafter reads: [q, len*d],
+        the chosen entries of transformers' `hidden_states` tuple (0: embeddings, -1: the last
+        layer after the final norm, i.e. the LM head's input) concatenated on the last dim, for
+        every input position whatever `logits_to_keep` says."""
         q = input_ids.shape[1]
         if position_ids is None:
             position_ids = torch.arange(cache.length, cache.length + q, device=input_ids.device).unsqueeze(0)
@@ -101,6 +118,16 @@ class Target:
             attention_mask=attention_mask,
             use_cache=True,
             logits_to_keep=logits_to_keep,
+            output_hidden_states=bool(hidden_layers),
         )
         cache.advance(q)
-        return out.logits[0]
+        hidden = None
+        if hidden_layers:
+            states = out.hidden_states
+            try:
+                hidden = torch.cat([states[i][0] for i in hidden_layers], dim=-1)
+            except IndexError:
+                raise DraftsmithError(
+                    f"the drafter reads hidden layers {list(hidden_layers)} but {self.name} has "
+                    f"{len(states)} hidden states (indices {-len(states)}..{len(states) - 1})") from None
+        return out.logits[0], hidden

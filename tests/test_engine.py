@@ -1,10 +1,8 @@
 """The engine on the tiny-random target: greedy exactness, lossless sampling, stopping, metrics."""
 
-import itertools
-
 import pytest
 import torch
-from scipy.stats import chisquare
+from lawtest import chisquare_pvalue, exact_law
 
 from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.infer.cache import KVCache
@@ -78,23 +76,6 @@ def test_identical_draft_accepted_everywhere(tiny_target, temperature):
     assert r.target_forwards == 8 and len(r.tokens) == 41  # 1 from prefill + 8 steps of 5
 
 
-def _exact_law(target, prompt, depth, sampling):
-    """Probability of every continuation of length `depth` under the target's processed law."""
-    from draftsmith.infer.sampling import logits_to_probs
-
-    law = {(): 1.0}
-    for _ in range(depth):
-        nxt = {}
-        for seq, pr in law.items():
-            with torch.inference_mode():
-                logits = target.model(torch.tensor([prompt + list(seq)])).logits[0, -1]
-            probs = logits_to_probs(logits[: target.vocab_size], sampling)
-            for t in probs.nonzero().flatten().tolist():
-                nxt[seq + (t,)] = pr * float(probs[t])
-        law = nxt
-    return law
-
-
 @pytest.mark.parametrize("draft_spec", ["truncated:3", "prompt_lookup"])
 def test_sampled_output_follows_target_distribution(tiny_target, draft_spec):
     """Chi-square of 3-token continuations (top-k 3 keeps the support enumerable) against the
@@ -104,7 +85,7 @@ def test_sampled_output_follows_target_distribution(tiny_target, draft_spec):
     # earlier occurrence, so every step drafts (deterministic, one-hot q).
     prompt = list(range(3, 259)) + [40, 41] if draft_spec == "prompt_lookup" else [40, 41, 42, 43]
     engine = Engine(tiny_target, load_drafter(draft_spec, tiny_target), 2)
-    law = _exact_law(tiny_target, prompt, 3, sampling)
+    law = exact_law(tiny_target, prompt, 3, sampling)
     n = 1200
     counts = dict.fromkeys(law, 0)
     drafted = 0
@@ -113,18 +94,7 @@ def test_sampled_output_follows_target_distribution(tiny_target, draft_spec):
         counts[tuple(r.tokens)] += 1  # KeyError here = a token outside the target's support
         drafted += r.metrics.drafted_tokens
     assert drafted > 0
-    keys = sorted(law)
-    expected = [law[s] * n for s in keys]
-    # merge rare cells so the chi-square approximation holds
-    obs_m, exp_m, acc_o, acc_e = [], [], 0, 0.0
-    for o, e in sorted(zip([counts[s] for s in keys], expected), key=lambda t: t[1]):
-        acc_o, acc_e = acc_o + o, acc_e + e
-        if acc_e >= 5:
-            obs_m.append(acc_o); exp_m.append(acc_e); acc_o, acc_e = 0, 0.0
-    if acc_e:
-        obs_m[-1] += acc_o; exp_m[-1] += acc_e
-    exp_m = [e * n / sum(exp_m) for e in exp_m]  # float rounding: make the totals agree exactly
-    assert chisquare(obs_m, exp_m).pvalue > 1e-3
+    assert chisquare_pvalue(counts, law) > 1e-3
 
 
 def test_stops_exactly_where_plain_decoding_stops(tiny_target):
