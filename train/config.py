@@ -54,8 +54,27 @@ class DraftLMConfig:
     on_policy_temperature: float = 1.0
 
 
-# One entry per trainable drafter kind; the Medusa and EAGLE issues add theirs here.
-DRAFTER_CONFIGS: dict[str, type] = {"draft_lm": DraftLMConfig}
+@dataclass
+class MedusaTrainConfig:
+    """Medusa heads on the target's last hidden state (Cai et al. 2024): Medusa-1 trains the heads
+    on a frozen target; Medusa-2 trains them jointly with the target through LoRA."""
+
+    kind: str = "medusa"
+    num_heads: int = 4  # K: head k predicts the token k+1 places after the target's own next token
+    num_layers: int = 1  # ResBlocks per head
+    share_lm_head: bool = False  # heads use the target's LM head itself (fewer weights, untrained)
+    decay: float = 0.8  # λ: head k's loss weight is λ^k
+    labels: str = "tokens"  # tokens: CE on the data's tokens; distill: CE on the target's distribution
+    mode: str = "medusa1"  # medusa1 | medusa2
+    heads_loss_weight: float = 0.2  # medusa2: L = L_LM + heads_loss_weight * Σ_k λ^k L_k
+    heads_lr_multiplier: float = 4.0  # medusa2: the heads learn at optim.lr * this, LoRA at optim.lr
+    lm_loss: str = "ce"  # medusa2: ce on the data's tokens | kl to the original target (self-distillation)
+    lora: LoraConfig = field(default_factory=lambda: LoraConfig(r=16))  # medusa2 only
+    init: str | None = None  # an existing medusa checkpoint folder to start the heads from
+
+
+# One entry per trainable drafter kind; the EAGLE issues add theirs here.
+DRAFTER_CONFIGS: dict[str, type] = {"draft_lm": DraftLMConfig, "medusa": MedusaTrainConfig}
 
 
 @dataclass
@@ -133,6 +152,9 @@ CHOICES = {
     "data.format": ("auto", "chat", "text"),
     "optim.mixed_precision": ("no", "bf16", "fp16"),
     "drafter.loss": ("fkl", "rkl", "jsd", "tvd", "ce"),
+    "drafter.labels": ("tokens", "distill"),
+    "drafter.mode": ("medusa1", "medusa2"),
+    "drafter.lm_loss": ("ce", "kl"),
 }
 
 
@@ -237,6 +259,16 @@ def _check_values(r: Recipe) -> None:
             (d.temperature > 0, "drafter.temperature must be > 0"),
             (0 < d.jsd_beta < 1, "drafter.jsd_beta must be in (0, 1)"),
             (d.lora.r >= 0, "drafter.lora.r must be >= 0"),
+        ]
+    if isinstance(d, MedusaTrainConfig):
+        checks += [
+            (d.num_heads >= 1, "drafter.num_heads must be >= 1"),
+            (d.num_layers >= 0, "drafter.num_layers must be >= 0"),
+            (0 < d.decay <= 1, "drafter.decay must be in (0, 1]"),
+            (d.heads_loss_weight > 0, "drafter.heads_loss_weight must be > 0"),
+            (d.heads_lr_multiplier > 0, "drafter.heads_lr_multiplier must be > 0"),
+            (d.lora.r >= 0, "drafter.lora.r must be >= 0"),
+            (d.mode != "medusa2" or d.lora.r > 0, "drafter.mode medusa2 trains the target through LoRA: drafter.lora.r must be > 0"),
         ]
     for ok, msg in checks:
         if not ok:

@@ -138,7 +138,8 @@ class DraftLMTask:
         else:
             model.save_pretrained(folder, state_dict=state_dict)
         self.target.tokenizer.save_pretrained(folder)
-        write_drafter_meta(folder, self.kind, self.target.name, init=self.cfg.init, lora_r=self.cfg.lora.r, **extra)
+        meta = {k: v for k, v in extra.items() if k != "eval"}  # the trainer's latest eval metrics: not metadata here
+        write_drafter_meta(folder, self.kind, self.target.name, init=self.cfg.init, lora_r=self.cfg.lora.r, **meta)
 
     def runtime_drafter(self, model):
         """The live model as an engine drafter (not frozen: training continues afterwards)."""

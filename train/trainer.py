@@ -32,10 +32,11 @@ from . import checkpoint
 from .config import Recipe, dump_recipe
 from .draft_lm import DraftLMTask
 from .losses import expected_acceptance_length
+from .medusa import MedusaTask
 
 log = logging.getLogger("draftsmith.train")
 
-TASKS = {"draft_lm": DraftLMTask}
+TASKS = {"draft_lm": DraftLMTask, "medusa": MedusaTask}
 
 
 class EpochShuffle(torch.utils.data.Sampler):
@@ -165,7 +166,7 @@ class Trainer:
         plugin = acc.state.deepspeed_plugin
         if plugin is not None and plugin.deepspeed_config.get("gradient_clipping", "auto") == "auto":
             plugin.deepspeed_config["gradient_clipping"] = r.optim.max_grad_norm  # else accelerate's 1.0
-        params = self.task.trainable_parameters()
+        params = _param_groups(self.task.trainable_parameters(), r.optim.lr)
         optimizer = torch.optim.AdamW(params, lr=r.optim.lr, betas=tuple(r.optim.betas), weight_decay=r.optim.weight_decay)
         o = r.optim
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.warmup_steps, o.max_steps, o.min_lr_ratio))
@@ -173,6 +174,7 @@ class Trainer:
             self.task.model, optimizer, loader, eval_loader, scheduler)
         self.step, self.epoch, self.batch_in_epoch, self.tokens = 0, 0, 0, 0
         self.history: list[dict] = []
+        self.last_eval: dict = {}  # the latest evaluate() metrics, saved with checkpoints (Medusa's head accuracies)
         if self.resume:
             self._resume()
         if r.logging.trackers:
@@ -222,7 +224,7 @@ class Trainer:
             signal.signal(signal.SIGTERM, self._on_sigterm)
         bar = tqdm(total=r.optim.max_steps, initial=self.step, desc="train", disable=not (self.main and r.logging.progress), dynamic_ncols=True)
         self.model.train()
-        window = {"loss": 0.0, "token_acceptance": 0.0, "top1_agreement": 0.0, "n": 0, "tokens": 0, "t0": time.perf_counter()}
+        window = _new_window()
         while self.step < r.optim.max_steps:
             bs_global = r.optim.batch_size * acc.num_processes
             self.sampler.skip_next(self.epoch, self.batch_in_epoch * bs_global)
@@ -240,8 +242,9 @@ class Trainer:
                 n_tok = batch["input_ids"].numel() * acc.num_processes
                 self.tokens += n_tok
                 window["tokens"] += n_tok
-                for key in ("loss", "token_acceptance", "top1_agreement"):
-                    window[key] += stats.get(key, 0.0)
+                for key, value in stats.items():  # every numeric stat the task reports is averaged
+                    if key != "num_tokens" and isinstance(value, (int, float)):
+                        window["sums"][key] = window["sums"].get(key, 0.0) + float(value)
                 window["n"] += 1
                 if not acc.sync_gradients:
                     continue
@@ -250,7 +253,7 @@ class Trainer:
                 bar.update(1)
                 if self.step % r.logging.log_every == 0 or self.step == r.optim.max_steps:
                     self._log_train(window, grad_norm, bar)
-                    window = {k: 0.0 for k in window} | {"t0": time.perf_counter()}
+                    window = _new_window()
                 if self.step % r.logging.eval_every == 0 and self.step < r.optim.max_steps:
                     self.evaluate()
                 if r.logging.acceptance_every and self.step % r.logging.acceptance_every == 0 and self.step < r.optim.max_steps:
@@ -273,7 +276,7 @@ class Trainer:
         final_eval = self.evaluate()
         acceptance = self.measure_acceptance()
         self.save()
-        final = checkpoint.save(acc, self.task, self.model, self.out, "final", None, {"step": self.step})
+        final = checkpoint.save(acc, self.task, self.model, self.out, "final", None, {"step": self.step, "eval": self.last_eval})
         return self._finish(final, final_eval, acceptance)
 
     def _on_sigterm(self, signum, frame) -> None:
@@ -289,10 +292,8 @@ class Trainer:
     def _log_train(self, window: dict, grad_norm, bar) -> None:
         n = max(1, window["n"])
         dt = time.perf_counter() - window["t0"]
-        metrics = {
-            "train/loss": window["loss"] / n,
-            "train/token_acceptance": window["token_acceptance"] / n,
-            "train/top1_agreement": window["top1_agreement"] / n,
+        metrics = {f"train/{key}": total / n for key, total in window["sums"].items()}
+        metrics |= {
             "train/lr": self.scheduler.get_last_lr()[0],
             "train/tokens_per_s": window["tokens"] / max(dt, 1e-9),
             "train/tokens": self.tokens,
@@ -315,26 +316,32 @@ class Trainer:
         """Held-out loss and token-level acceptance proxies; the expected acceptance length at
         K=acceptance_k assumes i.i.d. per-token acceptance (Leviathan et al. 2023, eq. 1)."""
         self.model.eval()
-        sums = torch.zeros(4, dtype=torch.float64, device=self.acc.device)
+        # Every numeric stat the task reports, weighted by num_tokens. The key set is the first
+        # batch's (a task reports the same keys for every batch, so all ranks agree on the order).
+        keys: list[str] | None = None
+        sums = None
         for i, batch in enumerate(self.eval_loader):
             if i >= self.recipe.logging.eval_batches:
                 break
             _, stats = self.task.loss(self.model, batch, step=None)
+            if keys is None:
+                keys = sorted(k for k, v in stats.items() if k != "num_tokens" and isinstance(v, (int, float)))
+                sums = torch.zeros(len(keys) + 1, dtype=torch.float64, device=self.acc.device)
             n = stats["num_tokens"]
-            sums += torch.tensor([stats["loss"] * n, stats.get("token_acceptance", 0) * n, stats.get("top1_agreement", 0) * n, n], dtype=torch.float64, device=self.acc.device)
+            sums += torch.tensor([stats.get(key, 0.0) * n for key in keys] + [n], dtype=torch.float64, device=self.acc.device)
+        keys = keys or ["loss"]
+        sums = sums if sums is not None else torch.zeros(len(keys) + 1, dtype=torch.float64, device=self.acc.device)
         sums = self.acc.reduce(sums, reduction="sum")
         self.model.train()
-        n = max(float(sums[3]), 1.0)
+        n = max(float(sums[-1]), 1.0)
         k = self.recipe.logging.acceptance_k
-        alpha, top1 = float(sums[1]) / n, float(sums[2]) / n
-        metrics = {
-            "eval/loss": float(sums[0]) / n,
-            "eval/token_acceptance": alpha,
-            "eval/top1_agreement": top1,
-            "eval/expected_acceptance_length": expected_acceptance_length(alpha, k),
-            "eval/expected_acceptance_length_greedy": expected_acceptance_length(top1, k),
-        }
+        metrics = {f"eval/{key}": float(total) / n for key, total in zip(keys, sums[:-1])}
+        if "eval/token_acceptance" in metrics:
+            metrics["eval/expected_acceptance_length"] = expected_acceptance_length(metrics["eval/token_acceptance"], k)
+        if "eval/top1_agreement" in metrics:
+            metrics["eval/expected_acceptance_length_greedy"] = expected_acceptance_length(metrics["eval/top1_agreement"], k)
         self._record(metrics)
+        self.last_eval = metrics
         return metrics
 
     def measure_acceptance(self) -> dict | None:
@@ -355,7 +362,8 @@ class Trainer:
             drafter = self.task.runtime_drafter(unwrapped)
             unwrapped.eval()
             with torch.inference_mode():
-                result = run_eval(self.target, drafter, self.data.eval_prompts[: r.acceptance_prompts], r.acceptance_k,
+                k = min(r.acceptance_k, getattr(drafter, "max_speculative_tokens", r.acceptance_k))  # Medusa: <= its heads
+                result = run_eval(self.target, drafter, self.data.eval_prompts[: r.acceptance_prompts], k,
                                   r.acceptance_max_new_tokens, GREEDY, seed=self.recipe.optim.seed, progress=False)
             unwrapped.train()
             per_pos = {f"eval/acceptance_pos{j + 1}": a for j, a in enumerate(result["per_position_acceptance"])}
@@ -367,7 +375,8 @@ class Trainer:
     def save(self) -> None:
         state = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "tokens": self.tokens,
                  "world_size": self.acc.num_processes, "history": self.history[-200:]}
-        checkpoint.save(self.acc, self.task, self.model, self.out, checkpoint.step_dir(self.out, self.step).name, state, {"step": self.step})
+        checkpoint.save(self.acc, self.task, self.model, self.out, checkpoint.step_dir(self.out, self.step).name, state,
+                        {"step": self.step, "eval": self.last_eval})
         if self.main:
             checkpoint.prune(self.out, self.recipe.checkpoint.keep_last)
 
@@ -389,12 +398,28 @@ class Trainer:
         }
         if self.main:
             (self.out / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+            tau = final_eval.get("eval/expected_acceptance_length", final_eval.get("eval/expected_acceptance_length_greedy", 1.0))
             log.info("done: %d steps, final checkpoint %s; eval loss %.4f, expected τ(K=%d) %.2f%s", self.step, final,
-                     final_eval["eval/loss"], self.recipe.logging.acceptance_k, final_eval["eval/expected_acceptance_length"],
+                     final_eval["eval/loss"], self.recipe.logging.acceptance_k, tau,
                      f", measured mean_acceptance_length {acceptance['mean_acceptance_length']:.2f}" if acceptance else "")
         if self.recipe.logging.trackers:
             acc.end_training()
         return summary
+
+
+def _new_window() -> dict:
+    return {"sums": {}, "n": 0, "tokens": 0, "t0": time.perf_counter()}
+
+
+def _param_groups(params, lr: float):
+    """A task's trainable parameters for AdamW: a list of tensors, or of param groups where a
+    group's `lr_multiplier` becomes its own lr (the schedule then scales every group alike)."""
+    out = []
+    for p in params:
+        if isinstance(p, dict) and "lr_multiplier" in p:
+            p = {k: v for k, v in p.items() if k != "lr_multiplier"} | {"lr": lr * p["lr_multiplier"]}
+        out.append(p)
+    return out
 
 
 @contextlib.contextmanager
