@@ -22,7 +22,8 @@ def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
         required=draft_required,
         help="truncated:N | prompt_lookup[:N] | a causal LM sharing the target's tokenizer (built-in, folder, .gguf, Hub id)",
     )
-    p.add_argument("--num-speculative-tokens", "-k", type=int, default=4, help="tokens drafted per step (K): chain depth (medusa: heads used)")
+    p.add_argument("--num-speculative-tokens", "-k", type=int, default=None,
+                   help="tokens drafted per step (K): chain depth (medusa: heads used); default 4, or all of a medusa's heads if fewer")
     tree = p.add_argument_group("trees (medusa, eagle): opt in with choices or any of topk/depth/num-draft-tokens (named as SGLang's)")
     tree.add_argument("--tree-choices", default=None, help="JSON file of Medusa-style paths, e.g. [[0], [1], [0, 0]]")
     tree.add_argument("--tree-topk", type=int, default=None, help="children per node (SGLang: speculative_eagle_topk)")
@@ -122,6 +123,8 @@ def _setup(args):
         sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     except ValueError as e:
         raise DraftsmithError(str(e)) from None
+    if args.num_speculative_tokens is None:
+        args.num_speculative_tokens = min(4, getattr(drafter, "max_speculative_tokens", 4))
     if args.num_speculative_tokens < 1:
         raise DraftsmithError("--num-speculative-tokens must be >= 1")
     return target, drafter, sampling

@@ -187,7 +187,7 @@ class Engine:
             if drafter is not None:
                 rows = None if hidden is None else hidden[[0] + path]
                 drafter.accept(n_acc, hidden=rows)
-            metrics.update(n, n_acc)
+            metrics.update(n, n_acc, tree.depth if n else None)
             accepted = drafted[[i - 1 for i in path]]
             seq[0, n_seq : n_seq + n_acc] = accepted
             seq[0, n_seq + n_acc] = nxt

@@ -5,7 +5,8 @@
 - draft_acceptance_rate = accepted_tokens / drafted_tokens;
 - mean_acceptance_length (τ) = 1 + accepted_tokens / drafts: tokens emitted per target forward,
   counting the target's bonus/correction token (plain decoding scores exactly 1.00);
-- per_position_acceptance[i] = drafts whose token at position i was accepted / drafts.
+- per_position_acceptance[i] = drafts whose token at position i (a tree: depth i+1) was accepted / drafts;
+  for trees, drafted_tokens counts every node verified.
 
 Counts are taken from verification, before any truncation at EOS / stop / max tokens, so they
 measure the drafter rather than where the request happened to end.
@@ -23,14 +24,17 @@ class SpecMetrics:
     accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
 
-    def update(self, num_drafted: int, num_accepted: int) -> None:
+    def update(self, num_drafted: int, num_accepted: int, depth: int | None = None) -> None:
+        """One verification step: `num_drafted` tokens (a tree's nodes) verified, `num_accepted`
+        kept; positions are depths, so a tree of depth d has d of them (a chain: num_drafted)."""
         if num_drafted == 0:
             return
         self.drafts += 1
         self.drafted_tokens += num_drafted
         self.accepted_tokens += num_accepted
-        if len(self.accepted_per_position) < num_drafted:
-            self.accepted_per_position += [0] * (num_drafted - len(self.accepted_per_position))
+        positions = num_drafted if depth is None else depth
+        if len(self.accepted_per_position) < positions:
+            self.accepted_per_position += [0] * (positions - len(self.accepted_per_position))
         for i in range(num_accepted):
             self.accepted_per_position[i] += 1
 

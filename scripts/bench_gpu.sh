@@ -1,41 +1,39 @@
 #!/usr/bin/env bash
 # The one prepared run for a session lent a GPU (an image with torch, transformers, accelerate,
-# peft and tensorboard, and no network: nothing is downloaded; wheels it lacks travel in .whl/).
-# Uses the built-in tiny-random target only (real weights are too large to carry there).
-#   1. gpu-marked tests: compiled (CUDA-graph) static-cache decode == eager == plain decoding;
-#   2. the trainer on CUDA, bf16 mixed precision, single process (configs/accelerate/single.yaml);
-#   3. the same recipe under accelerate FSDP2 (configs/accelerate/fsdp.yaml, one process);
-#   4. training tokens/s vs the target's forward-only tokens/s (scripts/bench_train.py);
-#   5. the trained checkpoint benchmarked with the compiled decode (draftsmith bench).
+# peft and tensorboard, and no network: nothing is downloaded; wheels it lacks or has in another
+# version travel in .whl/: transformers as pinned here, datasets, chitchat).
+# Real weights are too large to carry, so models are the built-in tiny-random or randomly
+# initialised real shapes (costs are real; acceptance comes from the CPU runs).
+#   1. gpu-marked tests: compiled (CUDA-graph) static-cache decode, chains and trees == plain;
+#   2. verification cost: one step vs chains vs Medusa trees, eager vs compiled, SmolLM2-135M
+#      and Llama-1B shapes in bf16 (scripts/bench_verify_cost.py);
+#   3. Medusa heads trained on CUDA in bf16 (configs/tiny/medusa.yaml), then benchmarked with
+#      the compiled decode as a chain and as a tree (draftsmith bench).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 DRAFTSMITH_CACHE=/tmp/draftsmith-cache HF_HUB_OFFLINE=1
 if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+  rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, transformers, accelerate; print('torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__)" | tee -a "$OUT/gpu.txt"
 
-step() { echo "=== $1"; }
+step() { echo "=== $1 ($(date +%T))"; }
 step "gpu tests"
-python3 -m pytest -q -m gpu tests/test_gpu.py 2>&1 | tail -5 | tee "$OUT/pytest_gpu.log"
+python3 -m pytest -q -m gpu tests/test_gpu.py 2>&1 | tail -15 | tee "$OUT/pytest_gpu.log"
 
-TRAIN=(-m draftsmith.train configs/tiny/draft_lm.yaml --optim.mixed_precision=bf16 --logging.progress=false --logging.log_every=20)
-step "single GPU, bf16"
-accelerate launch --config_file configs/accelerate/single.yaml "${TRAIN[@]}" --output-dir /tmp/gpu-single 2>&1 | grep -v "Loading weights\|Writing model" | tail -12
-cp /tmp/gpu-single/train_summary.json "$OUT/single_summary.json"
+step "verification cost: step vs chain vs tree, eager vs compiled"
+python3 scripts/bench_verify_cost.py --shapes smollm2-135m,llama-1b --context 512 --chains 4 --trees 16,64 \
+  --repeats 30 --out "$OUT/verify_cost.json" 2>&1 | grep -v "Loading weights" | tee "$OUT/verify_cost.log"
 
-step "FSDP2 through accelerate, 1 process"
-accelerate launch --config_file configs/accelerate/fsdp.yaml --num_processes 1 "${TRAIN[@]}" --output-dir /tmp/gpu-fsdp --optim.max_steps=20 --checkpoint.save_every=10 2>&1 | grep -v "Loading weights\|Writing model" | tail -12
-step "FSDP2 resume"
-accelerate launch --config_file configs/accelerate/fsdp.yaml --num_processes 1 "${TRAIN[@]}" --output-dir /tmp/gpu-fsdp --optim.max_steps=30 --checkpoint.save_every=10 --resume 2>&1 | grep -v "Loading weights\|Writing model" | tail -6
-cp /tmp/gpu-fsdp/train_summary.json "$OUT/fsdp_summary.json"
-
-step "training vs forward-only tokens/s"
-python3 scripts/bench_train.py configs/tiny/draft_lm.yaml --steps 20 --json "$OUT/bench_train_tiny.json" --optim.mixed_precision=bf16 --data.max_length=512 --optim.batch_size=8 2>/dev/null
-
-step "bench the trained checkpoint (compiled decode)"
-python3 -m draftsmith bench --draft /tmp/gpu-single/final --num-prompts 4 --max-new-tokens 64 --quiet --json "$OUT/bench_tiny.json" 2>&1 | grep -v "Loading weights" | tail -12
+step "medusa heads on CUDA, bf16"
+python3 -m draftsmith.train configs/tiny/medusa.yaml --optim.mixed_precision=bf16 --logging.progress=false \
+  --output-dir /tmp/gpu-medusa 2>&1 | grep -v "Loading weights\|Writing model" | tail -8
+cp /tmp/gpu-medusa/train_summary.json "$OUT/medusa_summary.json" 2>/dev/null
+for shape in "-k 3" "--tree-topk 2 --tree-depth 3 --tree-num-draft-tokens 8"; do
+  step "bench medusa $shape (compiled decode)"
+  python3 -m draftsmith bench --draft /tmp/gpu-medusa/final $shape --num-prompts 4 --max-new-tokens 64 --quiet --no-hf 2>&1 | grep -v "Loading weights" | tail -8
+done

@@ -121,3 +121,56 @@ def test_prompts_from_a_datasets_source(tiny_cache, tmp_path):
     prompts = load_prompts(str(tmp_path), load_tokenizer("tiny-random"), split="test")
     assert len(prompts) == 2
     assert "yo" not in prompts[0].text and prompts[0].text.rstrip().endswith("assistant")
+
+
+@pytest.fixture
+def medusa_folder(tiny_target, tmp_path):
+    """An untrained 3-head Medusa checkpoint for tiny-random, as the trainer lays it out."""
+    from draftsmith.models import write_drafter_meta
+    from draftsmith.models.medusa import MedusaHeads
+
+    folder = tmp_path / "medusa"
+    MedusaHeads.from_target(tiny_target.model, num_heads=3, target_name="tiny-random").save_pretrained(folder)
+    tiny_target.tokenizer.save_pretrained(folder)
+    write_drafter_meta(folder, "medusa", "tiny-random", medusa_version=1)
+    return folder
+
+
+def test_bench_medusa_chain_and_tree_from_a_checkpoint(medusa_folder, tmp_path, capsys):
+    """The target comes from drafter.json; a tree is reported as a tree; greedy stays exact."""
+    for extra in (["-k", "3"], ["--tree-topk", "2", "--tree-depth", "3", "--tree-num-draft-tokens", "7"]):
+        out = tmp_path / "m.json"
+        assert main(["bench", "--quiet", "--draft", str(medusa_folder), "--num-prompts", "1", "--max-new-tokens", "10",
+                     "--no-hf", "--json", str(out), *extra]) == 0
+        r = json.loads(out.read_text())
+        assert r["target"] == "tiny-random" and r["drafter_kind"] == "medusa" and r["greedy_outputs_match"] is True
+        if "--tree-topk" in extra:
+            assert r["tree"] == {"topk": 2, "depth": 3, "num_draft_tokens": 7, "children": "topk"}
+            # 6 nodes chosen by the greedy search (prior accuracies: untrained heads) within depth 3
+            assert r["drafted_tokens"] == 6 * r["drafts"] and 1 <= len(r["per_position_acceptance"]) <= 3
+        else:
+            assert r["tree"] is None and r["drafted_tokens"] == 3 * r["drafts"]
+    assert "tree {'topk': 2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-k", "5"], "has 3 heads"),
+    (["--tree-depth", "4"], "at most 3 tokens ahead"),
+    (["--tree-choices", "TREE"], "no parent [1]"),
+    (["--tree-children", "sampled"], "applies to trees"),
+    (["--tree-topk", "2", "--tree-children", "sampled"], "temperature > 0"),
+])
+def test_bad_medusa_requests_are_one_line_errors(medusa_folder, tmp_path, capsys, args, message):
+    tree = tmp_path / "tree.json"
+    tree.write_text("[[0], [1, 0]]")
+    args = [str(tree) if a == "TREE" else a for a in args]
+    assert main(["generate", "--quiet", "--draft", str(medusa_folder), "--max-new-tokens", "4", *args, "hi"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]  # (progress bars aside)
+    assert len(errors) == 1 and errors[0].startswith("draftsmith: error:") and message in errors[0]
+
+
+def test_typical_acceptance_must_be_asked_for_by_name(medusa_folder, capsys):
+    with pytest.raises(SystemExit):  # argparse: only lossless | typical-lossy exist
+        main(["generate", "--quiet", "--draft", str(medusa_folder), "--verification", "typical", "hi"])
+    assert main(["generate", "--quiet", "--draft", str(medusa_folder), "--verification", "typical-lossy",
+                 "--temperature", "0.8", "--max-new-tokens", "6", "hi"]) == 0

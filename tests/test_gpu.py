@@ -18,3 +18,18 @@ def test_compiled_cuda_decode_matches_eager_and_plain(tiny_cache):
         engine = Engine(target, load_drafter("truncated:4", target), 3)
         assert engine.generate(prompt, 32, speculative=False, eos_token_ids=()).tokens == ref
         assert engine.generate(prompt, 32, eos_token_ids=()).tokens == ref
+
+
+def test_compiled_cuda_tree_verification_matches_plain(tiny_cache):
+    """Tree attention mask + positions + compaction through the CUDA-graph path."""
+    from draftsmith.infer.tree import TreeConfig
+    from draftsmith.models.medusa import Medusa, MedusaHeads
+
+    compiled = Target.load("tiny-random", dtype="float32", device="cuda", compile=True)
+    heads = MedusaHeads.from_target(compiled.model, num_heads=3, num_layers=1, share_lm_head=False)
+    drafter = Medusa(heads.to("cuda"), compiled, "untrained")
+    prompt = [5, 6, 7, 8, 9]
+    ref = Engine(compiled).generate(prompt, 32, eos_token_ids=()).tokens
+    for tree in (None, TreeConfig(topk=2, depth=3, num_draft_tokens=8)):
+        engine = Engine(compiled, drafter, 3, tree=tree)
+        assert engine.generate(prompt, 32, eos_token_ids=()).tokens == ref

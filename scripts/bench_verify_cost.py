@@ -1,0 +1,125 @@
+#!/usr/bin/env python
+"""What one verification forward costs, chain vs tree, eager vs compiled: the number that decides
+whether a tree pays. Randomly initialised models of real shapes (no download needed), so the
+costs are real and the acceptance is not measured here (take τ from `draftsmith eval`):
+
+    predicted speedup = τ · t_step / (t_propose + t_verify)   (Leviathan et al. 2023, Thm 3.8)
+
+For each model shape and each of eager / compiled (CUDA graphs, CUDA only): the median time of a
+plain decode step (q = 1), of verifying chains of k+1 tokens and trees of n+1 tokens (tree
+attention mask, tree positions) at a given context length, and of a Medusa drafter's propose
+(untrained heads: same cost as trained ones). Prints a table, writes JSON.
+
+    python scripts/bench_verify_cost.py --shapes smollm2-135m,llama-1b --context 512 --out runs/bench/verify_cost.json
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from draftsmith.infer.sampling import GREEDY
+from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies
+from draftsmith.models import Target
+from draftsmith.models.medusa import Medusa, MedusaHeads, prior_accuracies
+
+SHAPES = {  # LlamaConfig keyword arguments
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, vocab_size=259),
+    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True),
+    "llama-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True),
+}
+
+
+def timed(fn, repeats: int, device) -> float:
+    times = []
+    for i in range(repeats + 3):  # 3 warm-ups: compilation and graph capture happen there
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if i >= 3:
+            times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def measure(shape: str, compile: bool, context: int, chains, trees, repeats: int, device, dtype) -> dict:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(max_position_embeddings=4096, **SHAPES[shape])
+    model = LlamaForCausalLM(config).to(device=device, dtype=dtype)
+    target = Target(model, None, f"random {shape}", compile=compile)
+    max_length = 1024 * ((context + 200) // 1024 + 1)
+    prompt = torch.randint(0, config.vocab_size, (1, context), device=device)
+    cache = target.new_cache(max_length)
+    _, hidden = target.forward_hidden(prompt, cache, logits_to_keep=1, hidden_layers=(-1,))
+    base = cache.length
+    row = {"shape": shape, "compiled": compile, "context": context}
+
+    def step(tree: Tree):
+        q = tree.num_nodes + 1
+        ids = prompt[:, -q:].contiguous()
+        pos = None if tree.is_chain else tree.position_ids(base, device)
+        mask = None if tree.is_chain else tree.attention_mask(base, cache.kv_length(q), dtype, device)
+
+        def run():
+            target.forward_hidden(ids, cache, pos, mask, hidden_layers=(-1,))
+            cache.crop(base)
+
+        return run
+
+    row["t_step"] = timed(step(Tree.chain(0)), repeats, device)
+    for k in chains:
+        row[f"t_verify_chain{k}"] = timed(step(Tree.chain(k)), repeats, device)
+    heads = MedusaHeads.from_target(model, num_heads=4, num_layers=1, share_lm_head=False).to(device=device, dtype=dtype)
+    medusa = Medusa(heads, target, "untrained")
+    medusa.start(prompt, max_length, hidden=hidden)
+    seq = prompt
+    for n in trees:
+        tree = Tree.from_choices(choices_from_accuracies(prior_accuracies(4), n, topk=8, depth=4))
+        row[f"t_verify_tree{n}"] = timed(step(tree), repeats, device)
+        cfg = TreeConfig(choices=tuple(tree.paths[1:]))
+        row[f"t_propose_tree{n}"] = timed(lambda cfg=cfg: medusa.propose(seq, 4, GREEDY, None, tree=cfg), repeats, device)
+    row["t_propose_chain4"] = timed(lambda: medusa.propose(seq, 4, GREEDY, None), repeats, device)
+    return row  # the models go with this frame; main() empties the CUDA cache between shapes
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="tiny")
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--chains", default="2,4")
+    ap.add_argument("--trees", default="8,16,32,64")
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on CPU")
+    ap.add_argument("--out", default="runs/bench/verify_cost.json")
+    args = ap.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    chains = [int(x) for x in args.chains.split(",")]
+    trees = [int(x) for x in args.trees.split(",")]
+    rows = []
+    for shape in args.shapes.split(","):
+        for compile in ([False, True] if device.type == "cuda" else [False]):
+            row = measure(shape, compile, args.context, chains, trees, args.repeats, device, dtype)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            rows.append(row)
+            t1 = row["t_step"]
+            cells = [f"chain{k} {row[f't_verify_chain{k}'] / t1:.2f}x" for k in chains]
+            cells += [f"tree{n} {row[f't_verify_tree{n}'] / t1:.2f}x (+propose {row[f't_propose_tree{n}'] / t1:.2f}x)" for n in trees]
+            print(f"{shape:<13} {'compiled' if compile else 'eager':<9} step {t1 * 1e3:7.2f} ms | verify/step: " + "  ".join(cells), flush=True)
+    env = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "dtype": str(dtype), "torch": torch.__version__}
+    with open(args.out, "w") as f:
+        json.dump({"environment": env, "rows": rows}, f, indent=2)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
