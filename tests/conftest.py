@@ -26,3 +26,15 @@ def tiny_target(tiny_cache):
     from draftsmith.models import Target
 
     return Target.load("tiny-random", dtype="float32", device="cpu")
+
+
+@pytest.fixture
+def fresh_accelerate():
+    """accelerate keeps process-wide singletons; each in-process run starts from a clean slate."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    yield
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()

@@ -22,17 +22,6 @@ QUICK = ["--data.max_rows=120", "--data.max_length=64", "--optim.batch_size=4", 
          "--logging.acceptance_max_new_tokens=8"]
 
 
-@pytest.fixture
-def fresh_accelerate():
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-
-
 def train_recipe(recipe, out, *overrides):
     from draftsmith.train.trainer import train
 
@@ -319,6 +308,14 @@ def test_medusa2_needs_lora(tmp_path):
         load_recipe(TINY2, ["--drafter.lora.r=0"])
     with pytest.raises(DraftsmithError, match="drafter.labels"):
         load_recipe(TINY1, ["--drafter.labels=soft"])
+
+
+def test_medusa2_refuses_zero3(tiny_target, monkeypatch):
+    from draftsmith.train.medusa import MedusaTask
+
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")  # what `accelerate launch` sets for zero3.yaml
+    with pytest.raises(DraftsmithError, match="ZeRO-3"):
+        MedusaTask(load_recipe(TINY2).drafter, tiny_target)
 
 
 @pytest.mark.slow

@@ -23,18 +23,6 @@ QUICK = ["--data.max_rows=120", "--data.max_length=64", "--optim.batch_size=4", 
          "--logging.eval_every=1000", "--logging.acceptance_prompts=1", "--logging.acceptance_max_new_tokens=8"]
 
 
-@pytest.fixture
-def fresh_accelerate():
-    """accelerate keeps process-wide singletons; each in-process run starts from a clean slate."""
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-
-
 def run(tmp_path, *overrides, resume=None):
     from draftsmith.train.trainer import train
 

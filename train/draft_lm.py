@@ -26,6 +26,7 @@ from draftsmith.models.loading import check_same_tokenizer, load_causal_lm, load
 
 from . import losses
 from .config import DraftLMConfig
+from .lora import wrap_lora
 
 
 class DraftLMTask:
@@ -38,7 +39,7 @@ class DraftLMTask:
         self.model = self._init_model()
         self.is_lora = cfg.lora.r > 0
         if self.is_lora:
-            self.model = self._wrap_lora(self.model)
+            self.model = wrap_lora(self.model, cfg.lora, "the draft")
 
     # --- building ------------------------------------------------------------------------------
 
@@ -58,19 +59,6 @@ class DraftLMTask:
             model = load_causal_lm(init, dtype=torch.float32, device="cpu")
         # Master weights in fp32 whatever the target's dtype: mixed precision casts the compute.
         return model.float().train().requires_grad_(True)
-
-    def _wrap_lora(self, model):
-        try:
-            import peft
-        except ImportError:
-            raise DraftsmithError("drafter.lora.r > 0 needs peft: pip install 'draftsmith[peft]'") from None
-        lc = self.cfg.lora
-        present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-        unknown = [m for m in lc.target_modules if m not in present]
-        if unknown:
-            raise DraftsmithError(f"drafter.lora.target_modules: {unknown} not in the draft (it has e.g. {sorted(present)[:12]})")
-        config = peft.LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=list(lc.target_modules), task_type="CAUSAL_LM")
-        return peft.get_peft_model(model, config)
 
     def trainable_parameters(self):
         return [p for p in self.model.parameters() if p.requires_grad]

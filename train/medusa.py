@@ -18,6 +18,7 @@ softmax(target_logits[t+k]) (Medusa-2: the adapted target's, the one that will v
 from __future__ import annotations
 
 import copy
+import os
 import pathlib
 
 import torch
@@ -30,6 +31,7 @@ from draftsmith.models.medusa import NUM_RANKS, Medusa, MedusaHeads
 
 from . import losses
 from .config import MedusaTrainConfig
+from .lora import wrap_lora
 
 
 class Medusa2Model(nn.Module):
@@ -54,8 +56,13 @@ class MedusaTask:
         self.version = 2 if cfg.mode == "medusa2" else 1
         self.heads = self._init_heads()
         self.peft_model = None
+        if self.version == 2 and os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
+            raise DraftsmithError("drafter.mode medusa2 under DeepSpeed ZeRO-3 is not supported: the fine-tuned target "
+                                  "would be sharded and could not be saved whole; use configs/accelerate/zero2.yaml or ddp.yaml")
         if self.version == 2:
-            self.peft_model = self._wrap_lora(target.model)
+            # In place: the LoRA layers go into the target's own modules, so target.model (what the
+            # engine runs when the trainer measures acceptance) is the fine-tuned target too.
+            self.peft_model = wrap_lora(target.model, cfg.lora, "the target")
             self.model = Medusa2Model(self.peft_model, self.heads)
         else:
             self.model = self.heads
@@ -80,21 +87,6 @@ class MedusaTask:
             heads = heads.cpu()
         heads.config.medusa_version = self.version
         return heads.float().train().requires_grad_(True)
-
-    def _wrap_lora(self, model):
-        try:
-            import peft
-        except ImportError:
-            raise DraftsmithError("drafter.mode medusa2 needs peft: pip install 'draftsmith[peft]'") from None
-        lc = self.cfg.lora
-        present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-        unknown = [m for m in lc.target_modules if m not in present]
-        if unknown:
-            raise DraftsmithError(f"drafter.lora.target_modules: {unknown} not in the target (it has e.g. {sorted(present)[:12]})")
-        config = peft.LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=list(lc.target_modules), task_type="CAUSAL_LM")
-        # In place: the LoRA layers go into the target's own modules, so target.model (what the
-        # engine runs when the trainer measures acceptance) is the fine-tuned target too.
-        return peft.get_peft_model(model, config)
 
     def trainable_parameters(self):
         heads = [p for p in self.heads.parameters() if p.requires_grad]

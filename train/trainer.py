@@ -209,6 +209,8 @@ class Trainer:
         except Exception as e:  # noqa: BLE001 -- torch.load/safetensors raise many types on a damaged file
             raise DraftsmithError(f"{ckpt}: corrupt training state ({type(e).__name__}: {str(e)[:200]}); delete it to resume from the one before") from None
         self.tokens, self.history = state.get("tokens", 0), state.get("history", [])
+        for record in self.history:  # the latest eval metrics, which later checkpoints carry (e.g. Medusa's head accuracies)
+            self.last_eval.update({k: v for k, v in record.items() if k.startswith("eval/")})
         if state.get("world_size") not in (None, self.acc.num_processes):
             log.warning("resuming with %d processes, checkpoint was written by %s: the data order changes", self.acc.num_processes, state["world_size"])
         log.info("resumed from %s (step %d, epoch %d)", ckpt.name, self.step, self.epoch)
