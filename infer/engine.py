@@ -94,8 +94,12 @@ class Engine:
 
     @property
     def max_draft_tokens(self) -> int:
-        """Nodes one step may verify: k for a chain, the tree's bound for a tree."""
-        return self.tree.max_nodes if self.tree is not None else self.k
+        """Nodes one step may verify: k for a chain; for a tree the drafter's own bound when it
+        has one (a Medusa tree's depth defaults to its number of heads), else the config's."""
+        if self.tree is None:
+            return self.k
+        bound = getattr(self.drafter, "max_tree_nodes", None)
+        return bound(self.tree) if bound is not None else self.tree.max_nodes
 
     @torch.inference_mode()
     def generate(

@@ -54,6 +54,9 @@ class Drafter(Protocol):
     layers concatenated on the last dim: to start() one row per prompt token, to accept() one
     row for the root and each accepted token, in order (the last row produced the new pending
     token). Others get hidden=None.
+
+    A tree drafter may define `max_tree_nodes(tree_config) -> int`, the most nodes it drafts per
+    step for that config; the engine sizes its caches by it (else by TreeConfig.max_nodes).
     """
 
     kind: str

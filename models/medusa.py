@@ -228,6 +228,10 @@ class Medusa:
         out = self.target.model(input_ids=seq[:, :-1], output_hidden_states=True, use_cache=False)
         return out.hidden_states[-1][0, -1:]
 
+    def max_tree_nodes(self, cfg: TreeConfig) -> int:
+        """Nodes the tree for `cfg` has (what the engine's caches must leave room for)."""
+        return self.tree_for(cfg).num_nodes
+
     def tree_for(self, cfg: TreeConfig) -> Tree:
         """The static tree for `cfg`, built once: Medusa choices, or the greedy search over the
         heads' measured accuracies (paper, sec. 3.3.2) down to `depth`, `num_draft_tokens` nodes."""
