@@ -184,15 +184,17 @@ class Engine:
                 q = proposal.probs if n else None
                 path, nxt = tree_speculative_sampling(tree, drafted, q, logits_to_probs(logits, sampling), generator)
             n_acc = len(path)
-            if tree.is_chain:
-                cache.crop(valid + 1 + n_acc)  # pending + accepted drafts stay; rejected ones go
+            if tree.is_chain:  # pending + accepted drafts stay; rejected ones go
+                cache.crop(valid + 1 + n_acc)
+                kept = slice(0, n_acc + 1)  # rows of the root and the accepted nodes
+                accepted = drafted[:n_acc]
             else:  # gather the root and the accepted path down to valid, valid+1, ...
-                cache.compact(valid, torch.tensor([valid] + [valid + i for i in path], device=device))
+                kept = torch.tensor([0] + path, device=device)
+                cache.compact(valid, kept + valid)
+                accepted = drafted[kept[1:] - 1]
             if drafter is not None:
-                rows = None if hidden is None else hidden[[0] + path]
-                drafter.accept(n_acc, hidden=rows)
+                drafter.accept(n_acc, hidden=None if hidden is None else hidden[kept])
             metrics.update(n, n_acc, tree.depth if n else None)
-            accepted = drafted[[i - 1 for i in path]]
             seq[0, n_seq : n_seq + n_acc] = accepted
             seq[0, n_seq + n_acc] = nxt
             n_seq += n_acc + 1

@@ -260,9 +260,7 @@ class Medusa:
             raise DraftsmithError("tree children 'sampled' needs temperature > 0; at greedy use topk children")
         tree = self.tree_for(cfg)
         depth = tree.depth
-        need = [0] * depth  # candidates needed per head: highest rank used at that depth + 1
-        for path in tree.paths[1:]:
-            need[len(path) - 1] = max(need[len(path) - 1], path[-1] + 1)
+        need = self._tree_index(tree)[0]
         with torch.no_grad():
             logits = self._logits(seq, depth)  # [depth, V]
         q = None if sampling.greedy else logits_to_probs(logits, sampling)
@@ -277,11 +275,23 @@ class Medusa:
             available = (q > 0).sum(-1).tolist()
             if any(available[d] < need[d] for d in range(depth)):
                 tree = self._pruned(tree, available)  # never draft a token q cannot produce
-        depths = torch.tensor(tree.depths[1:], device=ranking.device) - 1
-        ranks = torch.tensor(tree.ranks[1:], device=ranking.device)
+        _, depths, ranks = self._tree_index(tree)
         tokens = ranking[depths, ranks]
         probs = None if cfg.children == "topk" else q[depths]
         return Proposal(tokens.to(self.target.device), probs, tree=tree)
+
+    def _tree_index(self, tree: Tree):
+        """Per tree, computed once (not per decode step): candidates needed per head (highest rank
+        used at that depth + 1) and, per node, its head (depth - 1) and rank as index tensors."""
+        key = ("index", id(tree))  # trees live in self._trees, so their ids stay valid
+        if key not in self._trees:
+            need = [0] * tree.depth
+            for path in tree.paths[1:]:
+                need[len(path) - 1] = max(need[len(path) - 1], path[-1] + 1)
+            device = next(self.heads.parameters()).device  # where the heads' rankings are
+            depths = torch.tensor(tree.depths[1:], device=device) - 1
+            self._trees[key] = (need, depths, torch.tensor(tree.ranks[1:], device=device))
+        return self._trees[key]
 
     def _pruned(self, tree: Tree, available: list[int]) -> Tree:
         """`tree` without the nodes whose rank exceeds what head d can sample (top-k/top-p cut q)."""
