@@ -54,7 +54,8 @@ class TrainData:
 
 class TokenRows(torch.utils.data.Dataset):
     """Fixed-length rows kept as three [N, L] tensors (int32 ids, uint8 masks), not Python lists.
-    `loss_mask[t] = 1` marks token t as a training target (predicted from the tokens before it)."""
+    `loss_mask[t] = 1` marks token t as a training target (predicted from the tokens before it).
+    Items also carry their index, "row": the key of a row's cached target features."""
 
     def __init__(self, input_ids: torch.Tensor, loss_mask: torch.Tensor, attention_mask: torch.Tensor):
         self.input_ids, self.loss_mask, self.attention_mask = input_ids, loss_mask, attention_mask
@@ -63,7 +64,8 @@ class TokenRows(torch.utils.data.Dataset):
         return self.input_ids.shape[0]
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {k: getattr(self, k)[i].long() for k in ("input_ids", "loss_mask", "attention_mask")}
+        item = {k: getattr(self, k)[i].long() for k in ("input_ids", "loss_mask", "attention_mask")}
+        return item | {"row": torch.tensor(int(i))}
 
 
 def collate(items: list[dict]) -> dict[str, torch.Tensor]:
