@@ -18,11 +18,13 @@ import pathlib
 from draftsmith.errors import DraftsmithError
 
 from .draft_lm import DraftLM
+from .eagle import Eagle
+from .eagle3 import Eagle3
 from .medusa import Medusa, MedusaHeads
 from .prompt_lookup import PromptLookup
 from .target import Target
 
-DRAFTERS = {"draft_lm": DraftLM, "medusa": Medusa, "prompt_lookup": PromptLookup}
+DRAFTERS = {"draft_lm": DraftLM, "eagle": Eagle, "eagle3": Eagle3, "medusa": Medusa, "prompt_lookup": PromptLookup}
 
 DRAFTER_META = "drafter.json"  # in every checkpoint the trainer writes: kind, target, step
 DRAFTER_META_FORMAT = 1
@@ -65,4 +67,4 @@ def load_drafter(spec: str, target: Target):
     return DraftLM.from_pretrained(spec, target)
 
 
-__all__ = ["DRAFTERS", "DraftLM", "Medusa", "MedusaHeads", "PromptLookup", "Target", "load_drafter", "read_drafter_meta", "write_drafter_meta"]
+__all__ = ["DRAFTERS", "DraftLM", "Eagle", "Eagle3", "Medusa", "MedusaHeads", "PromptLookup", "Target", "load_drafter", "read_drafter_meta", "write_drafter_meta"]

@@ -73,8 +73,39 @@ class MedusaTrainConfig:
     init: str | None = None  # an existing medusa checkpoint folder to start the heads from
 
 
-# One entry per trainable drafter kind; the EAGLE issues add theirs here.
-DRAFTER_CONFIGS: dict[str, type] = {"draft_lm": DraftLMConfig, "medusa": MedusaTrainConfig}
+@dataclass
+class EagleTrainConfig:
+    """EAGLE-1 (Li et al. 2024): one decoder layer predicting the target's next feature (its last
+    hidden state after the final norm) from [embedding of the next token; feature]."""
+
+    kind: str = "eagle"
+    features: str = "online"  # online | a feature cache folder (python -m draftsmith.train.features)
+    noise: float = 0.1  # uniform noise U(-noise, noise) on the input features (paper, sec. 4.2)
+    feature_loss_weight: float = 1.0  # smooth-L1 on the predicted feature
+    cls_loss_weight: float = 0.1  # cross-entropy to the target's distribution (paper: 0.1)
+    intermediate_size: int | None = None  # the draft layer's MLP width (None: the target's)
+    init: str | None = None  # an existing eagle checkpoint folder to start from
+
+
+@dataclass
+class Eagle3TrainConfig:
+    """EAGLE-3 (Li et al. 2025): fused low/mid/high target features, training-time test over
+    `ttt_steps` unrolled steps, a reduced draft vocabulary (d2t/t2d)."""
+
+    kind: str = "eagle3"
+    features: str = "online"  # online | a feature cache folder (python -m draftsmith.train.features)
+    aux_layers: list[int] | None = None  # indices into the target's hidden_states; None: [2, L//2, L-3]
+    draft_vocab_size: int = 32000  # most frequent target tokens in the training data (capped at the target's vocab)
+    ttt_steps: int = 7  # n: steps unrolled on the draft's own hidden states
+    ttt_decay: float = 0.8  # step j's loss weight is ttt_decay^j
+    noise: float = 0.0  # uniform noise on the input features
+    intermediate_size: int | None = None  # the draft layer's MLP width (None: the target's)
+    init: str | None = None  # an existing eagle3 checkpoint folder to start from
+
+
+# One entry per trainable drafter kind.
+DRAFTER_CONFIGS: dict[str, type] = {"draft_lm": DraftLMConfig, "medusa": MedusaTrainConfig,
+                                    "eagle": EagleTrainConfig, "eagle3": Eagle3TrainConfig}
 
 
 @dataclass
@@ -103,6 +134,7 @@ class OptimConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     warmup_steps: int = 50
     max_steps: int = 1000  # optimizer steps
+    max_minutes: float | None = None  # also stop (evaluate, save final/) after this much training wall time
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
     batch_size: int = 4  # rows per device per micro-batch
     grad_accum: int = 1
@@ -241,6 +273,7 @@ def _check_values(r: Recipe) -> None:
     checks = [
         (r.optim.lr > 0, "optim.lr must be > 0"),
         (r.optim.max_steps >= 1, "optim.max_steps must be >= 1"),
+        (r.optim.max_minutes is None or r.optim.max_minutes > 0, "optim.max_minutes must be > 0 (or null)"),
         (r.optim.batch_size >= 1, "optim.batch_size must be >= 1"),
         (r.optim.grad_accum >= 1, "optim.grad_accum must be >= 1"),
         (0 <= r.optim.warmup_steps, "optim.warmup_steps must be >= 0"),
@@ -269,6 +302,21 @@ def _check_values(r: Recipe) -> None:
             (d.heads_lr_multiplier > 0, "drafter.heads_lr_multiplier must be > 0"),
             (d.lora.r >= 0, "drafter.lora.r must be >= 0"),
             (d.mode != "medusa2" or d.lora.r > 0, "drafter.mode medusa2 trains the target through LoRA: drafter.lora.r must be > 0"),
+        ]
+    if isinstance(d, (EagleTrainConfig, Eagle3TrainConfig)):
+        checks += [
+            (d.noise >= 0, "drafter.noise must be >= 0"),
+            (d.intermediate_size is None or d.intermediate_size >= 1, "drafter.intermediate_size must be >= 1"),
+        ]
+    if isinstance(d, EagleTrainConfig):
+        checks += [(d.feature_loss_weight >= 0 and d.cls_loss_weight >= 0 and d.feature_loss_weight + d.cls_loss_weight > 0,
+                    "drafter.feature_loss_weight and drafter.cls_loss_weight must be >= 0, not both 0")]
+    if isinstance(d, Eagle3TrainConfig):
+        checks += [
+            (d.ttt_steps >= 1, "drafter.ttt_steps must be >= 1"),
+            (0 < d.ttt_decay <= 1, "drafter.ttt_decay must be in (0, 1]"),
+            (d.draft_vocab_size >= 2, "drafter.draft_vocab_size must be >= 2"),
+            (d.aux_layers is None or len(d.aux_layers) >= 1, "drafter.aux_layers: give at least one layer (or null for the default)"),
         ]
     for ok, msg in checks:
         if not ok:

@@ -31,12 +31,13 @@ from draftsmith.errors import DraftsmithError
 from . import checkpoint
 from .config import Recipe, dump_recipe
 from .draft_lm import DraftLMTask
+from .eagle import Eagle3Task, EagleTask
 from .losses import expected_acceptance_length
 from .medusa import MedusaTask
 
 log = logging.getLogger("draftsmith.train")
 
-TASKS = {"draft_lm": DraftLMTask, "medusa": MedusaTask}
+TASKS = {"draft_lm": DraftLMTask, "medusa": MedusaTask, "eagle": EagleTask, "eagle3": Eagle3Task}
 
 
 class EpochShuffle(torch.utils.data.Sampler):
@@ -157,6 +158,10 @@ class Trainer:
             self.task = TASKS[r.drafter.kind](r.drafter, self.target, seed=r.optim.seed)
         with acc.main_process_first():  # regeneration/tokenising caches are written once
             self.data = build_data(r.data, self.target.tokenizer, target=self.target, progress=self.main and r.logging.progress)
+        if hasattr(self.task, "bind_data"):  # EAGLE: the offline feature cache, EAGLE-3's draft vocabulary
+            self.task.bind_data(self.data, r.data)
+        if hasattr(self.task, "acceptance_k"):  # EAGLE: the chain length its evaluation simulates
+            self.task.acceptance_k = r.logging.acceptance_k
         world, bs = acc.num_processes, r.optim.batch_size
         if len(self.data.train) < bs * world:
             raise DraftsmithError(f"{len(self.data.train)} training rows < batch_size {bs} x {world} processes: use more data or a smaller batch")
@@ -227,7 +232,9 @@ class Trainer:
         bar = tqdm(total=r.optim.max_steps, initial=self.step, desc="train", disable=not (self.main and r.logging.progress), dynamic_ncols=True)
         self.model.train()
         window = _new_window()
-        while self.step < r.optim.max_steps:
+        deadline = time.monotonic() + r.optim.max_minutes * 60 if r.optim.max_minutes else None
+        out_of_time = False
+        while self.step < r.optim.max_steps and not out_of_time:
             bs_global = r.optim.batch_size * acc.num_processes
             self.sampler.skip_next(self.epoch, self.batch_in_epoch * bs_global)
             self.loader.set_epoch(self.epoch)
@@ -263,13 +270,16 @@ class Trainer:
                 saved = self.step % r.checkpoint.save_every == 0 and self.step < r.optim.max_steps
                 if saved:
                     self.save()
-                if self._stop_requested():
+                stop, out_of_time = self._stop_requested(deadline)
+                if stop:
                     if not saved:
                         self.save()
                     bar.close()
                     log.warning("stopped by SIGTERM at step %d; checkpoint saved: --resume continues", self.step)
                     return {"interrupted": True, "steps": self.step, "output_dir": str(self.out)}
-                if self.step >= r.optim.max_steps:
+                if out_of_time:
+                    log.info("optim.max_minutes (%g) reached at step %d of %d: evaluating and saving", r.optim.max_minutes, self.step, r.optim.max_steps)
+                if self.step >= r.optim.max_steps or out_of_time:
                     break
             else:
                 self.epoch += 1
@@ -284,12 +294,15 @@ class Trainer:
     def _on_sigterm(self, signum, frame) -> None:
         self._terminate = True
 
-    def _stop_requested(self) -> bool:
-        """Whether any rank got SIGTERM: all ranks must agree, since saving is collective."""
+    def _stop_requested(self, deadline: float | None = None) -> tuple[bool, bool]:
+        """(any rank got SIGTERM, any rank is past the time budget): all ranks must agree, since
+        saving is collective."""
+        late = deadline is not None and time.monotonic() >= deadline
         if self.acc.num_processes == 1:
-            return self._terminate
-        flag = torch.tensor([1.0 if self._terminate else 0.0], device=self.acc.device)
-        return bool(self.acc.reduce(flag, reduction="sum").item() > 0)
+            return self._terminate, late
+        flags = torch.tensor([float(self._terminate), float(late)], device=self.acc.device)
+        flags = self.acc.reduce(flags, reduction="sum")
+        return bool(flags[0].item() > 0), bool(flags[1].item() > 0)
 
     def _log_train(self, window: dict, grad_norm, bar) -> None:
         n = max(1, window["n"])

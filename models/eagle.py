@@ -1,0 +1,541 @@
+"""`eagle`: EAGLE-1 feature prediction, and the runtime every EAGLE drafter shares (chains and
+EAGLE-2 dynamic trees).
+
+EAGLE (Li et al. 2024, "EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty")
+drafts at the feature level. With f_t the target's last hidden state after its final norm (what
+its LM head reads) at position t, and x_{t+1} the token it produced:
+
+    f̂_{t+1} = Layer(FC([E(x_{t+1}); f_t]))        logits_{t+2} = LMHead(f̂_{t+1})
+
+E and LMHead are the target's own (shared, frozen, never saved); FC (2d -> d) and one Llama-style
+decoder layer without its input norm (the layout serving engines load, whatever the target's
+family) are the draft's weights. Drafting further feeds f̂ back in place of f (sec. 3).
+Training: smooth-L1 on f̂ vs the next real feature + 0.1 x cross-entropy to the target's
+distribution, with uniform noise on the input features (sec. 4), see train/eagle.py.
+
+EAGLE-2 (Li et al. 2024, "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees")
+shapes the tree per step from the draft's own confidence: expand the top-k frontier by
+cumulative log-probability for `depth` steps, then keep the `num_draft_tokens` best nodes
+(sec. 4). `Eagle.propose` does this for EAGLE-1 and EAGLE-3 (models/eagle3.py) alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import LlamaConfig, PretrainedConfig, PreTrainedModel
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.infer.proposal import Proposal
+from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
+from draftsmith.infer.tree import Tree, TreeConfig
+
+from .loading import check_same_tokenizer, load_tokenizer
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOPK, DEFAULT_DEPTH = 4, 4  # EAGLE-2's paper uses 10 and 6 on GPUs; a CPU pays per node
+
+# The decoder-layer fields a draft copies from its target (a layer of the target's shape).
+LAYER_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                "rms_norm_eps", "max_position_embeddings", "hidden_act")
+
+
+class EagleConfig(PretrainedConfig):
+    model_type = "draftsmith_eagle"
+
+    def __init__(self, hidden_size: int = 64, intermediate_size: int = 128, num_attention_heads: int = 4,
+                 num_key_value_heads: int | None = None, head_dim: int | None = None, rms_norm_eps: float = 1e-6,
+                 rope_parameters: dict | None = None, max_position_embeddings: int = 2048, hidden_act: str = "silu",
+                 vocab_size: int = 32000, target: str = "", hidden_layers: list[int] | None = None, **kwargs):
+        kwargs.setdefault("tie_word_embeddings", False)  # the embedding and LM head are the target's
+        super().__init__(**kwargs)
+        self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
+        self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = num_key_value_heads or num_attention_heads
+        self.head_dim = head_dim or hidden_size // num_attention_heads
+        self.rms_norm_eps, self.max_position_embeddings, self.hidden_act = rms_norm_eps, max_position_embeddings, hidden_act
+        self.rope_parameters = rope_parameters or {"rope_type": "default", "rope_theta": 10000.0}
+        self.vocab_size = vocab_size  # the target's
+        self.target = target
+        # Indices into the target's hidden_states tuple the draft reads (-1: after the final norm).
+        self.hidden_layers = list(hidden_layers) if hidden_layers is not None else [-1]
+
+    @classmethod
+    def layer_fields(cls, target_config) -> dict:
+        """A decoder layer shaped like one of the target's (heads, sizes, RoPE)."""
+        out = {name: getattr(target_config, name) for name in LAYER_FIELDS if getattr(target_config, name, None) is not None}
+        rope = getattr(target_config, "rope_parameters", None)
+        if not rope:
+            rope = {"rope_type": "default", "rope_theta": float(getattr(target_config, "rope_theta", 10000.0))}
+        out["rope_parameters"] = dict(rope)
+        return out
+
+    def llama_config(self) -> LlamaConfig:
+        return LlamaConfig(vocab_size=self.vocab_size, num_hidden_layers=1, rope_parameters=dict(self.rope_parameters),
+                           **{name: getattr(self, name) for name in LAYER_FIELDS})
+
+
+# --- one Llama-style decoder layer, with the attention left to the caller -------------------------
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, c: EagleConfig, in_dim: int):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.q_proj = nn.Linear(in_dim, self.heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(in_dim, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(in_dim, self.kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, c.hidden_size, bias=False)
+
+    def qkv(self, x, cos, sin):
+        """q [B, H, Q, hd], k and v [B, KV, Q, hd], RoPE applied."""
+        B, Q, _ = x.shape
+        q = self.q_proj(x).view(B, Q, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, Q, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, Q, self.kv_heads, self.head_dim).transpose(1, 2)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+
+
+def _rotate_half(x):
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class MLP(nn.Module):
+    def __init__(self, c: EagleConfig):
+        super().__init__()
+        if c.hidden_act != "silu":
+            raise DraftsmithError(f"eagle drafts use a SiLU (Llama) MLP; the config asks for {c.hidden_act!r}")
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """residual + Attn(x), then + MLP(post_norm(.)); x is built by the model (no input norm here
+    for EAGLE-1; EAGLE-3's midlayer adds input_layernorm and hidden_norm, see eagle3.py)."""
+
+    def __init__(self, c: EagleConfig, attn_in_dim: int):
+        super().__init__()
+        self.self_attn = Attention(c, attn_in_dim)
+        self.mlp = MLP(c)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+    def forward(self, x, residual, cos, sin, attend):
+        """`attend(q, k, v) -> [B, H, Q, hd]` decides what the queries see: a KV cache with a tree
+        mask at inference, the training-time-test key sets in training."""
+        q, k, v = self.self_attn.qkv(x, cos, sin)
+        out = attend(q, k, v)
+        B, H, Q, hd = out.shape
+        h = residual + self.self_attn.o_proj(out.transpose(1, 2).reshape(B, Q, H * hd))
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+def expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """Grouped-query attention: repeat each KV head for its query heads."""
+    return x if x.shape[1] == heads else x.repeat_interleave(heads // x.shape[1], dim=1)
+
+
+def ttt_attention(q: torch.Tensor, past: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Training-time test attention (EAGLE-3, Li et al. 2025, sec. 3.2; SpecForge's layout).
+
+    past[0] = (k, v) of step 0 at every row (the real prefix); past[i] (i >= 1) = step i's own
+    keys. At step j row t sees step 0's rows <= t (causal) and its own keys of steps 1..j -- what
+    the draft at position t+j sees at inference after drafting j tokens past row t. The diagonal
+    blocks are computed as row-wise dot products, so memory stays O(T^2) whatever j.
+    """
+    heads = q.shape[1]
+    scale = q.shape[-1] ** -0.5
+    k0, v0 = expand_kv(past[0][0], heads), expand_kv(past[0][1], heads)
+    T = q.shape[2]
+    scores = (q @ k0.transpose(-1, -2)) * scale  # [B, H, T, T]
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    scores = scores.masked_fill(~causal, float("-inf"))
+    diag = [(q * expand_kv(k, heads)).sum(-1, keepdim=True) * scale for k, _ in past[1:]]  # [B, H, T, 1] each
+    probs = torch.cat([scores, *diag], dim=-1).float().softmax(-1).to(q.dtype)
+    out = probs[..., :T] @ v0
+    for i, (_, v) in enumerate(past[1:]):
+        out = out + probs[..., T + i : T + i + 1] * expand_kv(v, heads)
+    return out
+
+
+# --- the draft model ------------------------------------------------------------------------------
+
+
+class EagleDraftModel(PreTrainedModel):
+    """What EAGLE-1 and EAGLE-3 drafts share: the target's embedding (attached, unregistered),
+    RoPE, one step of the decoder layer, and the training-time forward over n unrolled steps."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.rotary = LlamaRotaryEmbedding(config.llama_config())  # inv_freq is a non-persistent buffer
+        self.__dict__["_embed"] = None
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, 0.0, 0.02)
+        elif isinstance(module, RMSNorm):
+            nn.init.ones_(module.weight)
+
+    def get_input_embeddings(self):
+        return None
+
+    def get_output_embeddings(self):
+        return None
+
+    def attach_target(self, target_model) -> None:
+        """Borrow the target's embedding (and, in EAGLE-1, LM head): never registered, so never
+        trained or saved."""
+        emb = target_model.get_input_embeddings()
+        if tuple(emb.weight.shape) != (self.config.vocab_size, self.config.hidden_size):
+            raise DraftsmithError(f"the target's embedding is {tuple(emb.weight.shape)}, this eagle draft needs "
+                                  f"({self.config.vocab_size}, {self.config.hidden_size})")
+        self.__dict__["_embed"] = emb
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        emb = self.__dict__["_embed"]
+        if emb is None:
+            raise DraftsmithError("this eagle draft borrows the target's embedding: call attach_target(target model) first")
+        return F.embedding(ids, emb.weight.detach()).to(self.fc.weight.dtype)
+
+    # Per-kind pieces (EagleModel below, Eagle3Model in eagle3.py).
+    @property
+    def layer(self) -> DecoderLayer:
+        raise NotImplementedError
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """Target features [..., len(hidden_layers)*d] -> the draft's hidden input [..., d]."""
+        raise NotImplementedError
+
+    def layer_inputs(self, emb, h):
+        """(attention input, residual) for token embeddings `emb` and hidden `h`."""
+        raise NotImplementedError
+
+    def draft_logits(self, out: torch.Tensor) -> torch.Tensor:
+        """Logits over the draft vocabulary for layer outputs `out`."""
+        raise NotImplementedError
+
+    def target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary ids -> target ids (identity unless the draft has its own vocabulary)."""
+        return draft_ids
+
+    def target_logits(self, out: torch.Tensor) -> torch.Tensor:
+        """Logits over the target vocabulary (-inf where the draft cannot propose)."""
+        return self.draft_logits(out)
+
+    def step(self, ids, h, positions, attend) -> torch.Tensor:
+        """One draft step: tokens ids [B, Q] with hidden h [B, Q, d] at positions [B, Q] -> [B, Q, d]."""
+        a, residual = self.layer_inputs(self.embed(ids), h)
+        cos, sin = self.rotary(a, positions)
+        return self.layer(a, residual, cos, sin, attend)
+
+    def forward(self, input_ids: torch.Tensor, features: torch.Tensor, num_steps: int = 1) -> list[torch.Tensor]:
+        """Training-time forward: outputs [B, T, d] of `num_steps` unrolled steps.
+
+        Row t at step j reads token input_ids[t+1+j] (the data's, not the draft's guess) at
+        position t+j, and the hidden state: the fused target feature at t for j = 0, else its own
+        output of step j-1; its output predicts the feature behind token t+2+j. Keys as in
+        `ttt_attention`. With num_steps=1 this is plain EAGLE-1 teacher forcing.
+        """
+        B, T = input_ids.shape
+        h = self.fuse(features.to(self.fc.weight.dtype))
+        past: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+        def attend(q, k, v):
+            past.append((k, v))
+            return ttt_attention(q, past)
+
+        outs = []
+        for j in range(num_steps):
+            ids = F.pad(input_ids[:, 1 + j :], (0, min(1 + j, T)))[:, :T]  # shifted left, 0-padded
+            positions = (torch.arange(T, device=input_ids.device) + j).unsqueeze(0).expand(B, T)
+            h = self.step(ids, h, positions, attend)
+            outs.append(h)
+        return outs
+
+
+class EagleModel(EagleDraftModel):
+    """EAGLE-1: FC(2d -> d) over [E(token); feature], one decoder layer without input norm, the
+    target's LM head. Weight names follow the layout engines load (fc, layers.0.*)."""
+
+    config_class = EagleConfig
+    base_model_prefix = "eagle"
+
+    def __init__(self, config: EagleConfig):
+        super().__init__(config)
+        d = config.hidden_size
+        self.fc = nn.Linear(2 * d, d, bias=False)
+        self.layers = nn.ModuleList([DecoderLayer(config, d)])
+        self.__dict__["_lm_head"] = None
+        self.post_init()
+
+    @property
+    def layer(self) -> DecoderLayer:
+        return self.layers[0]
+
+    def attach_target(self, target_model) -> None:
+        super().attach_target(target_model)
+        head = target_model.get_output_embeddings()
+        if tuple(head.weight.shape) != (self.config.vocab_size, self.config.hidden_size):
+            raise DraftsmithError(f"the target's LM head is {tuple(head.weight.shape)}, this eagle draft needs "
+                                  f"({self.config.vocab_size}, {self.config.hidden_size})")
+        self.__dict__["_lm_head"] = head
+
+    def fuse(self, features):
+        return features
+
+    def layer_inputs(self, emb, h):
+        x = self.fc(torch.cat([emb, h], dim=-1))
+        return x, x
+
+    def draft_logits(self, out):
+        head = self.__dict__["_lm_head"]
+        if head is None:
+            raise DraftsmithError("this eagle draft uses the target's LM head: call attach_target(target model) first")
+        return F.linear(out, head.weight.detach().to(out.dtype))
+
+
+# --- the runtime drafter --------------------------------------------------------------------------
+
+
+class Eagle:
+    """Drafts chains, or EAGLE-2 dynamic trees, from the target's hidden states.
+
+    The draft keeps its own KV cache: slot s holds row s (token s+1 with the target's feature
+    at s) for every row whose real feature is known; tree nodes of the current step go in slots
+    after those and are overwritten next step (the real features of accepted tokens replace
+    them: accept() hands them over).
+    """
+
+    kind = "eagle"
+    model_class = EagleModel
+    needs_hidden_states = True
+    supports_trees = True
+
+    def __init__(self, model: EagleDraftModel, target, name: str, freeze: bool = True):
+        self.model = model.eval().requires_grad_(False) if freeze else model
+        _check_sizes(model.config, target, name)
+        model.attach_target(target.model)
+        self.target, self.name = target, name
+        self.hidden_layers = tuple(model.config.hidden_layers)
+        self._k = self._v = None
+        self._rows = 0  # slots holding real rows
+        self._pending: torch.Tensor | None = None  # target features of rows not yet in the cache
+
+    @classmethod
+    def from_pretrained(cls, folder, target) -> "Eagle":
+        folder = pathlib.Path(folder)
+        config_class = cls.model_class.config_class
+        try:
+            config = config_class.from_pretrained(folder)
+        except Exception as e:  # noqa: BLE001 -- a missing or damaged config.json
+            raise DraftsmithError(f"{cls.kind} draft in {folder}: could not read config.json ({type(e).__name__}: {_first_line(e)})") from e
+        _check_sizes(config, target, str(folder))
+        if (folder / "tokenizer_config.json").is_file() or (folder / "tokenizer.json").is_file():
+            check_same_tokenizer(load_tokenizer(str(folder)), target.tokenizer, str(folder), target.name)
+        try:
+            model, info = cls.model_class.from_pretrained(folder, dtype=target.dtype, output_loading_info=True)
+        except DraftsmithError:
+            raise
+        except Exception as e:  # noqa: BLE001 -- corrupt weights raise safetensors' own error type, among others
+            raise DraftsmithError(f"{cls.kind} draft in {folder}: could not load the weights ({type(e).__name__}: {_first_line(e)})") from e
+        if info.get("missing_keys"):
+            raise DraftsmithError(f"{cls.kind} draft in {folder}: weights missing from the checkpoint: {sorted(info['missing_keys'])[:5]}")
+        return cls(model.to(target.device), target, str(folder))
+
+    # --- the engine's interface --------------------------------------------------------------
+
+    def start(self, prompt: torch.Tensor, max_length: int, hidden: torch.Tensor | None = None) -> None:
+        if hidden is None:
+            raise DraftsmithError(f"{self.kind} drafts read the target's hidden states: run them through draftsmith's Engine")
+        c = self.model.config
+        p = self.model.fc.weight
+        shape = (1, c.num_key_value_heads, max_length + 64, c.head_dim)
+        self._k = torch.zeros(shape, dtype=p.dtype, device=p.device)
+        self._v = torch.zeros_like(self._k)
+        self._rows, self._pending = 0, hidden
+
+    def accept(self, num_accepted: int, hidden: torch.Tensor | None = None) -> None:
+        self._pending = hidden  # the root and accepted rows, now with the target's real features
+
+    def propose(self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None, tree: TreeConfig | None = None) -> Proposal:
+        with torch.no_grad():
+            last = self._catch_up(seq)
+            if tree is None:
+                return self._chain(last, seq.shape[1], k, sampling, generator)
+            return self._tree(last, seq.shape[1], tree)
+
+    def max_tree_nodes(self, cfg: TreeConfig) -> int:
+        topk, depth, budget = _tree_dims(cfg)
+        return min(budget, topk + (depth - 1) * topk * topk)
+
+    # --- drafting ----------------------------------------------------------------------------
+
+    def _run(self, ids, h, positions, slots, mask) -> torch.Tensor:
+        """One draft forward of q tokens ([q] ids, [q, d] hidden) written at cache `slots`,
+        each query seeing the keys `mask` [q, kv] allows."""
+        kv = mask.shape[1]
+        if kv > self._k.shape[2]:  # grow (rare: trees deeper than start() planned for)
+            extra = torch.zeros_like(self._k[:, :, : kv - self._k.shape[2] + 64])
+            self._k, self._v = torch.cat([self._k, extra], 2), torch.cat([self._v, extra.clone()], 2)
+
+        def attend(q, k, v):
+            self._k[:, :, slots] = k
+            self._v[:, :, slots] = v
+            heads = q.shape[1]
+            keys, values = expand_kv(self._k[:, :, :kv], heads), expand_kv(self._v[:, :, :kv], heads)
+            return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask.view(1, 1, *mask.shape))
+
+        return self.model.step(ids.view(1, -1), h.unsqueeze(0), positions.view(1, -1), attend)[0]
+
+    def _catch_up(self, seq: torch.Tensor) -> torch.Tensor:
+        """Run the rows whose target features arrived since the last step; the output of the
+        last one (the pending token's row) is where drafting starts. -> [1, d]"""
+        n, c = seq.shape[1], self._rows
+        m = 0 if self._pending is None else self._pending.shape[0]
+        if c + m != n - 1 or m == 0:
+            raise DraftsmithError(f"{self.kind} drafter out of step with the engine ({c} rows + {m} features for {n} tokens)")
+        device = self._k.device
+        h = self.model.fuse(self._pending.to(device=device, dtype=self._k.dtype))
+        rows = torch.arange(c, n - 1, device=device)
+        mask = torch.arange(n - 1, device=device)[None] <= rows[:, None]
+        out = self._run(seq[0, c + 1 : n].to(device), h, rows, rows, mask)
+        self._rows, self._pending = n - 1, None
+        return out[-1:]
+
+    def _chain(self, last, n: int, k: int, sampling: SamplingConfig, generator) -> Proposal:
+        c, device = self._rows, self._k.device
+        h, tokens, probs = last, [], []
+        for d in range(1, k + 1):
+            logits = self.model.target_logits(h)[0]
+            if sampling.greedy:
+                tok = logits.argmax(-1, keepdim=True)
+            else:
+                q = logits_to_probs(logits, sampling)
+                tok = sample(q, generator).view(1)
+                probs.append(q)
+            tokens.append(tok)
+            if d < k:  # a chain sees every earlier slot: no mask needed beyond the slot count
+                slot = torch.tensor([c + d - 1], device=device)
+                position = torch.tensor([n - 2 + d], device=device)
+                h = self._run(tok, h, position, slot, torch.ones(1, c + d, dtype=torch.bool, device=device))
+        toks = torch.cat(tokens).to(self.target.device)
+        return Proposal(toks, torch.stack(probs) if probs else None)
+
+    def _tree(self, last, n: int, cfg: TreeConfig) -> Proposal:
+        """EAGLE-2 (sec. 4): expand the top-`topk` frontier by cumulative draft log-probability
+        for `depth` levels, then rerank every candidate and keep the best num_draft_tokens-1.
+        Children are the draft's top-k (deterministic), so verification is EAGLE-2's lossless
+        scheme (tree_speculative_sampling without draft probabilities) or greedy."""
+        if cfg.choices is not None:
+            raise DraftsmithError(f"{self.kind} drafts build their tree per step (EAGLE-2): use --tree-topk, --tree-depth "
+                                  "and --tree-num-draft-tokens instead of --tree-choices")
+        if cfg.children != "topk":
+            raise DraftsmithError(f"{self.kind} trees take the draft's top-k children (EAGLE-2); children 'sampled' is for medusa")
+        topk, depth, budget = _tree_dims(cfg)
+        c, device = self._rows, self._k.device
+        logp = self.model.draft_logits(last).float().log_softmax(-1)[0]
+        score, ids = logp.topk(min(topk, logp.shape[-1]))
+        # Candidate nodes; node i's parent is parents[i] (-1: the root).
+        tokens = self.model.target_ids(ids).tolist()
+        scores, parents, ranks, depths = score.tolist(), [-1] * len(tokens), list(range(len(tokens))), [1] * len(tokens)
+        frontier, frontier_h = list(range(len(tokens))), last.expand(len(tokens), -1)
+        slot_of: dict[int, int] = {}
+        next_slot = c
+        for d in range(2, depth + 1):
+            q = len(frontier)
+            for i, node in enumerate(frontier):
+                slot_of[node] = next_slot + i
+            mask = torch.zeros(q, next_slot + q, dtype=torch.bool, device=device)
+            mask[:, :c] = True
+            for i, node in enumerate(frontier):
+                while node >= 0:  # the node and its ancestors, all expanded at earlier depths
+                    mask[i, slot_of[node]] = True
+                    node = parents[node]
+            slots = torch.arange(next_slot, next_slot + q, device=device)
+            positions = torch.full((q,), n - 3 + d, device=device)
+            out = self._run(torch.tensor([tokens[f] for f in frontier], device=device), frontier_h, positions, slots, mask)
+            next_slot += q
+            child_logp = self.model.draft_logits(out).float().log_softmax(-1)
+            top, child_ids = child_logp.topk(min(topk, child_logp.shape[-1]), dim=-1)  # [q, topk]
+            cum = torch.tensor([scores[f] for f in frontier], device=device)[:, None] + top
+            first = len(tokens)
+            width = cum.shape[1]
+            tokens += self.model.target_ids(child_ids).flatten().tolist()
+            scores += cum.flatten().tolist()
+            parents += [f for f in frontier for _ in range(width)]
+            ranks += list(range(width)) * q
+            depths += [d] * (q * width)
+            if d < depth:
+                best = cum.flatten().topk(min(topk, cum.numel())).indices
+                frontier = [first + int(b) for b in best]
+                frontier_h = out[best // width]
+        # Rerank: a child never outscores its parent (log-probs <= 0), and ties go to the
+        # shallower node, so the best `budget` nodes always form a tree.
+        keep = sorted(range(len(tokens)), key=lambda i: (-scores[i], depths[i], ranks[i]))[:budget]
+        paths: dict[int, tuple[int, ...]] = {}
+        for i in sorted(keep, key=lambda i: depths[i]):
+            paths[i] = (paths[parents[i]] if parents[i] >= 0 else ()) + (ranks[i],)
+        order = sorted(keep, key=lambda i: (depths[i], paths[i]))
+        tree = Tree([paths[i] for i in order])
+        return Proposal(torch.tensor([tokens[i] for i in order], device=self.target.device), None, tree=tree)
+
+
+def _tree_dims(cfg: TreeConfig) -> tuple[int, int, int]:
+    topk, depth = cfg.topk or DEFAULT_TOPK, cfg.depth or DEFAULT_DEPTH
+    budget = cfg.num_draft_tokens - 1 if cfg.num_draft_tokens else topk + (depth - 1) * topk * topk
+    return topk, depth, budget
+
+
+def _check_sizes(config, target, where: str) -> None:
+    hidden = target.config.hidden_size
+    if config.hidden_size != hidden:
+        raise DraftsmithError(f"the eagle draft in {where} was trained for hidden size {config.hidden_size}, "
+                              f"the target {target.name} has {hidden}")
+    if config.vocab_size != target.vocab_size:
+        raise DraftsmithError(f"the eagle draft in {where} was trained for vocabulary size {config.vocab_size}, "
+                              f"the target {target.name} has {target.vocab_size}")
+    layers = target.config.num_hidden_layers
+    bad = [i for i in config.hidden_layers if not -(layers + 1) <= i <= layers]
+    if bad:
+        raise DraftsmithError(f"the eagle draft in {where} reads hidden layers {list(config.hidden_layers)}, but "
+                              f"{target.name} has {layers + 1} hidden states (indices {-(layers + 1)}..{layers}): {bad} missing")
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else "")[:200]
+
+
+try:  # AutoConfig.from_pretrained on an eagle folder then works too
+    from transformers import AutoConfig
+
+    AutoConfig.register(EagleConfig.model_type, EagleConfig, exist_ok=True)
+except (TypeError, ValueError):
+    pass
+
+__all__ = ["Eagle", "EagleConfig", "EagleDraftModel", "EagleModel", "ttt_attention"]

@@ -1,0 +1,268 @@
+"""Training EAGLE drafters: EAGLE-1 (feature regression + distillation) and EAGLE-3 (training-time test).
+
+Both read the frozen target's hidden states through train/features.py: online (a target forward
+per batch, the default) or from an offline cache written once (`drafter.features: DIR`; held-out
+batches are always computed online). Row t of the draft reads token t+1 and the target's
+feature at t; at step j of an unrolled forward it reads token t+1+j and its own previous output
+(models/eagle.py, EagleDraftModel.forward), and is scored on the target's distribution for token
+t+2+j, i.e. softmax(target logits at t+1+j).
+
+- EAGLE-1 (Li et al. 2024, sec. 4.2): one step; L = smooth-L1(f̂_{t+1}, f_{t+1}) + 0.1 · CE(p_{t+2},
+  LMHead(f̂_{t+1})), with U(-0.1, 0.1) noise on the input features.
+- EAGLE-3 (Li et al. 2025, sec. 3.2): n unrolled steps (default 7) with weights 0.8^j, cross-
+  entropy only, over the draft vocabulary: the target's distribution restricted to it and
+  renormalised.
+
+Evaluation unrolls max(n, K) steps for both (K = logging.acceptance_k) and reports the per-step
+top-1 agreement with the target's argmax and `simulated_acceptance_length`: 1 + the mean number
+of leading steps (of K) whose top-1 matches, i.e. greedy chain acceptance with the data's tokens
+as context; the trainer adds the real mean_acceptance_length measured by the runtime.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import torch
+import torch.nn.functional as F
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.models import read_drafter_meta, write_drafter_meta
+from draftsmith.models.eagle import Eagle, EagleConfig
+from draftsmith.models.eagle3 import Eagle3, Eagle3Config, default_aux_layers, frequent_tokens
+
+from .config import Eagle3TrainConfig, EagleTrainConfig
+from .data import collate
+from .features import OfflineFeatures, OnlineFeatures
+from .medusa import label_positions
+
+
+class EagleTask:
+    kind = "eagle"
+    drafter_class = Eagle
+
+    def __init__(self, cfg: EagleTrainConfig, target, seed: int = 0):
+        self.cfg, self.target, self.seed = cfg, target, seed
+        self.layers = self.feature_layers(cfg, target.config)
+        self.model = self._init_model()
+        self.online = self.features = OnlineFeatures(target, self.layers)
+        self.acceptance_k = 4  # the trainer sets logging.acceptance_k: the chain length evaluation simulates
+
+    # --- what the task reads --------------------------------------------------------------------
+
+    @classmethod
+    def feature_layers(cls, cfg, target_config) -> tuple[int, ...]:
+        """The target layers training reads (what an offline cache stores)."""
+        return (-1,)
+
+    def bind_data(self, data, data_cfg) -> None:
+        """Called by the trainer once the data is built: open the offline feature cache."""
+        if self.cfg.features != "online":
+            self.features = OfflineFeatures(self.cfg.features, self.target, self.layers, data_cfg.max_length, data.train)
+
+    @property
+    def train_steps(self) -> int:
+        return 1
+
+    # --- building ------------------------------------------------------------------------------
+
+    def _config(self):
+        t = self.target
+        fields = EagleConfig.layer_fields(t.config)
+        if self.cfg.intermediate_size:
+            fields["intermediate_size"] = self.cfg.intermediate_size
+        return EagleConfig(vocab_size=t.vocab_size, target=t.name, hidden_layers=[-1], **fields)
+
+    def _init_model(self):
+        init = self.cfg.init
+        if init is None:
+            model = self.drafter_class.model_class(self._config())
+            self._fresh(model)
+        else:
+            meta = read_drafter_meta(init) if pathlib.Path(init).is_dir() else None
+            if meta is None:
+                raise DraftsmithError(f"drafter.init {init}: not a draftsmith checkpoint folder (no drafter.json)")
+            if meta["kind"] != self.kind:
+                raise DraftsmithError(f"drafter.init {init}: a {meta['kind']!r} checkpoint, but this recipe trains a {self.kind!r} drafter")
+            model = self.drafter_class.from_pretrained(init, self.target).model.cpu()
+        model.attach_target(self.target.model)
+        return model.float().train().requires_grad_(True)
+
+    def _fresh(self, model) -> None:
+        """Initialise a new draft from the target where that helps (EAGLE-3: its LM head rows)."""
+
+    def trainable_parameters(self):
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    # --- the loss --------------------------------------------------------------------------------
+
+    def loss(self, model, batch: dict, step: int | None = None):
+        training = step is not None
+        ids, loss_mask, attn = batch["input_ids"], batch["loss_mask"], batch["attention_mask"]
+        feats = (self.features if training else self.online)(batch, want_logits=True)
+        hidden = feats.hidden.float()
+        draft_in = self._draft_features(hidden)
+        if training and self.cfg.noise > 0:
+            draft_in = draft_in + (torch.rand_like(draft_in) * 2 - 1) * self.cfg.noise
+        steps = self.train_steps if training else max(self.train_steps, self.acceptance_k)
+        counted = label_positions(loss_mask, attn, steps)  # [S, B, T]: row t at step j is scored on token t+2+j
+        outs = model(input_ids=ids, features=draft_in, num_steps=steps)
+        unwrapped = getattr(model, "module", model)
+        total = hidden.new_zeros(())
+        stats: dict[str, float] = {}
+        correct = torch.zeros_like(counted)
+        # Per position, once (not per step): the target's argmax and the law each step is scored on.
+        with torch.no_grad():
+            target_top1 = feats.logits.argmax(-1)
+            target_probs = self._target_probs(unwrapped, feats.logits)
+        for j in range(steps):
+            b, t = counted[j].nonzero(as_tuple=True)
+            n = b.numel()
+            pred = outs[j][b, t]
+            step_loss, top1, parts = self._step_loss(unwrapped, pred, hidden, b, t + 1 + j, target_probs[b, t + 1 + j], target_top1[b, t + 1 + j])
+            if j < self.train_steps:
+                total = total + self._weight(j) * step_loss
+                for key, value in parts.items():
+                    stats[key] = stats.get(key, 0.0) + self._weight(j) * value
+            correct[j, b, t] = top1
+            stats[f"step{j + 1}_top1"] = float(top1.float().sum()) / max(n, 1)
+            if j == 0:
+                stats["num_tokens"] = float(n)
+        stats["loss"] = float(total.detach())
+        stats["top1_agreement"] = stats["step1_top1"]
+        if not training:
+            stats["simulated_acceptance_length"] = simulated_acceptance_length(correct[: self.acceptance_k], counted[0])
+        return total, stats
+
+    def _weight(self, j: int) -> float:
+        return 1.0
+
+    def _draft_features(self, hidden):
+        return hidden
+
+    def _target_probs(self, model, target_logits):
+        """[B, T, V] the target's next-token law, float32."""
+        return target_logits.float().softmax(-1)
+
+    def _step_loss(self, model, pred, hidden, b, t_next, target_probs, target_top1):
+        """(loss, top-1 agreement [N] bool, loss parts) for one step's predictions `pred` [N, d]
+        of the features at rows b, t_next, whose law is `target_probs` [N, V] (argmax `target_top1`)."""
+        n = max(pred.shape[0], 1)
+        feature = hidden[b, t_next]
+        reg = F.smooth_l1_loss(pred.float(), feature, reduction="none").mean(-1).sum() / n
+        logits = model.draft_logits(pred).float()
+        cls = -(target_probs * logits.log_softmax(-1)).sum(-1).sum() / n
+        loss = self.cfg.feature_loss_weight * reg + self.cfg.cls_loss_weight * cls
+        with torch.no_grad():
+            top1 = logits.argmax(-1) == target_top1
+        return loss, top1, {"feature_loss": float(reg.detach()), "cls_loss": float(cls.detach())}
+
+    # --- saving and running --------------------------------------------------------------------
+
+    def save(self, model, state_dict, folder: pathlib.Path, extra: dict) -> None:
+        """The draft's own weights (never the target's embedding or LM head), its config, the
+        target's tokenizer and drafter.json."""
+        folder = pathlib.Path(folder)
+        extra = {k: v for k, v in extra.items() if k != "eval"}
+        model.config.target = self.target.name
+        model.save_pretrained(folder, state_dict=state_dict)
+        self.target.tokenizer.save_pretrained(folder)
+        write_drafter_meta(folder, self.kind, self.target.name, hidden_layers=list(model.config.hidden_layers),
+                           features="online" if self.cfg.features == "online" else "offline", init=self.cfg.init, **extra)
+
+    def runtime_drafter(self, model):
+        """The live draft as an engine drafter (not frozen: training continues afterwards)."""
+        return self.drafter_class(model, self.target, f"{self.kind}@training", freeze=False)
+
+
+class Eagle3Task(EagleTask):
+    kind = "eagle3"
+    drafter_class = Eagle3
+
+    def __init__(self, cfg: Eagle3TrainConfig, target, seed: int = 0):
+        self._aux = aux_layers(cfg, target.config)
+        super().__init__(cfg, target, seed)
+
+    @classmethod
+    def feature_layers(cls, cfg, target_config) -> tuple[int, ...]:
+        # The fused layers, then the last (post-norm) one: an offline cache needs it for the
+        # target's logits; online the forward's logits are used directly.
+        return (*aux_layers(cfg, target_config), -1)
+
+    @property
+    def train_steps(self) -> int:
+        return self.cfg.ttt_steps
+
+    def _weight(self, j: int) -> float:
+        return self.cfg.ttt_decay**j
+
+    def _config(self):
+        t = self.target
+        fields = EagleConfig.layer_fields(t.config)
+        if self.cfg.intermediate_size:
+            fields["intermediate_size"] = self.cfg.intermediate_size
+        return Eagle3Config(vocab_size=t.vocab_size, target=t.name, hidden_layers=list(self._aux),
+                            draft_vocab_size=min(self.cfg.draft_vocab_size, t.vocab_size), **fields)
+
+    def _init_model(self):
+        model = super()._init_model()
+        if self.cfg.init is not None and list(model.config.hidden_layers) != list(self._aux):
+            raise DraftsmithError(f"drafter.init {self.cfg.init}: reads target layers {model.config.hidden_layers}, "
+                                  f"the recipe asks for {list(self._aux)}")
+        self._vocab_set = self.cfg.init is not None  # a loaded draft keeps its vocabulary and FC
+        return model
+
+    def bind_data(self, data, data_cfg) -> None:
+        super().bind_data(data, data_cfg)
+        if self._vocab_set:
+            return
+        rows = data.train
+        size = self.model.config.draft_vocab_size
+        ids = frequent_tokens(rows.input_ids, rows.loss_mask, self.target.vocab_size, size, always=sorted(self.target.eos_token_ids))
+        self.model.set_vocab(ids, self.target.model.get_output_embeddings())
+        sample = collate([rows[i] for i in range(min(4, len(rows)))])
+        sample = {k: v.to(self.target.device) for k, v in sample.items()}
+        feats = self.features(sample).hidden
+        real = sample["attention_mask"].bool()
+        self.model.scale_fc_to(self._draft_features(feats)[real].to(self.model.fc.weight.device))
+        self._vocab_set = True
+
+    def _draft_features(self, hidden):
+        return hidden[..., : len(self._aux) * self.target.config.hidden_size]
+
+    def _target_probs(self, model, target_logits):
+        """The target's law restricted to the draft vocabulary and renormalised: [B, T, draft vocab]."""
+        return target_logits[..., model.draft_to_target].float().softmax(-1)
+
+    def _step_loss(self, model, pred, hidden, b, t_next, target_probs, target_top1):
+        n = max(pred.shape[0], 1)
+        logits = model.draft_logits(pred).float()  # [N, draft vocab]
+        loss = -(target_probs * logits.log_softmax(-1)).sum(-1).sum() / n
+        with torch.no_grad():
+            top1 = model.target_ids(logits.argmax(-1)) == target_top1
+        return loss, top1, {}
+
+
+def aux_layers(cfg: Eagle3TrainConfig, target_config) -> tuple[int, ...]:
+    """The recipe's aux_layers (or EAGLE-3's default), checked against the target's depth."""
+    L = target_config.num_hidden_layers
+    layers = list(cfg.aux_layers) if cfg.aux_layers is not None else default_aux_layers(L)
+    bad = [i for i in layers if not 0 <= i <= L]
+    if bad:
+        raise DraftsmithError(f"drafter.aux_layers {layers}: the target has {L} layers, so hidden states 0..{L} "
+                              f"(i = the input of decoder layer i); {bad} missing")
+    return tuple(layers)
+
+
+def simulated_acceptance_length(correct: torch.Tensor, rows: torch.Tensor) -> float:
+    """1 + mean over `rows` [B, T] of the number of leading steps whose top-1 was right
+    (`correct` [K, B, T]): what a greedy chain of K would accept with these contexts."""
+    if not bool(rows.any()):
+        return 1.0
+    leading = correct.long().cumprod(0).sum(0)  # [B, T]
+    return 1.0 + float(leading[rows].float().mean())
+
+
+TASKS = {"eagle": EagleTask, "eagle3": Eagle3Task}
+
+__all__ = ["Eagle3Task", "EagleTask", "aux_layers", "simulated_acceptance_length"]
