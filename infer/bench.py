@@ -226,12 +226,19 @@ def run_compare(target, methods: list[Method], prompts, max_new_tokens, sampling
             n = names[(i + j) % len(names)]
             outputs[n].append(run[n](p, seed + i))
     tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in outs]) for n, outs in outputs.items()}
+    domains = sorted({p.domain for p in prompts})
     rows = {}
     for n in names:
-        m = SpecMetrics()
-        for r in outputs[n]:
+        m, by_domain = SpecMetrics(), {}
+        for p, r in zip(prompts, outputs[n]):
             m = m.merge(r.metrics)
-        row = {"tokens_per_s": tps[n], "speedup": tps[n] / tps["plain"], **m.as_dict(),
+            by_domain[p.domain] = by_domain.get(p.domain, SpecMetrics()).merge(r.metrics)
+        per_domain = {}
+        for d in domains:  # tau and speedup per prompt domain (acceptance drifts with the domain)
+            pick = lambda name: [(len(r.tokens), r.elapsed_s) for p, r in zip(prompts, outputs[name]) if p.domain == d]  # noqa: E731
+            per_domain[d] = {"mean_acceptance_length": by_domain[d].as_dict()["mean_acceptance_length"],
+                             "speedup": _mean_tps(pick(n)) / _mean_tps(pick("plain"))}
+        row = {"tokens_per_s": tps[n], "speedup": tps[n] / tps["plain"], **m.as_dict(), "by_domain": per_domain,
                "outputs_match_plain": all(a.tokens == b.tokens for a, b in zip(outputs[n], outputs["plain"])) if sampling.greedy else None}
         if n != "plain":
             e = engines[n]
@@ -258,6 +265,12 @@ def format_compare(result: dict) -> str:
         lines.append(f"{name:<22}{per_step:>11.1f}{r['mean_acceptance_length']:>7.2f}{fmt(r['draft_acceptance_rate'], '.2f'):>8}"
                      f"{r['tokens_per_s']:>10.2f}{r['speedup']:>8.2f}x{fmt(r.get('predicted_speedup'), '.2f'):>9}x{match:>7}  "
                      + " ".join(f"{a:.2f}" for a in r["per_position_acceptance"]))
+    domains = sorted({d for r in result["methods"].values() for d in r.get("by_domain", {})})
+    if len(domains) > 1:
+        lines.append(f"{'by domain (tau / speedup)':<22}" + "".join(f"{d:>18}" for d in domains))
+        for name, r in result["methods"].items():
+            cells = [r["by_domain"].get(d) for d in domains]
+            lines.append(f"{name:<22}" + "".join(f"{c['mean_acceptance_length']:>10.2f} /{c['speedup']:>5.2f}x" if c else f"{'-':>18}" for c in cells))
     return "\n".join(lines)
 
 

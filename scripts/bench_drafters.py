@@ -62,8 +62,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="smollm2-135m-instruct")
     ap.add_argument("--method", action="append", required=True, help="NAME=DRAFT[,k=K][,choices=FILE][,topk=N][,depth=N][,tokens=N]")
-    ap.add_argument("--prompts", default="chat")
-    ap.add_argument("--num-prompts", type=int, default=8)
+    ap.add_argument("--prompts", default="chat", help="prompt set(s), comma-separated: chat,code or jsonl files")
+    ap.add_argument("--num-prompts", type=int, default=8, help="per prompt set")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--dtype", default=None, help="default: float32 on CPU, bfloat16 on CUDA")
@@ -77,7 +77,8 @@ def main() -> int:
     target = Target.load(args.target, dtype=dtype, device=args.device)
     drafters: dict = {}
     methods = [parse_method(m, drafters, target) for m in args.method]
-    prompts = load_prompts(args.prompts, target.tokenizer, args.num_prompts)
+    # Several sets ("chat,code"): each contributes --num-prompts prompts, reported per domain too.
+    prompts = [p for name in args.prompts.split(",") for p in load_prompts(name, target.tokenizer, args.num_prompts)]
     result = run_compare(target, methods, prompts, args.max_new_tokens, SamplingConfig(temperature=args.temperature), args.seed)
     result["prompts"] = args.prompts
     result["command"] = " ".join(sys.argv)

@@ -5,9 +5,10 @@
 # Real weights are too large to carry, so models are the built-in tiny-random or randomly
 # initialised real shapes (costs are real; acceptance comes from the CPU runs).
 #   1. gpu-marked tests: compiled (CUDA-graph) static-cache decode, chains and trees == plain;
-#   2. verification cost: one step vs chains vs Medusa trees, eager vs compiled, SmolLM2-135M
-#      and Llama-1B shapes in bf16 (scripts/bench_verify_cost.py);
-#   3. Medusa heads trained on CUDA in bf16 (configs/tiny/medusa.yaml), then benchmarked with
+#   2. verification cost: one step vs chains vs trees, eager vs compiled, and what Medusa and
+#      EAGLE-3 (dynamic trees) drafting costs, SmolLM2-135M and Llama-1B shapes in bf16
+#      (scripts/bench_verify_cost.py);
+#   3. a tiny drafter (DRAFTER=eagle3 by default) trained on CUDA in bf16, then benchmarked with
 #      the compiled decode as a chain and as a tree (draftsmith bench).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,11 +30,12 @@ step "verification cost: step vs chain vs tree, eager vs compiled"
 python3 scripts/bench_verify_cost.py --shapes smollm2-135m,llama-1b --context 512 --chains 4 --trees 16,64 \
   --repeats 30 --out "$OUT/verify_cost.json" 2>&1 | grep -v "Loading weights" | tee "$OUT/verify_cost.log"
 
-step "medusa heads on CUDA, bf16"
-python3 -m draftsmith.train configs/tiny/medusa.yaml --optim.mixed_precision=bf16 --logging.progress=false \
-  --output-dir /tmp/gpu-medusa 2>&1 | grep -v "Loading weights\|Writing model" | tail -8
-cp /tmp/gpu-medusa/train_summary.json "$OUT/medusa_summary.json" 2>/dev/null
+DRAFTER=${DRAFTER:-eagle3}   # medusa | eagle | eagle3: trained on CUDA in bf16 from configs/tiny/$DRAFTER.yaml
+step "$DRAFTER on CUDA, bf16"
+python3 -m draftsmith.train configs/tiny/$DRAFTER.yaml --optim.mixed_precision=bf16 --logging.progress=false \
+  --output-dir /tmp/gpu-$DRAFTER 2>&1 | grep -v "Loading weights\|Writing model" | tail -8
+cp /tmp/gpu-$DRAFTER/train_summary.json "$OUT/${DRAFTER}_summary.json" 2>/dev/null
 for shape in "-k 3" "--tree-topk 2 --tree-depth 3 --tree-num-draft-tokens 8"; do
-  step "bench medusa $shape (compiled decode)"
-  python3 -m draftsmith bench --draft /tmp/gpu-medusa/final $shape --num-prompts 4 --max-new-tokens 64 --quiet --no-hf 2>&1 | grep -v "Loading weights" | tail -8
+  step "bench $DRAFTER $shape (compiled decode)"
+  python3 -m draftsmith bench --draft /tmp/gpu-$DRAFTER/final $shape --num-prompts 4 --max-new-tokens 64 --quiet --no-hf 2>&1 | grep -v "Loading weights" | tail -8
 done

@@ -7,8 +7,8 @@ costs are real and the acceptance is not measured here (take τ from `draftsmith
 
 For each model shape and each of eager / compiled (CUDA graphs, CUDA only): the median time of a
 plain decode step (q = 1), of verifying chains of k+1 tokens and trees of n+1 tokens (tree
-attention mask, tree positions) at a given context length, and of a Medusa drafter's propose
-(untrained heads: same cost as trained ones). Prints a table, writes JSON.
+attention mask, tree positions) at a given context length, and of a Medusa and an EAGLE-3
+drafter's propose (untrained weights: same cost as trained ones; EAGLE-3 with dynamic trees). Prints a table, writes JSON.
 
     python scripts/bench_verify_cost.py --shapes smollm2-135m,llama-1b --context 512 --out runs/bench/verify_cost.json
 """
@@ -24,6 +24,8 @@ import torch
 from draftsmith.infer.sampling import GREEDY
 from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies
 from draftsmith.models import Target
+from draftsmith.models.eagle import EagleConfig
+from draftsmith.models.eagle3 import Eagle3, Eagle3Config, Eagle3Model, default_aux_layers
 from draftsmith.models.medusa import Medusa, MedusaHeads, prior_accuracies
 
 SHAPES = {  # LlamaConfig keyword arguments
@@ -86,6 +88,28 @@ def measure(shape: str, compile: bool, context: int, chains, trees, repeats: int
         cfg = TreeConfig(choices=tuple(tree.paths[1:]))
         row[f"t_propose_tree{n}"] = timed(lambda cfg=cfg: medusa.propose(seq, 4, GREEDY, None, tree=cfg), repeats, device)
     row["t_propose_chain4"] = timed(lambda: medusa.propose(seq, 4, GREEDY, None), repeats, device)
+    # EAGLE-3 (untrained: same cost as trained), a 32k draft vocabulary as in the paper's recipes
+    # (capped at the target's): one catch-up row per step plus `depth` draft forwards.
+    aux = default_aux_layers(config.num_hidden_layers)
+    e3 = Eagle3Model(Eagle3Config(vocab_size=config.vocab_size, draft_vocab_size=min(32000, config.vocab_size),
+                                  hidden_layers=aux, **EagleConfig.layer_fields(config)))
+    e3.set_vocab(torch.arange(min(32000, config.vocab_size)))
+    eagle = Eagle3(e3.to(device=device, dtype=dtype), target, "untrained")
+    _, aux_hidden = target.forward_hidden(prompt[:, -2:], cache, logits_to_keep=1, hidden_layers=tuple(aux))
+    cache.crop(base)
+
+    def eagle_propose(cfg):
+        def run():  # one new row to catch up, as after a step that accepted nothing
+            eagle._rows, eagle._pending = context - 2, aux_hidden[-1:]
+            eagle.propose(prompt, 4, GREEDY, None, tree=cfg)
+        return run
+
+    eagle.start(prompt, max_length, hidden=torch.zeros(context - 1, aux_hidden.shape[-1], device=device, dtype=dtype))
+    eagle._catch_up(prompt)  # fill the draft's cache with the prefix once
+    row["t_propose_eagle3_chain4"] = timed(eagle_propose(None), repeats, device)
+    for n in trees:
+        cfg = TreeConfig(topk=8 if n > 16 else 4, depth=4 if n <= 16 else 6, num_draft_tokens=n + 1)
+        row[f"t_propose_eagle3_tree{n}"] = timed(eagle_propose(cfg), repeats, device)
     return row  # the models go with this frame; main() empties the CUDA cache between shapes
 
 
@@ -112,7 +136,9 @@ def main() -> int:
             rows.append(row)
             t1 = row["t_step"]
             cells = [f"chain{k} {row[f't_verify_chain{k}'] / t1:.2f}x" for k in chains]
-            cells += [f"tree{n} {row[f't_verify_tree{n}'] / t1:.2f}x (+propose {row[f't_propose_tree{n}'] / t1:.2f}x)" for n in trees]
+            cells += [f"tree{n} {row[f't_verify_tree{n}'] / t1:.2f}x (+propose medusa {row[f't_propose_tree{n}'] / t1:.2f}x, "
+                      f"eagle3 {row[f't_propose_eagle3_tree{n}'] / t1:.2f}x)" for n in trees]
+            cells.append(f"eagle3 chain4 propose {row['t_propose_eagle3_chain4'] / t1:.2f}x")
             print(f"{shape:<13} {'compiled' if compile else 'eager':<9} step {t1 * 1e3:7.2f} ms | verify/step: " + "  ".join(cells), flush=True)
     env = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "dtype": str(dtype), "torch": torch.__version__}
     with open(args.out, "w") as f:

@@ -33,3 +33,23 @@ def test_compiled_cuda_tree_verification_matches_plain(tiny_cache):
     for tree in (None, TreeConfig(topk=2, depth=3, num_draft_tokens=8)):
         engine = Engine(compiled, drafter, 3, tree=tree)
         assert engine.generate(prompt, 32, eos_token_ids=()).tokens == ref
+
+
+def test_compiled_cuda_eagle_dynamic_tree_matches_plain(tiny_cache):
+    """EAGLE-3 drafting on CUDA (its own KV cache, dynamic tree masks) through the CUDA-graph verify."""
+    from draftsmith.infer.tree import TreeConfig
+    from draftsmith.models.eagle import EagleConfig
+    from draftsmith.models.eagle3 import Eagle3, Eagle3Config, Eagle3Model, default_aux_layers
+
+    compiled = Target.load("tiny-random", dtype="float32", device="cuda", compile=True)
+    c = compiled.config
+    torch.manual_seed(0)
+    model = Eagle3Model(Eagle3Config(vocab_size=compiled.vocab_size, draft_vocab_size=128, hidden_layers=default_aux_layers(c.num_hidden_layers),
+                                     **EagleConfig.layer_fields(c)))
+    model.set_vocab(torch.arange(0, 256, 2), compiled.model.get_output_embeddings())
+    drafter = Eagle3(model.to("cuda"), compiled, "untrained")
+    prompt = [5, 6, 7, 8, 9]
+    ref = Engine(compiled).generate(prompt, 32, eos_token_ids=()).tokens
+    for tree in (None, TreeConfig(topk=3, depth=3, num_draft_tokens=10)):
+        engine = Engine(compiled, drafter, 3, tree=tree)
+        assert engine.generate(prompt, 32, eos_token_ids=()).tokens == ref
