@@ -464,21 +464,20 @@ class Eagle:
         tokens = self.model.target_ids(ids).tolist()
         scores, parents, ranks, depths = score.tolist(), [-1] * len(tokens), list(range(len(tokens))), [1] * len(tokens)
         frontier, frontier_h = list(range(len(tokens))), last.expand(len(tokens), -1)
-        slot_of: dict[int, int] = {}
+        seen: dict[int, list[int]] = {}  # expanded node -> cache slots of its ancestors and itself
         next_slot = c
         for d in range(2, depth + 1):
             q = len(frontier)
-            for i, node in enumerate(frontier):
-                slot_of[node] = next_slot + i
-            mask = torch.zeros(q, next_slot + q, dtype=torch.bool, device=device)
+            # Built on the host and moved once: per-element writes would be a kernel each on a GPU.
+            mask = torch.zeros(q, next_slot + q, dtype=torch.bool)
             mask[:, :c] = True
             for i, node in enumerate(frontier):
-                while node >= 0:  # the node and its ancestors, all expanded at earlier depths
-                    mask[i, slot_of[node]] = True
-                    node = parents[node]
+                seen[node] = (seen[parents[node]] if parents[node] >= 0 else []) + [next_slot + i]
+                mask[i, seen[node]] = True
             slots = torch.arange(next_slot, next_slot + q, device=device)
             positions = torch.full((q,), n - 3 + d, device=device)
-            out = self._run(torch.tensor([tokens[f] for f in frontier], device=device), frontier_h, positions, slots, mask)
+            ids = torch.tensor([tokens[f] for f in frontier]).to(device)
+            out = self._run(ids, frontier_h, positions, slots, mask.to(device))
             next_slot += q
             child_logp = self.model.draft_logits(out).float().log_softmax(-1)
             top, child_ids = child_logp.topk(min(topk, child_logp.shape[-1]), dim=-1)  # [q, topk]
