@@ -1,4 +1,4 @@
-"""The `draftsmith` command: train, bench, eval, generate (export/publish come with a later issue).
+"""The `draftsmith` command: train, bench, eval, generate, export, publish.
 
 Every user-facing error is a DraftsmithError, printed as one line with exit status 2.
 """
@@ -71,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat template")
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--show-draft", action="store_true", help="mark tokens that came from the draft: [[like this]]")
+
+    from draftsmith import export, hub  # light: torch and huggingface_hub load when they run
+
+    export.add_arguments(sub.add_parser("export", help="write a checkpoint in the layout an engine loads (hf, vllm, sglang)"))
+    hub.add_arguments(sub.add_parser("publish", help="upload a checkpoint, its engine exports and a model card to the Hub"))
     return parser
 
 
@@ -195,7 +200,19 @@ def cmd_generate(args) -> None:
     print(json.dumps(summary), file=sys.stderr)
 
 
-COMMANDS = {"bench": cmd_bench, "eval": cmd_eval, "generate": cmd_generate}
+def cmd_export(args) -> int:
+    from draftsmith import export
+
+    return export.run(args)
+
+
+def cmd_publish(args) -> int:
+    from draftsmith import hub
+
+    return hub.run(args)
+
+
+COMMANDS = {"bench": cmd_bench, "eval": cmd_eval, "generate": cmd_generate, "export": cmd_export, "publish": cmd_publish}
 
 
 def main(argv=None) -> int:

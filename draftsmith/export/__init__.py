@@ -1,0 +1,180 @@
+"""`draftsmith export CKPT --format hf|vllm|sglang --output-dir DIR`: a trained checkpoint in the
+layout a serving engine loads (DIR/config.json is that engine's config).
+
+Each format is a contract module (hf.py, vllm.py, sglang.py) naming the engine version and
+source files it was checked against, the config keys and weight names that engine reads, and a
+`check(folder, kind)` that lists what an exported folder gets wrong. An export is written into a
+temporary folder beside DIR and renamed into place, so a failure never leaves half a folder.
+
+Beside the engine's files every export writes `draftsmith_export.json`: the format, the source
+checkpoint, the verifier (the target, as a Hub id where there is one), the number of speculative
+tokens and the command that serves it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+
+from draftsmith.errors import DraftsmithError
+
+from .common import DEFAULT_NUM_SPECULATIVE_TOKENS, hub_id, read_checkpoint
+
+FORMATS = ("hf", "vllm", "sglang")
+_APPLIES = {
+    "draft_lm": ("hf", "vllm"),  # vllm: a plain causal LM folder, method "draft_model"
+    "medusa": ("hf", "vllm"),
+    "eagle": ("hf", "vllm"),
+    "eagle3": ("hf", "vllm", "sglang"),
+}
+# Repo-name suffixes: vLLM guesses the method from the draft's name when it is not given:
+# "eagle-" anywhere -> EAGLE-1 (so not "-eagle" at the end), "eagle3" -> EAGLE-3.
+METHOD_SUFFIX = {"draft_lm": "draft", "medusa": "medusa", "eagle": "eagle-draft", "eagle3": "eagle3"}
+EXPORT_META = "draftsmith_export.json"
+
+__all__ = ["EXPORT_META", "FORMATS", "add_arguments", "check", "default_repo_name", "export", "formats_for", "hub_id",
+           "main", "run"]
+
+
+def formats_for(kind: str) -> list[str]:
+    """The export formats that apply to a drafter kind (draft_lm, medusa, eagle, eagle3)."""
+    if kind not in _APPLIES:
+        raise DraftsmithError(f"no export for {kind!r} drafters; exportable kinds: {', '.join(_APPLIES)}")
+    return list(_APPLIES[kind])
+
+
+def _module(fmt: str):
+    from . import hf, sglang, vllm
+
+    return {"hf": hf, "vllm": vllm, "sglang": sglang}[fmt]
+
+
+def default_repo_name(checkpoint) -> str:
+    """A Hub repo name carrying the method, e.g. "SmolLM2-135M-Instruct-eagle3": the target's Hub
+    name (or its own name) + the method, since vLLM infers the method from the name."""
+    ckpt = read_checkpoint(checkpoint)
+    formats_for(ckpt.kind)
+    target = ckpt.target
+    repo = hub_id(target)
+    base = repo.split("/")[-1] if repo else pathlib.Path(target.rstrip("/")).name or "draft"
+    if base.lower().endswith(".gguf"):
+        base = base[: -len(".gguf")]
+    return f"{base}-{METHOD_SUFFIX[ckpt.kind]}"
+
+
+def export(checkpoint, fmt: str, output_dir, *, num_speculative_tokens: int | None = None,
+           verifier: str | None = None) -> pathlib.Path:
+    """Write the checkpoint as format `fmt` into `output_dir` (absent or empty). -> output_dir.
+
+    num_speculative_tokens: tokens drafted per step recorded for the engine (vLLM's
+    speculative_tokens, SGLang's num-steps); default 3, for medusa all of its heads (vllm: only
+    the first k heads are exported). verifier: the target the engine pairs the draft with;
+    default the target's Hub id, else the target as the checkpoint names it.
+    """
+    if fmt not in FORMATS:
+        raise DraftsmithError(f"unknown export format {fmt!r}; formats: {', '.join(FORMATS)}")
+    ckpt = read_checkpoint(checkpoint)
+    kind = ckpt.kind
+    applies = formats_for(kind)
+    if fmt not in applies:
+        raise DraftsmithError(f"format {fmt!r} does not apply to a {kind} checkpoint; formats for {kind}: {', '.join(applies)}")
+    out = pathlib.Path(output_dir).expanduser()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise DraftsmithError(f"{out} exists and is not an empty folder; choose a new --output-dir (export never overwrites)")
+    k = _num_tokens(ckpt, num_speculative_tokens)
+    verifier = verifier or hub_id(ckpt.target) or ckpt.target
+    module = _module(fmt)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.export-"))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary folder
+    try:
+        notes = module.write(ckpt, tmp, num_speculative_tokens=k, verifier=verifier)
+        problems = module.check(tmp, kind)
+        if problems:  # a contract violation is our bug, not the user's: say so plainly
+            raise DraftsmithError(f"internal error: the {fmt} export of {ckpt.path} breaks its contract: {'; '.join(problems)}")
+        meta = {
+            "format": fmt,
+            "engine": module.ENGINE,
+            "checked_against": module.CHECKED_AGAINST,
+            "kind": kind,
+            "source_checkpoint": str(ckpt.path.resolve()),
+            "target": ckpt.target,
+            "verifier": verifier,
+            "num_speculative_tokens": notes.pop("num_speculative_tokens", k),
+            "repo_name": default_repo_name(ckpt.path),
+            **{key: _fill(v, out) for key, v in notes.items()},
+        }
+        (tmp / EXPORT_META).write_text(json.dumps(meta, indent=2) + "\n")
+        os.replace(tmp, out)  # an empty folder at `out` is replaced atomically
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def check(folder, fmt: str, kind: str) -> list[str]:
+    """What an exported folder gets wrong against format `fmt`'s contract ([] = nothing)."""
+    return _module(fmt).check(folder, kind)
+
+
+def _num_tokens(ckpt, k: int | None) -> int:
+    if ckpt.kind == "medusa":
+        heads = int(ckpt.config.get("num_heads") or ckpt.meta.get("num_heads") or 0)
+        if k is None:
+            return heads
+        if k > heads:
+            raise DraftsmithError(f"this medusa checkpoint has {heads} heads: -k {k} is more than it can draft")
+    if k is None:
+        return DEFAULT_NUM_SPECULATIVE_TOKENS
+    if k < 1:
+        raise DraftsmithError(f"-k {k}: the number of speculative tokens must be at least 1")
+    return k
+
+
+def _fill(value, out: pathlib.Path):
+    return value.replace("DIR", str(out)) if isinstance(value, str) else value
+
+
+# --- command line -------------------------------------------------------------------------------
+
+
+def add_arguments(parser) -> None:
+    """The arguments of `draftsmith export` (the lead wires the subcommand)."""
+    parser.add_argument("checkpoint", help="a checkpoint folder written by `draftsmith train` (e.g. runs/NAME/final)")
+    parser.add_argument("--format", dest="format", required=True, choices=FORMATS,
+                        help="hf: transformers / draftsmith's loader; vllm: vLLM's speculative_config; "
+                             "sglang: SGLang EAGLE-3 (eagle3 only)")
+    parser.add_argument("--output-dir", required=True, help="where to write (must not exist, or be empty)")
+    parser.add_argument("--num-speculative-tokens", "-k", type=int, default=None,
+                        help=f"tokens drafted per step recorded for the engine (default {DEFAULT_NUM_SPECULATIVE_TOKENS}; "
+                             "medusa: all of its heads)")
+    parser.add_argument("--verifier", default=None,
+                        help="the target the engine serves the draft with (default: the target's Hub id)")
+
+
+def run(args) -> int:
+    """Run `draftsmith export` for parsed `args`; DraftsmithError propagates (the CLI prints it)."""
+    out = export(args.checkpoint, args.format, args.output_dir, num_speculative_tokens=args.num_speculative_tokens,
+                 verifier=args.verifier)
+    meta = json.loads((out / EXPORT_META).read_text())
+    print(f"wrote {meta['engine']} {meta['kind']} export to {out}")
+    print(f"serve: {meta['serve']}")
+    if meta.get("note"):
+        print(f"note: {meta['note']}")
+    return 0
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    from draftsmith.errors import run_command
+
+    parser = argparse.ArgumentParser(prog="draftsmith export", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run_command(run, parser.parse_args(argv))

@@ -1,0 +1,228 @@
+"""`draftsmith publish`: the exact folder and model card it would upload, and its upload requests
+against a local stand-in for the Hub (never the real one)."""
+
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import yaml
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.hub import build_card, find_results, load_results, main, publish, stage
+
+FAKE_TOKEN = "hf_fakeTokenForTheStandInServer0123456789"
+REPO = "test-org/tiny-eagle3"
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory, tiny_cache):
+    """A tiny EAGLE-3 drafter trained 4 steps on tiny-random: run folder with recipe.yaml,
+    train_summary.json and final/."""
+    from draftsmith.train.config import load_recipe
+    from draftsmith.train.trainer import train
+
+    run = tmp_path_factory.mktemp("run")
+    r = load_recipe("configs/tiny/eagle3.yaml", ["--optim.max_steps=4", "--logging.eval_every=1000",
+                                                 "--logging.acceptance_prompts=0", "--logging.progress=false",
+                                                 "--checkpoint.save_every=100"])
+    r.checkpoint.output_dir = str(run)
+    train(r)
+    return run / "final"
+
+
+@pytest.fixture(scope="module")
+def eval_json(ckpt):
+    """A real `draftsmith eval --json` written into the run folder, where publish finds it."""
+    from draftsmith.cli import main as cli
+
+    out = ckpt.parent / "eval.json"
+    assert cli(["eval", "--target", "tiny-random", "--quiet", "--draft", str(ckpt), "--num-prompts", "2",
+                "--max-new-tokens", "8", "-k", "3", "--json", str(out)]) == 0
+    return out
+
+
+def _metadata(card: str) -> dict:
+    assert card.startswith("---\n")
+    return yaml.safe_load(card.split("---\n")[1])
+
+
+def _expected_files(ckpt, tmp_path, results: list[str]) -> set[str]:
+    from draftsmith.export import export, formats_for
+
+    files = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file()}
+    for fmt in formats_for("eagle3"):
+        if fmt != "hf":
+            d = export(ckpt, fmt, tmp_path / "exports" / fmt)
+            files |= {f"{fmt}/{p.relative_to(d).as_posix()}" for p in d.rglob("*") if p.is_file()}
+    return files | {"README.md", "recipe.yaml", "train_summary.json"} | {f"results/{r}" for r in results}
+
+
+def test_dry_run_without_results_lists_files_and_says_nothing_was_measured(ckpt, tmp_path, capsys, monkeypatch):
+    def no_network(*args):
+        raise AssertionError(f"a dry run opened a connection: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)  # offline, and with no token:
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    stage_dir = tmp_path / "staged"
+    assert main([str(ckpt), "--repo-id", REPO, "--dry-run", "--stage-dir", str(stage_dir)]) == 0
+    out = capsys.readouterr().out
+    staged = {p.relative_to(stage_dir).as_posix() for p in stage_dir.rglob("*") if p.is_file()}
+    assert staged == _expected_files(ckpt, tmp_path, [])
+    assert all(f in out for f in staged)
+    assert "vllm/config.json" in staged and "model.safetensors" in staged and "drafter.json" in staged
+    card = (stage_dir / "README.md").read_text()
+    assert card in out
+    assert "Nothing was measured" in card and "results: none" in out
+    meta = _metadata(card)
+    assert "base_model" not in meta  # tiny-random has no Hub id
+    assert meta["library_name"] == "draftsmith" and meta["license"] == "apache-2.0"
+    assert {"speculative-decoding", "eagle3"} <= set(meta["tags"])
+    assert "datasets" not in meta and "no Hugging Face Hub dataset id" in card  # chitchat: PyPI only
+    assert (stage_dir / "recipe.yaml").read_text() == (ckpt.parent / "recipe.yaml").read_text()
+    assert "vllm serve" in card and "sglang.launch_server" in card and "draftsmith generate" in card
+
+
+def test_dry_run_with_results_shows_the_measured_table(ckpt, eval_json, tmp_path):
+    assert find_results(ckpt) == [eval_json]
+    bench = json.loads(eval_json.read_text()) | {"speedup": 1.234, "hardware": "Stand-in GPU", "temperature": 0.0}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    found = load_results(find_results(ckpt))
+    info = publish(ckpt, REPO, dry_run=True, results=found + load_results([tmp_path / "bench.json"]))
+    assert set(info["files"]) == _expected_files(ckpt, tmp_path, ["eval.json", "bench.json"])
+    card = info["card"]
+    ev = found[0]
+    assert "Nothing was measured" not in card
+    rows = [line for line in card.splitlines() if line.startswith("| eval.json") or line.startswith("| bench.json")]
+    assert len(rows) == 2
+    assert f"{ev['mean_acceptance_length']:.2f}" in rows[0] and "K=3" in rows[0]
+    assert " / ".join(f"{a:.2f}" for a in ev["per_position_acceptance"]) in rows[0]
+    assert "1.23×" in rows[1] and "Stand-in GPU" in rows[1] and ev["dtype"] in rows[1]
+    assert "--speculative-num-steps 3" in card  # serving flags follow the measured K
+
+
+def test_card_maps_builtin_targets_to_hub_ids_and_notes_the_gguf(ckpt, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(ckpt, run / "final")
+    meta = json.loads((run / "final" / "drafter.json").read_text())
+    (run / "final" / "drafter.json").write_text(json.dumps(meta | {"target": "smollm2-135m-instruct"}))
+    recipe = yaml.safe_load((ckpt.parent / "recipe.yaml").read_text())
+    recipe["data"]["path"] = "HuggingFaceH4/ultrachat_200k"
+    (run / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    card = build_card(run / "final", [], "me/smol-eagle3")
+    meta = _metadata(card)
+    assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert meta["datasets"] == ["HuggingFaceH4/ultrachat_200k"]
+    assert meta["license"] == "apache-2.0" and "speculative-decoding" in meta["tags"]
+    assert "dequantised from a Q4_1 GGUF" in card
+    assert "hf download me/smol-eagle3 --local-dir drafter" in card
+
+
+def test_staging_refuses_a_non_empty_folder_and_non_checkpoints(ckpt, tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "old.txt").write_text("stale")
+    with pytest.raises(DraftsmithError, match="not empty"):
+        stage(ckpt, REPO, [], tmp_path / "x")
+    with pytest.raises(DraftsmithError, match="not a draftsmith checkpoint"):
+        publish(tmp_path, REPO, dry_run=True)
+    with pytest.raises(DraftsmithError, match="ORG/NAME"):
+        publish(ckpt, "a/b/c", dry_run=True)
+
+
+def test_missing_token_is_one_clear_error(ckpt, tmp_path, monkeypatch, capsys):
+    import huggingface_hub
+
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    assert main([str(ckpt), "--repo-id", REPO]) == 2
+    err = capsys.readouterr().err
+    assert "no Hugging Face token" in err and "hf auth login" in err and "Traceback" not in err
+
+
+class _StandIn(BaseHTTPRequestHandler):
+    """Answers the four calls an upload makes, like the Hub does; records each request."""
+
+    requests: list = []
+
+    def do_POST(self):
+        if self.headers.get("Transfer-Encoding") == "chunked":
+            body = b""
+            while (size := int(self.rfile.readline().strip(), 16)) > 0:
+                body += self.rfile.read(size)
+                self.rfile.readline()
+            self.rfile.readline()
+        else:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.requests.append((self.command, self.path, self.headers.get("Authorization"), body))
+        base = f"http://127.0.0.1:{self.server.server_port}"
+        if self.path == "/api/repos/create":
+            p = json.loads(body)
+            reply = {"url": f"{base}/{p['organization']}/{p['name']}", "name": f"{p['organization']}/{p['name']}"}
+        elif self.path == "/api/validate-yaml":
+            reply = {"errors": [], "warnings": []}
+        elif "/preupload/" in self.path:  # "regular" for every file: no LFS/Xet upload step follows
+            reply = {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None}
+                               for f in json.loads(body)["files"]]}
+        elif "/commit/" in self.path:
+            oid = "0123456789abcdef0123456789abcdef01234567"
+            reply = {"success": True, "commitOid": oid, "commitUrl": f"{base}/{REPO}/commit/{oid}", "pullRequestUrl": None}
+        else:
+            self.send_error(404)
+            return
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_HEAD = do_PUT = do_POST
+
+    def log_message(self, *args):
+        pass
+
+
+def test_upload_requests_against_a_local_stand_in_hub(ckpt, eval_json, tmp_path):
+    """A STAND-IN for the Hub, not the Hub: a tiny http.server on 127.0.0.1 that records requests.
+    publish runs in a subprocess because huggingface_hub reads HF_ENDPOINT and offline mode at
+    import. Expected: create repo -> validate-yaml -> preupload -> commit, with the token only in
+    the Authorization header (never in output, card or files)."""
+    _StandIn.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _StandIn)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_OIDC_RESOURCE")}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{server.server_port}", HF_TOKEN=FAKE_TOKEN, HF_HOME=str(tmp_path / "hf"),
+               HF_HUB_DISABLE_TELEMETRY="1", NO_PROXY="127.0.0.1", no_proxy="127.0.0.1")
+    staged = tmp_path / "staged"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "draftsmith.hub", str(ckpt), "--repo-id", REPO, "--private",
+                               "--stage-dir", str(staged)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    finally:
+        server.shutdown()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert FAKE_TOKEN not in proc.stdout + proc.stderr
+    calls = [(m, p) for m, p, _, _ in _StandIn.requests]
+    assert calls == [("POST", "/api/repos/create"), ("POST", "/api/validate-yaml"),
+                     ("POST", f"/api/models/{REPO}/preupload/main"), ("POST", f"/api/models/{REPO}/commit/main")]
+    assert all(auth == f"Bearer {FAKE_TOKEN}" for _, _, auth, _ in _StandIn.requests)
+    create = json.loads(_StandIn.requests[0][3])
+    assert (create["organization"], create["name"]) == ("test-org", "tiny-eagle3")
+    assert create.get("visibility") == "private" or create.get("private") is True
+    lines = [json.loads(line) for line in _StandIn.requests[3][3].decode().splitlines()]
+    assert lines[0]["key"] == "header"
+    files = {ln["value"]["path"]: base64.b64decode(ln["value"]["content"]) for ln in lines[1:] if ln["key"] == "file"}
+    assert set(files) == _expected_files(ckpt, tmp_path, ["eval.json"])
+    assert {f["path"] for f in json.loads(_StandIn.requests[2][3])["files"]} == set(files)
+    card = files["README.md"].decode()
+    assert json.loads(_StandIn.requests[1][3])["content"] == card
+    assert "eval.json" in card and "Nothing was measured" not in card
+    assert all(FAKE_TOKEN.encode() not in content for content in files.values())
+    assert all(FAKE_TOKEN.encode() not in p.read_bytes() for p in staged.rglob("*") if p.is_file())
+    assert f"commit/{'0123456789abcdef' * 2}" in proc.stdout
