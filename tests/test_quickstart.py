@@ -1,0 +1,29 @@
+"""The README's main command, scripts/quickstart.sh, end to end on tiny settings: a one-minute
+training budget, the benchmark, and the plain-language verdict at the end."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_quickstart_trains_for_its_budget_then_benchmarks_and_says_so(tiny_cache, tmp_path):
+    out = tmp_path / "qs"
+    env = {**os.environ, "SKIP_SETUP": "1", "RECIPE": "configs/tiny/eagle3.yaml", "OUT": str(out),
+           "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run(["bash", "scripts/quickstart.sh", "--minutes", "0.5", "--no-hf", "--quiet"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "eagle3" / "train_summary.json").read_text())
+    assert 1 <= summary["steps"]
+    assert "eval/simulated_acceptance_length" in summary["eval"]
+    bench = json.loads((out / "bench.json").read_text())
+    assert bench["drafter_kind"] == "eagle3" and bench["tree"] and bench["greedy_outputs_match"] is True
+    assert (out / "acceptance.png").is_file()
+    assert "EAGLE-3 after 0.5 min of training: mean_acceptance_length" in proc.stdout
+    verdict = "does not beat plain decoding yet" in proc.stdout
+    assert verdict == (bench["speedup"] < 1)
+    assert f"checkpoint {out}/eagle3/final" in proc.stdout
