@@ -22,7 +22,6 @@ cumulative log-probability for `depth` steps, then keep the `num_draft_tokens` b
 from __future__ import annotations
 
 import logging
-import pathlib
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +34,7 @@ from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 from draftsmith.infer.tree import Tree, TreeConfig
 
-from .loading import check_same_tokenizer, load_tokenizer
+from .loading import check_draft_sizes, load_draft_weights, register_config
 
 log = logging.getLogger(__name__)
 
@@ -338,7 +337,7 @@ class Eagle:
 
     def __init__(self, model: EagleDraftModel, target, name: str, freeze: bool = True):
         self.model = model.eval().requires_grad_(False) if freeze else model
-        _check_sizes(model.config, target, name)
+        _check_config(model.config, target, f"the {self.kind} draft {name}")
         model.attach_target(target.model)
         self.target, self.name = target, name
         self.hidden_layers = tuple(model.config.hidden_layers)
@@ -348,24 +347,9 @@ class Eagle:
 
     @classmethod
     def from_pretrained(cls, folder, target) -> "Eagle":
-        folder = pathlib.Path(folder)
-        config_class = cls.model_class.config_class
-        try:
-            config = config_class.from_pretrained(folder)
-        except Exception as e:  # noqa: BLE001 -- a missing or damaged config.json
-            raise DraftsmithError(f"{cls.kind} draft in {folder}: could not read config.json ({type(e).__name__}: {_first_line(e)})") from e
-        _check_sizes(config, target, str(folder))
-        if (folder / "tokenizer_config.json").is_file() or (folder / "tokenizer.json").is_file():
-            check_same_tokenizer(load_tokenizer(str(folder)), target.tokenizer, str(folder), target.name)
-        try:
-            model, info = cls.model_class.from_pretrained(folder, dtype=target.dtype, output_loading_info=True)
-        except DraftsmithError:
-            raise
-        except Exception as e:  # noqa: BLE001 -- corrupt weights raise safetensors' own error type, among others
-            raise DraftsmithError(f"{cls.kind} draft in {folder}: could not load the weights ({type(e).__name__}: {_first_line(e)})") from e
-        if info.get("missing_keys"):
-            raise DraftsmithError(f"{cls.kind} draft in {folder}: weights missing from the checkpoint: {sorted(info['missing_keys'])[:5]}")
-        return cls(model.to(target.device), target, str(folder))
+        what = f"the {cls.kind} draft in {folder}"
+        model = load_draft_weights(cls.model_class, folder, target, what, lambda c: _check_config(c, target, what))
+        return cls(model, target, str(folder))
 
     # --- the engine's interface --------------------------------------------------------------
 
@@ -510,31 +494,15 @@ def _tree_dims(cfg: TreeConfig) -> tuple[int, int, int]:
     return topk, depth, budget
 
 
-def _check_sizes(config, target, where: str) -> None:
-    hidden = target.config.hidden_size
-    if config.hidden_size != hidden:
-        raise DraftsmithError(f"the eagle draft in {where} was trained for hidden size {config.hidden_size}, "
-                              f"the target {target.name} has {hidden}")
-    if config.vocab_size != target.vocab_size:
-        raise DraftsmithError(f"the eagle draft in {where} was trained for vocabulary size {config.vocab_size}, "
-                              f"the target {target.name} has {target.vocab_size}")
+def _check_config(config, target, what: str) -> None:
+    check_draft_sizes(config, target, what)
     layers = target.config.num_hidden_layers
     bad = [i for i in config.hidden_layers if not -(layers + 1) <= i <= layers]
     if bad:
-        raise DraftsmithError(f"the eagle draft in {where} reads hidden layers {list(config.hidden_layers)}, but "
-                              f"{target.name} has {layers + 1} hidden states (indices {-(layers + 1)}..{layers}): {bad} missing")
+        raise DraftsmithError(f"{what} reads hidden layers {list(config.hidden_layers)}, but {target.name} has "
+                              f"{layers + 1} hidden states (indices {-(layers + 1)}..{layers}): {bad} missing")
 
 
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else "")[:200]
-
-
-try:  # AutoConfig.from_pretrained on an eagle folder then works too
-    from transformers import AutoConfig
-
-    AutoConfig.register(EagleConfig.model_type, EagleConfig, exist_ok=True)
-except (TypeError, ValueError):
-    pass
+register_config(EagleConfig)
 
 __all__ = ["Eagle", "EagleConfig", "EagleDraftModel", "EagleModel", "ttt_attention"]

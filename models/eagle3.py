@@ -21,12 +21,12 @@ d2t, t2d).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from draftsmith.errors import DraftsmithError
 
 from .eagle import DecoderLayer, Eagle, EagleConfig, EagleDraftModel, RMSNorm
+from .loading import register_config
 
 
 class Eagle3Config(EagleConfig):
@@ -162,11 +162,6 @@ class Eagle3(Eagle):
         super().__init__(model, target, name, freeze)
 
 
-try:
-    from transformers import AutoConfig
-
-    AutoConfig.register(Eagle3Config.model_type, Eagle3Config, exist_ok=True)
-except (TypeError, ValueError):
-    pass
+register_config(Eagle3Config)
 
 __all__ = ["Eagle3", "Eagle3Config", "Eagle3Model", "check_vocab", "default_aux_layers", "frequent_tokens", "vocab_maps"]

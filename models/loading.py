@@ -449,3 +449,54 @@ def check_same_tokenizer(tok_a, tok_b, name_a: str, name_b: str) -> None:
             f"{name_a} and {name_b} do not share a tokenizer: {'; '.join(problems)}; a draft "
             f"must use its target's tokenizer: pick a draft of the same family or build one "
             f"from the target's tokenizer")
+
+
+# --- drafter checkpoints that hold only their own weights (Medusa heads, EAGLE drafts) -----------
+
+
+def load_draft_weights(model_class, folder, target, what: str, check=None):
+    """`model_class.from_pretrained(folder)` in the target's dtype, with one clear error for a
+    missing/damaged config or weights, missing tensors, or a tokenizer other than the target's.
+    `check(config)` runs on the config first (sizes, layers), so a mismatch is named before any
+    weights load. `what` names the checkpoint in messages ("medusa heads in X")."""
+    folder = pathlib.Path(folder)
+    try:
+        config = model_class.config_class.from_pretrained(folder)
+    except Exception as e:  # noqa: BLE001 -- a missing or damaged config.json
+        raise DraftsmithError(f"{what}: could not read config.json ({type(e).__name__}: {first_line(e)})") from e
+    if check is not None:
+        check(config)
+    if (folder / "tokenizer_config.json").is_file() or (folder / "tokenizer.json").is_file():
+        check_same_tokenizer(load_tokenizer(str(folder)), target.tokenizer, str(folder), target.name)
+    try:
+        model, info = model_class.from_pretrained(folder, dtype=target.dtype, output_loading_info=True)
+    except DraftsmithError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- corrupt weights raise safetensors' own error type, among others
+        raise DraftsmithError(f"{what}: could not load the weights ({type(e).__name__}: {first_line(e)})") from e
+    if info.get("missing_keys"):
+        raise DraftsmithError(f"{what}: weights missing from the checkpoint: {sorted(info['missing_keys'])[:5]}")
+    return model.to(target.device)
+
+
+def check_draft_sizes(config, target, what: str) -> None:
+    """A draft that reads the target's hidden states must match its hidden and vocabulary sizes."""
+    for name, have, want in (("hidden size", config.hidden_size, target.config.hidden_size),
+                             ("vocabulary size", config.vocab_size, target.vocab_size)):
+        if have != want:
+            raise DraftsmithError(f"{what}: trained for {name} {have}, the target {target.name} has {want}")
+
+
+def register_config(config_class) -> None:
+    """AutoConfig.from_pretrained then reads our own drafter folders too."""
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+    except (TypeError, ValueError):  # older transformers without exist_ok
+        pass
+
+
+def first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else "")[:200]

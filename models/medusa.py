@@ -19,7 +19,6 @@ with the target (LoRA), see train/medusa.py.
 from __future__ import annotations
 
 import logging
-import pathlib
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +30,7 @@ from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies, full_choices
 
-from .loading import check_same_tokenizer, load_tokenizer
+from .loading import check_draft_sizes, load_draft_weights, register_config
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +165,7 @@ class Medusa:
         self.name = name
         c = heads.config
         self.num_heads = self.max_speculative_tokens = c.num_heads
-        _check_sizes(c, target, name)
+        check_draft_sizes(c, target, f"medusa heads {name}")
         if c.share_lm_head and heads.shared_lm_head is None:
             heads.attach_lm_head(target.model.get_output_embeddings())
         self._hidden: torch.Tensor | None = None  # [1, d]: the row that produced the pending token
@@ -175,21 +174,9 @@ class Medusa:
 
     @classmethod
     def from_pretrained(cls, folder, target) -> "Medusa":
-        folder = pathlib.Path(folder)
-        try:
-            config = MedusaConfig.from_pretrained(folder)
-        except Exception as e:  # noqa: BLE001 -- a missing or damaged config.json
-            raise DraftsmithError(f"medusa heads in {folder}: could not read config.json ({type(e).__name__}: {_first_line(e)})") from e
-        _check_sizes(config, target, str(folder))
-        if (folder / "tokenizer_config.json").is_file() or (folder / "tokenizer.json").is_file():
-            check_same_tokenizer(load_tokenizer(str(folder)), target.tokenizer, str(folder), target.name)
-        try:
-            heads, info = MedusaHeads.from_pretrained(folder, dtype=target.dtype, output_loading_info=True)
-        except Exception as e:  # noqa: BLE001 -- corrupt weights raise safetensors' own error type, among others
-            raise DraftsmithError(f"medusa heads in {folder}: could not load the weights ({type(e).__name__}: {_first_line(e)})") from e
-        if info.get("missing_keys"):
-            raise DraftsmithError(f"medusa heads in {folder}: weights missing from the checkpoint: {sorted(info['missing_keys'])[:5]}")
-        return cls(heads.to(target.device), target, str(folder))
+        what = f"medusa heads in {folder}"
+        heads = load_draft_weights(MedusaHeads, folder, target, what, lambda c: check_draft_sizes(c, target, what))
+        return cls(heads, target, str(folder))
 
     # --- the engine's interface --------------------------------------------------------------
 
@@ -302,26 +289,6 @@ class Medusa:
         return self._trees[key]
 
 
-def _check_sizes(config: MedusaConfig, target, where: str) -> None:
-    hidden = target.config.hidden_size
-    if config.hidden_size != hidden:
-        raise DraftsmithError(f"medusa heads in {where} were trained for hidden size {config.hidden_size}, "
-                              f"the target {target.name} has {hidden}")
-    if config.vocab_size != target.vocab_size:
-        raise DraftsmithError(f"medusa heads in {where} were trained for vocabulary size {config.vocab_size}, "
-                              f"the target {target.name} has {target.vocab_size}")
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else "")[:200]
-
-
-try:  # AutoConfig.from_pretrained on a medusa folder then works too
-    from transformers import AutoConfig
-
-    AutoConfig.register(MedusaConfig.model_type, MedusaConfig, exist_ok=True)
-except (TypeError, ValueError):  # older transformers without exist_ok
-    pass
+register_config(MedusaConfig)
 
 __all__ = ["Medusa", "MedusaConfig", "MedusaHeads", "ResBlock", "prior_accuracies"]

@@ -43,3 +43,16 @@ def chisquare_pvalue(counts: dict, law: dict) -> float:
         exp_m[-1] += acc_e
     exp_m = [e * n / sum(exp_m) for e in exp_m]  # float rounding: make the totals agree exactly
     return float(chisquare(obs_m, exp_m).pvalue)
+
+
+def engine_samples(engine, prompt, law, sampling, n):
+    """Decode `prompt` n times (seeds 0..n-1) as long as the law's outcomes; -> (counts per
+    outcome, accepted drafted tokens, drafted tokens). A KeyError = a token outside the law's support."""
+    depth = len(next(iter(law)))
+    counts, accepted, drafted = dict.fromkeys(law, 0), 0, 0
+    for seed in range(n):
+        r = engine.generate(prompt, depth, sampling, seed=seed, eos_token_ids=())
+        counts[tuple(r.tokens)] += 1
+        accepted += r.metrics.accepted_tokens
+        drafted += r.metrics.drafted_tokens
+    return counts, accepted, drafted

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from lawtest import chisquare_pvalue, exact_law
+from lawtest import chisquare_pvalue, engine_samples, exact_law
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.infer.engine import Engine
@@ -210,11 +210,8 @@ def test_dynamic_tree_sampling_follows_the_target_distribution(tiny_target, trai
     prompt = [40, 41, 42, 43]
     engine = Engine(tiny_target, drafter, 2, tree=TreeConfig(topk=3, depth=2, num_draft_tokens=8))
     law = exact_law(tiny_target, prompt, 3, sampling)
-    counts, accepted, n = dict.fromkeys(law, 0), 0, 600
-    for seed in range(n):
-        r = engine.generate(prompt, 3, sampling, seed=seed, eos_token_ids=())
-        counts[tuple(r.tokens)] += 1
-        accepted += r.metrics.accepted_tokens
+    n = 600
+    counts, accepted, _ = engine_samples(engine, prompt, law, sampling, n)
     assert accepted > n / 4  # the test exercises acceptance, not just the fallback samples
     assert chisquare_pvalue(counts, law) > 1e-3
 

@@ -28,11 +28,14 @@ def test_compiled_cuda_tree_verification_matches_plain(tiny_cache):
     compiled = Target.load("tiny-random", dtype="float32", device="cuda", compile=True)
     heads = MedusaHeads.from_target(compiled.model, num_heads=3, num_layers=1, share_lm_head=False)
     drafter = Medusa(heads.to("cuda"), compiled, "untrained")
+    _chain_and_tree_match_plain(compiled, drafter, TreeConfig(topk=2, depth=3, num_draft_tokens=8))
+
+
+def _chain_and_tree_match_plain(target, drafter, tree) -> None:
     prompt = [5, 6, 7, 8, 9]
-    ref = Engine(compiled).generate(prompt, 32, eos_token_ids=()).tokens
-    for tree in (None, TreeConfig(topk=2, depth=3, num_draft_tokens=8)):
-        engine = Engine(compiled, drafter, 3, tree=tree)
-        assert engine.generate(prompt, 32, eos_token_ids=()).tokens == ref
+    ref = Engine(target).generate(prompt, 32, eos_token_ids=()).tokens
+    for shape in (None, tree):
+        assert Engine(target, drafter, 3, tree=shape).generate(prompt, 32, eos_token_ids=()).tokens == ref
 
 
 def test_compiled_cuda_eagle_dynamic_tree_matches_plain(tiny_cache):
@@ -48,8 +51,4 @@ def test_compiled_cuda_eagle_dynamic_tree_matches_plain(tiny_cache):
                                      **EagleConfig.layer_fields(c)))
     model.set_vocab(torch.arange(0, 256, 2), compiled.model.get_output_embeddings())
     drafter = Eagle3(model.to("cuda"), compiled, "untrained")
-    prompt = [5, 6, 7, 8, 9]
-    ref = Engine(compiled).generate(prompt, 32, eos_token_ids=()).tokens
-    for tree in (None, TreeConfig(topk=3, depth=3, num_draft_tokens=10)):
-        engine = Engine(compiled, drafter, 3, tree=tree)
-        assert engine.generate(prompt, 32, eos_token_ids=()).tokens == ref
+    _chain_and_tree_match_plain(compiled, drafter, TreeConfig(topk=3, depth=3, num_draft_tokens=10))

@@ -15,7 +15,7 @@ from draftsmith.infer.sampling import logits_to_probs
 from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies, expected_acceptance_length, full_choices, load_choices
 from draftsmith.infer.verify import greedy_chain, greedy_tree, speculative_sampling, tree_speculative_sampling, typical_acceptance
 from draftsmith.models import DraftLM
-from lawtest import chisquare_pvalue, exact_law
+from lawtest import chisquare_pvalue, engine_samples, exact_law
 
 # --- construction ---------------------------------------------------------------------------------
 
@@ -323,10 +323,7 @@ def test_sampled_tree_decoding_follows_the_target_distribution(tiny_target, chil
     tree = TreeConfig(choices=((0,), (1,), (2,), (0, 0), (0, 1), (1, 0)), children=children)
     engine = Engine(tiny_target, _TreeDraft(tiny_target), 2, tree=tree)
     law = exact_law(tiny_target, prompt, 3, sampling)
-    counts, accepted, n = dict.fromkeys(law, 0), 0, 800
-    for seed in range(n):
-        r = engine.generate(prompt, 3, sampling, seed=seed, eos_token_ids=())
-        counts[tuple(r.tokens)] += 1
-        accepted += r.metrics.accepted_tokens
+    n = 800
+    counts, accepted, _ = engine_samples(engine, prompt, law, sampling, n)
     assert accepted > n / 4
     assert chisquare_pvalue(counts, law) > 1e-3
