@@ -15,12 +15,11 @@ results.json and a per-position acceptance plot.
 """
 
 import argparse
-import json
 import os
 import sys
 
-from draftsmith.errors import DraftsmithError
-from draftsmith.infer.bench import Method, format_compare, plot_acceptance, run_compare
+from draftsmith.errors import DraftsmithError, run_command
+from draftsmith.infer.bench import Method, format_compare, plot_acceptance, run_compare, write_json
 from draftsmith.infer.prompts import load_prompts
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig, load_choices
@@ -88,9 +87,7 @@ def main() -> int:
         print(f"{draft}: " + "  ".join(f"{h} top1 {a['top1']:.2f} top5 {a['top5']:.2f}" for h, a in heads.items()))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "results.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
+    write_json(result, path)
     spec = {n: r for n, r in result["methods"].items() if n != "plain"}
     plot_acceptance(spec, os.path.join(args.out, "per_position_acceptance.png"))
     print(f"wrote {path} and per_position_acceptance.png")
@@ -98,8 +95,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except DraftsmithError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(run_command(main))

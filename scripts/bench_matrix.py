@@ -11,13 +11,12 @@ prints one table and writes all results to one JSON (plus a per-position accepta
 """
 
 import argparse
-import json
 import os
 import sys
 import time
 
-from draftsmith.errors import DraftsmithError
-from draftsmith.infer.bench import environment, plot_acceptance, run_bench
+from draftsmith.errors import run_command
+from draftsmith.infer.bench import environment, plot_acceptance, run_bench, write_json
 from draftsmith.infer.prompts import load_prompts
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.models import Target, load_drafter
@@ -61,16 +60,11 @@ def main() -> int:
             f"{str(r['greedy_outputs_match']):>7}"
         )
     path = os.path.join(args.out, "results.json")
-    with open(path, "w") as f:
-        json.dump({"command": " ".join(sys.argv), "results": results}, f, indent=2)
+    write_json({"command": " ".join(sys.argv), "results": results}, path)
     plot_acceptance(results, os.path.join(args.out, "per_position_acceptance.png"))
     print(f"wrote {path} and per_position_acceptance.png")
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except DraftsmithError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(run_command(main))
