@@ -258,6 +258,19 @@ def test_existing_checkpoints_need_resume(tiny_cache, tmp_path, fresh_accelerate
         run(tmp_path, "--optim.max_steps=2")
 
 
+def test_time_budget_spans_resumes(tiny_cache, tmp_path, fresh_accelerate):
+    """optim.max_minutes bounds the whole job: a resumed run gets only the time the earlier runs left."""
+    run(tmp_path, "--optim.max_steps=4", "--logging.acceptance_prompts=0")
+    state_file = tmp_path / "step-0000004" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    assert state["train_seconds"] > 0
+    state["train_seconds"] = 3600.0  # as if the killed run had already trained an hour
+    state_file.write_text(json.dumps(state))
+    summary = run(tmp_path, "--optim.max_steps=8", "--optim.max_minutes=1", "--logging.acceptance_prompts=0", resume=True)
+    assert summary["steps"] == 5  # one step, then the spent budget stops it
+    assert summary["train_seconds"] >= 3600
+
+
 def test_corrupt_checkpoint_is_named(tiny_cache, tmp_path, fresh_accelerate):
     from draftsmith.models import load_drafter
 

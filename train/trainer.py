@@ -178,6 +178,9 @@ class Trainer:
         self.model, self.optimizer, self.loader, self.eval_loader, self.scheduler = acc.prepare(
             self.task.model, optimizer, loader, eval_loader, scheduler)
         self.step, self.epoch, self.batch_in_epoch, self.tokens = 0, 0, 0, 0
+        # Training wall time of earlier runs of this job: optim.max_minutes is a budget for the
+        # whole job, so a resumed run gets only what the killed one left.
+        self.train_seconds, self._t_start = 0.0, time.monotonic()
         self.history: list[dict] = []
         self.last_eval: dict = {}  # the latest evaluate() metrics, saved with checkpoints (Medusa's head accuracies)
         if self.resume:
@@ -214,6 +217,7 @@ class Trainer:
         except Exception as e:  # noqa: BLE001 -- torch.load/safetensors raise many types on a damaged file
             raise DraftsmithError(f"{ckpt}: corrupt training state ({type(e).__name__}: {str(e)[:200]}); delete it to resume from the one before") from None
         self.tokens, self.history = state.get("tokens", 0), state.get("history", [])
+        self.train_seconds = float(state.get("train_seconds", 0.0))
         for record in self.history:  # the latest eval metrics, which later checkpoints carry (e.g. Medusa's head accuracies)
             self.last_eval.update({k: v for k, v in record.items() if k.startswith("eval/")})
         if state.get("world_size") not in (None, self.acc.num_processes):
@@ -232,7 +236,8 @@ class Trainer:
         bar = tqdm(total=r.optim.max_steps, initial=self.step, desc="train", disable=not (self.main and r.logging.progress), dynamic_ncols=True)
         self.model.train()
         window = _new_window()
-        deadline = time.monotonic() + r.optim.max_minutes * 60 if r.optim.max_minutes else None
+        self._t_start = time.monotonic()
+        deadline = self._t_start + r.optim.max_minutes * 60 - self.train_seconds if r.optim.max_minutes else None
         out_of_time = False
         while self.step < r.optim.max_steps and not out_of_time:
             bs_global = r.optim.batch_size * acc.num_processes
@@ -389,7 +394,8 @@ class Trainer:
 
     def save(self) -> None:
         state = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "tokens": self.tokens,
-                 "world_size": self.acc.num_processes, "history": self.history[-200:]}
+                 "world_size": self.acc.num_processes, "history": self.history[-200:],
+                 "train_seconds": self.train_seconds + time.monotonic() - self._t_start}
         checkpoint.save(self.acc, self.task, self.model, self.out, checkpoint.step_dir(self.out, self.step).name, state,
                         {"step": self.step, "eval": self.last_eval})
         if self.main:
@@ -402,6 +408,7 @@ class Trainer:
             "final_checkpoint": str(final),
             "steps": self.step,
             "tokens": self.tokens,
+            "train_seconds": round(self.train_seconds + time.monotonic() - self._t_start, 1),
             "world_size": acc.num_processes,
             "distributed_type": str(acc.distributed_type),
             "mixed_precision": acc.mixed_precision,
