@@ -195,6 +195,21 @@ def run_bench(
     return result
 
 
+def context_buckets(results: list[GenerationResult], edges: tuple[int, ...]) -> dict:
+    """Mean acceptance length per context-length bucket (acceptance drifts as the context grows,
+    and with it the features a drafter was trained on): `edges` (64, 128) gives <64, 64-127, >=128.
+    A step's context is the prompt plus everything emitted before its verify forward; τ counts
+    the bonus token, as SpecMetrics does, so the buckets' step-weighted mean is the overall τ."""
+    labels = [f"<{edges[0]}"] + [f"{a}-{b - 1}" for a, b in zip(edges, edges[1:])] + [f">={edges[-1]}"]
+    sums = {label: [0, 0] for label in labels}
+    for r in results:
+        for context, accepted in r.steps:
+            label = labels[sum(context >= e for e in edges)]
+            sums[label][0] += accepted + 1
+            sums[label][1] += 1
+    return {label: {"mean_acceptance_length": tok / steps, "steps": steps} for label, (tok, steps) in sums.items() if steps}
+
+
 @dataclasses.dataclass
 class Method:
     """One speculative configuration in a side-by-side comparison."""
@@ -206,7 +221,8 @@ class Method:
     verification: str = "lossless"
 
 
-def run_compare(target, methods: list[Method], prompts, max_new_tokens, sampling, seed=0, progress=True) -> dict:
+def run_compare(target, methods: list[Method], prompts, max_new_tokens, sampling, seed=0, progress=True,
+                context_edges: tuple[int, ...] = (64, 128, 256)) -> dict:
     """Plain decoding and every method on the same prompts in one process, interleaved prompt
     by prompt with a rotating order: the fair way to put drafters side by side on a noisy
     machine. Speedups are Spec-Bench's (mean per-prompt tokens/s over plain's)."""
@@ -241,6 +257,7 @@ def run_compare(target, methods: list[Method], prompts, max_new_tokens, sampling
         row = {"tokens_per_s": tps[n], "speedup": tps[n] / tps["plain"], **m.as_dict(), "by_domain": per_domain,
                "outputs_match_plain": all(a.tokens == b.tokens for a, b in zip(outputs[n], outputs["plain"])) if sampling.greedy else None}
         if n != "plain":
+            row["by_context"] = context_buckets(outputs[n], context_edges)
             e = engines[n]
             costs = e.measure_step_costs(prompts[0].ids)
             row.update(environment(target, e.drafter, e), num_speculative_tokens=e.k, step_costs_s=costs,

@@ -53,6 +53,7 @@ class GenerationResult:
     target_forwards: int  # after prefill: one per step
     prompt_tokens: int = 0
     extra: dict = field(default_factory=dict)
+    steps: list[tuple[int, int]] = field(default_factory=list)  # (context length at verify, accepted) per drafted step
 
     @property
     def tokens_per_s(self) -> float:
@@ -141,7 +142,7 @@ class Engine:
         seq = torch.empty(1, max_length, dtype=torch.long, device=device)  # prompt + emitted ids
         seq[:, : prompt.shape[1]] = prompt
         n_seq = prompt.shape[1]
-        metrics, tokens, from_draft = SpecMetrics(), [], []
+        metrics, tokens, from_draft, steps = SpecMetrics(), [], [], []
         forwards = 0
 
         _sync(device)
@@ -195,6 +196,8 @@ class Engine:
             if drafter is not None:
                 drafter.accept(n_acc, hidden=None if hidden is None else hidden[kept])
             metrics.update(n, n_acc, tree.depth if n else None)
+            if n:
+                steps.append((valid + 1, n_acc))
             seq[0, n_seq : n_seq + n_acc] = accepted
             seq[0, n_seq + n_acc] = nxt
             n_seq += n_acc + 1
@@ -202,7 +205,7 @@ class Engine:
             new_src = [True] * n_acc + [False]
         _sync(device)
         elapsed = time.perf_counter() - t_start
-        return GenerationResult(tokens, from_draft, reason, metrics, elapsed, forwards, prompt.shape[1])
+        return GenerationResult(tokens, from_draft, reason, metrics, elapsed, forwards, prompt.shape[1], steps=steps)
 
     @torch.inference_mode()
     def measure_step_costs(self, prompt_ids, repeats: int = 7) -> dict:

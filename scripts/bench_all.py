@@ -1,0 +1,280 @@
+#!/usr/bin/env python
+"""The evidence: every drafter kind trained for the same time on the same data, then all of them
+(and the Qwen2.5-Coder 0.5B -> 1.5B pair, a draft that needs no training) benchmarked in one run
+on held-out chat and code prompts, repeated, with medians and spread.
+
+Stages, each skipped when its output exists, so a killed run resumes where it stopped:
+
+1. train: for each kind, `draftsmith train RECIPES/KIND.yaml` for --minutes (the trainer keeps
+   the budget across resumes) into RUNS/<target>-<kind>-<M>min; a finished checkpoint there is
+   reused if its recipe.yaml has the same kind, data and optim.max_minutes, refused otherwise.
+2. bench: --repeats rounds; in each, plain decoding and every method run on the same prompts
+   interleaved prompt by prompt (infer/bench.py: run_compare), so the ratios share the
+   machine's noise; each round is one file under OUT/repeats/.
+3. report: medians and [min-max] over rounds of the speedup (Spec-Bench: mean per-prompt
+   tokens/s over plain's), τ (= mean_acceptance_length, counting the bonus token; greedy
+   decoding makes it the same in every round) overall, by domain and by context-length bucket;
+   OUT/results.json, OUT/table.md (the README's table) and OUT/per_position_acceptance.png.
+
+    python scripts/bench_all.py                      # ~2.5 h on a 2-core CPU, all stages
+    python scripts/bench_all.py --repeats 5          # later: adds rounds 4-5, reuses the rest
+
+Run it on an otherwise idle machine: timed training and timing both suffer from other work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from draftsmith.errors import DraftsmithError, run_command
+from draftsmith.infer.bench import Method, format_compare, plot_acceptance, run_compare, write_json
+from draftsmith.infer.prompts import load_prompts
+from draftsmith.infer.sampling import SamplingConfig
+from draftsmith.infer.tree import TreeConfig
+
+KINDS = ("draft_lm", "medusa", "eagle", "eagle3")
+# Optimizer steps per training minute measured on the 2-core CPU (README "Training", "Medusa
+# results", "EAGLE results"): they size the cosine schedule so that the time budget, not the
+# step count, ends training (1.25x head-room).
+STEPS_PER_MINUTE = {"draft_lm": 3.3, "medusa": 2.7, "eagle": 6.0, "eagle3": 3.3}
+TRAIN_FLAGS = {  # per kind, beside the recipe: the settings the earlier measured runs used
+    "draft_lm": ["--optim.lr=1e-3", "--optim.warmup_steps=10"],
+    "medusa": ["--optim.grad_accum=1", "--optim.warmup_steps=4"],
+    "eagle": ["--optim.warmup_steps=10"],
+    "eagle3": ["--optim.warmup_steps=10"],
+}
+TREE = TreeConfig(topk=4, depth=4, num_draft_tokens=17)  # 16 drafted nodes per step for every tree
+METHODS = {  # kind -> the shapes benchmarked: each kind's best on this CPU in the earlier runs
+    "draft_lm": [("draft_lm_k2", 2, None)],
+    "medusa": [("medusa_tree16", 4, TREE)],
+    "eagle": [("eagle1_k3", 3, None), ("eagle2_tree16", 4, TREE)],
+    "eagle3": [("eagle3_tree16", 4, TREE)],
+}
+PAIR = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct", 4)  # target, draft, k
+
+
+def checkpoint_dir(args, kind: str) -> Path:
+    short = Path(args.recipes).name.split("-")[0]
+    return Path(args.runs_dir) / f"{short}-{kind.replace('_', '-')}-{args.minutes:g}min"
+
+
+def check_reusable(run: Path, kind: str, recipe: dict, minutes: float) -> None:
+    """A finished checkpoint is reused only if it was trained the same way; say what differs."""
+    path = run / "recipe.yaml"
+    if not path.is_file():
+        raise DraftsmithError(f"{run}/final exists without recipe.yaml: not a draftsmith training run; move it away")
+    old = yaml.safe_load(path.read_text())
+    want = {"drafter.kind": kind, "data.path": recipe["data"]["path"], "optim.max_minutes": float(minutes)}
+    got = {"drafter.kind": old["drafter"]["kind"], "data.path": old["data"]["path"], "optim.max_minutes": old["optim"].get("max_minutes")}
+    diff = [f"{k}: {got[k]!r} (wanted {want[k]!r})" for k in want if got[k] != want[k]]
+    if diff:
+        raise DraftsmithError(f"{run} was trained differently ({'; '.join(diff)}): move it away or pick another --runs-dir")
+
+
+def train(args, kind: str) -> dict:
+    recipe_path = Path(args.recipes) / f"{kind}.yaml"
+    if not recipe_path.is_file():
+        raise DraftsmithError(f"no recipe for {kind}: {recipe_path} does not exist")
+    recipe = yaml.safe_load(recipe_path.read_text())
+    run = checkpoint_dir(args, kind)
+    if (run / "final").is_dir():
+        check_reusable(run, kind, recipe, args.minutes)
+        print(f"[train] {kind}: reusing {run}/final")
+    else:
+        steps = max(4, math.ceil(STEPS_PER_MINUTE[kind] * args.minutes * 1.25))
+        cmd = [sys.executable, "-m", "draftsmith.train", str(recipe_path), "--output-dir", str(run), "--resume",
+               f"--optim.max_minutes={args.minutes}", f"--optim.max_steps={steps}", "--checkpoint.save_every=10",
+               "--logging.eval_every=100000", "--logging.eval_batches=4", "--logging.acceptance_prompts=4",
+               "--logging.progress=false", *TRAIN_FLAGS[kind]]
+        log = Path(f"{run}.log")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        print(f"[train] {kind}: {args.minutes:g} min into {run} (log {log}) ...", flush=True)
+        t = time.time()
+        with open(log, "a") as f:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+        if rc != 0:
+            raise DraftsmithError(f"training {kind} failed (exit {rc}); see {log}; rerun to resume")
+        print(f"[train] {kind}: done in {(time.time() - t) / 60:.1f} min")
+    summary = json.loads((run / "train_summary.json").read_text()) if (run / "train_summary.json").is_file() else {}
+    return {"checkpoint": str(run / "final"), "steps": summary.get("steps"), "tokens": summary.get("tokens"),
+            "train_seconds": summary.get("train_seconds"), "minutes": args.minutes}
+
+
+def plan(args) -> dict:
+    """What a round measures: a rerun with other settings must not mix its rounds with these."""
+    return {"recipes": args.recipes, "kinds": args.kinds, "minutes": args.minutes, "prompts": args.prompts,
+            "num_prompts": args.num_prompts, "max_new_tokens": args.max_new_tokens, "pair": args.pair,
+            "context_edges": args.context_edges, "tree": [TREE.topk, TREE.depth, TREE.num_draft_tokens]}
+
+
+def bench_round(args, name: str, target_name: str, dtype: str, methods: list[tuple], path: Path) -> None:
+    """One round on one target: plain + methods [(name, draft, k, tree)], interleaved."""
+    from draftsmith.models import Target, load_drafter
+
+    target = Target.load(target_name, dtype=dtype)
+    drafters = {}
+    for _, draft, _, _ in methods:
+        if draft not in drafters:
+            drafters[draft] = load_drafter(draft, target)
+    ms = [Method(n, drafters[d], k, tree) for n, d, k, tree in methods]
+    prompts = [p for s in args.prompts.split(",") for p in load_prompts(s, target.tokenizer, args.num_prompts)]
+    load = os.getloadavg()[0]
+    if load > 1.0:
+        print(f"warning: load average {load:.1f} before {path.name}: another process is busy, timings will be noisy")
+    result = run_compare(target, ms, prompts, args.max_new_tokens, SamplingConfig(temperature=0.0), args.seed,
+                         progress=args.progress, context_edges=tuple(args.context_edges))
+    result.update(round_name=path.stem, load_average_before=load, pair=name)
+    print(format_compare(result), flush=True)
+    write_json(result, str(path) + ".tmp")
+    os.replace(str(path) + ".tmp", path)  # a round is either whole or absent
+    del target, drafters, ms
+    gc.collect()
+
+
+def _spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def aggregate(rounds: list[dict]) -> dict:
+    """Per method: median and [min, max] over rounds of speedup and tokens/s, τ and its spread,
+    τ and speedup by domain, τ by context bucket (pooled over rounds), outputs == plain in all."""
+    out = {}
+    for name in rounds[0]["methods"]:
+        rows = [r["methods"][name] for r in rounds if name in r["methods"]]
+        row = {"speedup": _spread([x["speedup"] for x in rows]), "tokens_per_s": _spread([x["tokens_per_s"] for x in rows]),
+               "mean_acceptance_length": _spread([x["mean_acceptance_length"] for x in rows]),
+               "outputs_match_plain": all(x["outputs_match_plain"] is not False for x in rows)}
+        if name != "plain":
+            row["per_position_acceptance"] = [statistics.median(v) for v in zip(*[x["per_position_acceptance"] for x in rows])]
+            row["draft"], row["drafter_kind"] = rows[0].get("draft"), rows[0].get("drafter_kind")
+        domains = sorted({d for x in rows for d in x.get("by_domain", {})})
+        row["by_domain"] = {d: {"mean_acceptance_length": _spread([x["by_domain"][d]["mean_acceptance_length"] for x in rows]),
+                                "speedup": _spread([x["by_domain"][d]["speedup"] for x in rows])} for d in domains}
+        buckets: dict[str, list[float]] = {}
+        for x in rows:
+            for b, v in x.get("by_context", {}).items():
+                acc = buckets.setdefault(b, [0.0, 0])
+                acc[0] += v["mean_acceptance_length"] * v["steps"]
+                acc[1] += v["steps"]
+        row["by_context"] = {b: {"mean_acceptance_length": t / n, "steps": n} for b, (t, n) in buckets.items()}
+        out[name] = row
+    return out
+
+
+def markdown(report: dict) -> str:
+    """The README table: one row per method, τ by domain and context bucket, speedup spread."""
+    fmt = lambda s: f"{s['median']:.2f}" + (f" [{s['min']:.2f}–{s['max']:.2f}]" if s["n"] > 1 else "")  # noqa: E731
+    lines = []
+    for pair, res in report["pairs"].items():
+        rows, meta = res["methods"], res["meta"]
+        domains = sorted({d for r in rows.values() for d in r["by_domain"]})
+        buckets = list(dict.fromkeys(b for r in rows.values() for b in r.get("by_context", {})))
+        lines += [f"**{meta['target']}**, {meta['dtype']} on {meta['hardware']}, greedy, {meta['num_prompts']} prompts × "
+                  f"{meta['max_new_tokens']} tokens, {res['rounds']} rounds; plain decoding {rows['plain']['tokens_per_s']['median']:.1f} tok/s", ""]
+        head = ["method", "trained", "τ"] + [f"τ {d}" for d in domains] + [f"τ ctx {b}" for b in buckets] + ["speedup median [min–max]", "= plain"]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for name, r in rows.items():
+            if name == "plain":
+                continue
+            trained = res.get("training", {}).get(name, "—")
+            cells = [name, trained, f"{r['mean_acceptance_length']['median']:.2f}"]
+            cells += [f"{r['by_domain'][d]['mean_acceptance_length']['median']:.2f}" if d in r["by_domain"] else "—" for d in domains]
+            cells += [f"{r['by_context'][b]['mean_acceptance_length']:.2f} ({r['by_context'][b]['steps']})" if b in r["by_context"] else "—" for b in buckets]
+            cells += [fmt(r["speedup"]) + "×", "yes" if r["outputs_match_plain"] else "NO"]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recipes", default="configs/smollm2-135m-instruct", help="folder with <kind>.yaml recipes")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="drafter kinds to train and compare")
+    ap.add_argument("--minutes", type=float, default=24, help="training budget of every kind")
+    ap.add_argument("--runs-dir", default="runs", help="where checkpoints live (and are reused from)")
+    ap.add_argument("--pair", default="qwen", choices=["qwen", "none"], help="also bench the Qwen2.5-Coder 0.5B->1.5B pair")
+    ap.add_argument("--prompts", default="chat,code")
+    ap.add_argument("--num-prompts", type=int, default=4, help="per prompt set")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--context-edges", type=lambda s: [int(x) for x in s.split(",")], default=[64, 128, 256])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="runs/bench_all")
+    ap.add_argument("--progress", action="store_true")
+    args = ap.parse_args()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars would bury the tables
+    args.kinds = [k for k in args.kinds.split(",") if k]
+    unknown = set(args.kinds) - set(KINDS)
+    if unknown:
+        raise DraftsmithError(f"--kinds: unknown {sorted(unknown)} (known: {', '.join(KINDS)})")
+    out = Path(args.out)
+    (out / "repeats").mkdir(parents=True, exist_ok=True)
+    plan_path, want = out / "plan.json", plan(args)
+    if plan_path.is_file() and (old := json.loads(plan_path.read_text())) != want:
+        diff = ", ".join(f"{k}: {old.get(k)!r} -> {want[k]!r}" for k in want if old.get(k) != want[k])
+        raise DraftsmithError(f"{out} holds rounds measured with other settings ({diff}): use another --out or delete it")
+    write_json(want, str(plan_path))
+
+    training = {kind: train(args, kind) for kind in args.kinds}
+
+    target_name = yaml.safe_load((Path(args.recipes) / f"{args.kinds[0]}.yaml").read_text())["model"]["target"] if args.kinds else None
+    pairs = {}
+    if args.kinds:
+        methods = [(n, training[kind]["checkpoint"], k, tree) for kind in args.kinds for n, k, tree in METHODS[kind]]
+        pairs[Path(args.recipes).name] = (target_name, "float32", methods)
+    if args.pair == "qwen":
+        pairs["qwen-pair"] = (PAIR[0], "bfloat16", [(f"qwen0.5b_k{PAIR[2]}", PAIR[1], PAIR[2], None)])
+    skipped = {}
+    for i in range(1, args.repeats + 1):
+        for name, (tgt, dtype, methods) in pairs.items():
+            path = out / "repeats" / f"{name}-r{i}.json"
+            if path.is_file() or name in skipped:
+                continue
+            print(f"[bench] {name} round {i}/{args.repeats}", flush=True)
+            try:
+                bench_round(args, name, tgt, dtype, methods, path)
+            except DraftsmithError as e:
+                if name != "qwen-pair":
+                    raise
+                skipped[name] = str(e)  # optional models (scripts/install_qwen.sh) not installed
+                print(f"[bench] skipping the Qwen pair: {e}")
+
+    report = {"command": " ".join(sys.argv), "plan": want, "training": training, "skipped": skipped, "pairs": {}}
+    for name in pairs:
+        files = sorted((out / "repeats").glob(f"{name}-r*.json"), key=lambda p: int(p.stem.rsplit("-r", 1)[1]))
+        rounds = [json.loads(p.read_text()) for p in files if int(p.stem.rsplit("-r", 1)[1]) <= args.repeats]
+        if not rounds:
+            continue
+        meta = {k: rounds[0][k] for k in ("target", "dtype", "hardware", "versions", "num_prompts", "max_new_tokens")}
+        trained = {n: (f"{training[kind]['minutes']:g} min, {training[kind]['steps']} steps" if kind in training else "—")
+                   for kind in args.kinds for n, _, _ in METHODS[kind]}
+        trained.update({n: "none (pretrained)" for n, _, _, _ in pairs[name][2] if n.startswith("qwen")})
+        report["pairs"][name] = {"meta": meta, "rounds": len(rounds), "methods": aggregate(rounds), "training": trained}
+    write_json(report, str(out / "results.json"))
+    table = markdown(report)
+    (out / "table.md").write_text(f"`{report['command']}`\n\n{table}")
+    print(table)
+    curves = {f"{n} ({p})" if p != Path(args.recipes).name else n: r for p, res in report["pairs"].items()
+              for n, r in res["methods"].items() if n != "plain"}
+    if curves:
+        plot_acceptance({n: {**r, "mean_acceptance_length": r["mean_acceptance_length"]["median"]} for n, r in curves.items()},
+                        str(out / "per_position_acceptance.png"))
+    print(f"wrote {out}/results.json, table.md, per_position_acceptance.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_command(main))

@@ -1,0 +1,96 @@
+"""scripts/bench_all.py: context-length buckets, the aggregation over rounds, and the whole
+run on tiny settings (train, bench a round, reuse the checkpoint and the round on a rerun,
+refuse to mix rounds measured with other settings)."""
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from draftsmith.infer.bench import context_buckets
+from draftsmith.infer.engine import Engine
+from draftsmith.models import load_drafter
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("bench_all", ROOT / "scripts" / "bench_all.py")
+bench_all = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench_all)
+
+
+def test_context_buckets_partition_the_steps(tiny_target):
+    engine = Engine(tiny_target, load_drafter("truncated:6", tiny_target), 3)
+    prompts = [[5 + i for i in range(n)] for n in (10, 40, 90)]
+    results = [engine.generate(p, 30, eos_token_ids=()) for p in prompts]
+    total = results[0].metrics.merge(results[1].metrics).merge(results[2].metrics)
+    buckets = context_buckets(results, (32, 64, 100))
+    assert set(buckets) <= {"<32", "32-63", "64-99", ">=100"} and len(buckets) >= 3
+    assert sum(b["steps"] for b in buckets.values()) == total.drafts
+    pooled = sum(b["mean_acceptance_length"] * b["steps"] for b in buckets.values()) / total.drafts
+    assert pooled == pytest.approx(total.mean_acceptance_length)
+    # the first step of a 10-token prompt verifies at context 11 (prompt + the prefill's token)
+    assert results[0].steps[0][0] == 11 and results[2].steps[0][0] == 91
+
+
+def _round(speedup, tau, match=True, ctx_steps=4):
+    method = {"speedup": speedup, "tokens_per_s": 10 * speedup, "mean_acceptance_length": tau, "outputs_match_plain": match,
+              "per_position_acceptance": [tau - 1, (tau - 1) / 2], "draft": "d", "drafter_kind": "eagle3",
+              "by_domain": {"chat": {"mean_acceptance_length": tau, "speedup": speedup}},
+              "by_context": {"<64": {"mean_acceptance_length": tau, "steps": ctx_steps}}}
+    plain = {"speedup": 1.0, "tokens_per_s": 10.0, "mean_acceptance_length": 1.0, "outputs_match_plain": True,
+             "by_domain": {"chat": {"mean_acceptance_length": 1.0, "speedup": 1.0}}}
+    return {"methods": {"plain": plain, "m": method}}
+
+
+def test_aggregate_medians_spread_and_pooled_buckets():
+    rows = bench_all.aggregate([_round(0.5, 1.4), _round(0.9, 1.4, ctx_steps=12), _round(0.6, 1.6, match=False)])
+    m = rows["m"]
+    assert m["speedup"] == {"median": 0.6, "min": 0.5, "max": 0.9, "n": 3}
+    assert m["mean_acceptance_length"]["median"] == 1.4 and m["mean_acceptance_length"]["max"] == 1.6
+    assert m["outputs_match_plain"] is False and rows["plain"]["outputs_match_plain"] is True
+    assert m["by_context"]["<64"]["steps"] == 20
+    assert m["by_context"]["<64"]["mean_acceptance_length"] == pytest.approx((1.4 * 4 + 1.4 * 12 + 1.6 * 4) / 20)
+    assert m["per_position_acceptance"][0] == pytest.approx(0.4)
+    assert m["by_domain"]["chat"]["speedup"]["median"] == 0.6
+
+
+def _run(tmp_path, *extra):
+    cmd = [sys.executable, "scripts/bench_all.py", "--recipes", "configs/tiny", "--kinds", "eagle3", "--minutes", "0.05",
+           "--pair", "none", "--num-prompts", "1", "--max-new-tokens", "10", "--runs-dir", str(tmp_path / "runs"),
+           "--out", str(tmp_path / "out"), *extra]
+    return subprocess.run(cmd, cwd=ROOT, env=os.environ.copy(), capture_output=True, text=True, timeout=900)
+
+
+def test_bench_all_trains_benches_then_resumes_without_redoing(tiny_cache, tmp_path):
+    first = _run(tmp_path, "--repeats", "1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    run = tmp_path / "runs" / "tiny-eagle3-0.05min"
+    assert (run / "final").is_dir() and "[train] eagle3: 0.05 min into" in first.stdout
+    r1 = tmp_path / "out" / "repeats" / "tiny-r1.json"
+    stamp = r1.stat().st_mtime_ns
+
+    second = _run(tmp_path, "--repeats", "2")  # one more round: reuse the checkpoint and round 1
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"[train] eagle3: reusing {run}/final" in second.stdout
+    assert "[bench] tiny round 1/2" not in second.stdout and "[bench] tiny round 2/2" in second.stdout
+    assert r1.stat().st_mtime_ns == stamp
+    report = json.loads((tmp_path / "out" / "results.json").read_text())
+    res = report["pairs"]["tiny"]
+    assert res["rounds"] == 2 and res["methods"]["eagle3_tree16"]["speedup"]["n"] == 2
+    assert res["methods"]["eagle3_tree16"]["outputs_match_plain"] is True
+    assert res["training"]["eagle3_tree16"].startswith("0.05 min, ")
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert "| eagle3_tree16 |" in table and "τ chat" in table and "τ code" in table and "τ ctx" in table
+    assert (tmp_path / "out" / "per_position_acceptance.png").is_file()
+
+    other = _run(tmp_path, "--repeats", "2", "--max-new-tokens", "12")  # other settings: refuse to mix rounds
+    assert other.returncode == 2 and "max_new_tokens: 10 -> 12" in other.stderr and "Traceback" not in other.stderr
+
+    recipe = run / "recipe.yaml"  # a checkpoint trained with another budget is not silently reused
+    recipe.write_text(recipe.read_text().replace("max_minutes: 0.05", "max_minutes: 9.0"))
+    (tmp_path / "out" / "plan.json").unlink()
+    third = _run(tmp_path, "--repeats", "2")
+    assert third.returncode == 2 and "was trained differently (optim.max_minutes: 9.0 (wanted 0.05))" in third.stderr
