@@ -199,6 +199,10 @@ class EagleDraftModel(PreTrainedModel):
             nn.init.normal_(module.weight, 0.0, 0.02)
         elif isinstance(module, RMSNorm):
             nn.init.ones_(module.weight)
+        elif isinstance(module, LlamaRotaryEmbedding):
+            # inv_freq is a non-persistent buffer: from_pretrained materialises it empty (whatever
+            # was in that memory) and relies on _init_weights to recompute RoPE's frequencies.
+            super()._init_weights(module)
 
     def get_input_embeddings(self):
         return None

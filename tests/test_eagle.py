@@ -195,6 +195,11 @@ def test_eagle_trains_saves_reloads_and_decodes_like_plain(tiny_target, trained,
         assert {"fc.weight", "layers.0.self_attn.q_proj.weight"} <= set(names) and "lm_head.weight" not in names
     drafter = load_drafter(str(final), tiny_target)
     assert drafter.kind == kind
+    # RoPE's inv_freq is a non-persistent buffer, not in the checkpoint: loading must recompute it,
+    # not keep whatever that memory held (acceptance then depended on what had run before)
+    fresh = type(drafter.model)(drafter.model.config).rotary
+    assert torch.equal(drafter.model.rotary.inv_freq.cpu(), fresh.inv_freq)
+    assert torch.equal(drafter.model.rotary.original_inv_freq.cpu(), fresh.inv_freq)
     prompt = [5, 40, 41, 42, 43, 9, 12]
     for tree in (None, TreeConfig(topk=3, depth=3, num_draft_tokens=10)):
         engine = Engine(tiny_target, drafter, 3, tree=tree)
