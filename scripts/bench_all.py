@@ -118,6 +118,22 @@ def plan(args) -> dict:
             "context_edges": args.context_edges, "tree": [TREE.topk, TREE.depth, TREE.num_draft_tokens]}
 
 
+def busy_cores(seconds: float = 1.0) -> float:
+    """Cores kept busy by other processes over `seconds` (/proc/stat; the load average would
+    still count the training that just ended)."""
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]  # total, idle + iowait
+    try:
+        t0, i0 = sample()
+        time.sleep(seconds)
+        t1, i1 = sample()
+    except OSError:  # not Linux
+        return 0.0
+    return (os.cpu_count() or 1) * (1 - (i1 - i0) / max(1, t1 - t0))
+
+
 def bench_round(args, name: str, target_name: str, dtype: str, methods: list[tuple], path: Path) -> None:
     """One round on one target: plain + methods [(name, draft, k, tree)], interleaved."""
     from draftsmith.models import Target, load_drafter
@@ -129,12 +145,12 @@ def bench_round(args, name: str, target_name: str, dtype: str, methods: list[tup
             drafters[draft] = load_drafter(draft, target)
     ms = [Method(n, drafters[d], k, tree) for n, d, k, tree in methods]
     prompts = [p for s in args.prompts.split(",") for p in load_prompts(s, target.tokenizer, args.num_prompts)]
-    load = os.getloadavg()[0]
-    if load > 1.0:
-        print(f"warning: load average {load:.1f} before {path.name}: another process is busy, timings will be noisy")
+    load = busy_cores()
+    if load > 0.3:
+        print(f"warning: {load:.1f} cores busy before {path.name}: another process is running, timings will be noisy")
     result = run_compare(target, ms, prompts, args.max_new_tokens, SamplingConfig(temperature=0.0), args.seed,
                          progress=args.progress, context_edges=tuple(args.context_edges))
-    result.update(round_name=path.stem, load_average_before=load, pair=name)
+    result.update(round_name=path.stem, busy_cores_before=round(load, 2), pair=name)
     print(format_compare(result), flush=True)
     write_json(result, str(path) + ".tmp")
     os.replace(str(path) + ".tmp", path)  # a round is either whole or absent
