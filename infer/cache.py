@@ -19,8 +19,20 @@ only the accepted path: `compact` gathers those positions down in one index op.
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 from transformers import DynamicCache, StaticCache
+
+
+@functools.cache
+def _cache_argument(model_class: type) -> str:
+    """The keyword a model's forward takes its KV cache by: `cache` in current transformers,
+    `past_key_values` up to 5.18 (the GPU image's 5.17). Passing the wrong one is silently
+    ignored there (**kwargs), so it is looked up, never guessed."""
+    params = inspect.signature(model_class.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 
 class KVCache:
@@ -31,6 +43,10 @@ class KVCache:
         self.max_length = max_length
         self.length = 0
         self.hf = StaticCache(config=config, max_cache_len=max_length) if layout == "static" else DynamicCache(config=config)
+
+    def forward_kwargs(self, model) -> dict:
+        """{keyword: transformers cache} for `model(...)`, whichever keyword this transformers uses."""
+        return {_cache_argument(type(model)): self.hf}
 
     def advance(self, n: int) -> None:
         """Record that a forward wrote n more positions (transformers advanced its own pointer)."""
@@ -49,7 +65,11 @@ class KVCache:
         if new_length < self.length:
             # transformers' crop takes a negative count of positions to remove: for static layers
             # it only moves the write pointer, for dynamic ones it slices (a view, no copy).
-            self.hf.crop(new_length - self.length)
+            if all(hasattr(layer, "crop") for layer in self.hf.layers):
+                self.hf.crop(new_length - self.length)
+            else:  # transformers <= 5.18: StaticLayer has no crop; move its pointer in place (static address)
+                for layer in self.hf.layers:
+                    layer.cumulative_length.sub_(self.length - new_length)
             self.length = new_length
 
     def compact(self, start: int, keep: torch.Tensor) -> None:

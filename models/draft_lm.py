@@ -78,7 +78,7 @@ class DraftLM:
         """Feed ids [1, q] into the draft's cache; next-token logits after the last one."""
         q = ids.shape[1]
         pos = torch.arange(self.cache.length, self.cache.length + q, device=ids.device).unsqueeze(0)
-        out = self.model(input_ids=ids, cache=self.cache.hf, position_ids=pos, use_cache=True, logits_to_keep=1)
+        out = self.model(input_ids=ids, **self.cache.forward_kwargs(self.model), position_ids=pos, use_cache=True, logits_to_keep=1)
         self.cache.advance(q)
         logits = out.logits[0, -1]
         # Same tokenizer, but the embedding matrices may be padded differently: align to the target's.

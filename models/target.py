@@ -113,7 +113,7 @@ class Target:
         fwd = self._forward if logits_to_keep == 0 and cache.layout == "static" else self.model.forward
         out = fwd(
             input_ids=input_ids,
-            cache=cache.hf,
+            **cache.forward_kwargs(self.model),
             position_ids=position_ids,
             attention_mask=attention_mask,
             use_cache=True,

@@ -171,3 +171,27 @@ def test_smollm2_offline_through_our_engine(monkeypatch):
     spec = engine.generate(ids, 24)
     assert "Paris" in tok.decode(plain.tokens)
     assert spec.tokens == plain.tokens
+
+
+def test_kv_cache_bridges_the_gpu_images_transformers(tiny_target, monkeypatch):
+    """transformers 5.17/5.18 (the GPU image) take the cache as `past_key_values` and have no
+    StaticLayer.crop: the cache keyword is looked up per model class, and rolling back a static
+    cache moves each layer's write pointer itself; decoding is unchanged."""
+    from transformers.cache_utils import StaticLayer
+
+    from draftsmith.infer.cache import _cache_argument
+
+    class Old:
+        def forward(self, input_ids, past_key_values=None, **kwargs): ...
+
+    class New:
+        def forward(self, input_ids, cache=None, **kwargs): ...
+
+    assert _cache_argument(Old) == "past_key_values" and _cache_argument(New) == "cache"
+    prompt = [5, 40, 41, 42, 43, 9, 12]
+    engine = Engine(tiny_target, load_drafter("truncated:2", tiny_target), 3)
+    want = engine.generate(prompt, 24, eos_token_ids=(), speculative=False).tokens
+    monkeypatch.delattr(StaticLayer, "crop")
+    got = engine.generate(prompt, 24, eos_token_ids=())
+    assert got.tokens == want
+    assert got.metrics.drafts > 0 and got.metrics.accepted_tokens < got.metrics.drafted_tokens  # rejections: crops ran
