@@ -49,12 +49,18 @@ def timed(fn, repeats: int, device) -> float:
     return statistics.median(times)
 
 
-def measure(shape: str, compile: bool, context: int, chains, trees, repeats: int, device, dtype) -> dict:
+def random_model(shape: str, device, dtype):
+    """A seeded, randomly initialised Llama of one of SHAPES (also used by bench_engine.py)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(max_position_embeddings=4096, **SHAPES[shape])
-    model = LlamaForCausalLM(config).to(device=device, dtype=dtype)
+    return LlamaForCausalLM(config).to(device=device, dtype=dtype)
+
+
+def measure(shape: str, compile: bool, context: int, chains, trees, repeats: int, device, dtype) -> dict:
+    model = random_model(shape, device, dtype)
+    config = model.config
     target = Target(model, None, f"random {shape}", compile=compile)
     max_length = 1024 * ((context + 200) // 1024 + 1)
     prompt = torch.randint(0, config.vocab_size, (1, context), device=device)

@@ -1,0 +1,153 @@
+#!/usr/bin/env python
+"""The engine's own speed, end to end: tokens/s of plain and speculative decoding, eager and
+compiled (static cache + CUDA graphs, CUDA only), on randomly initialised Llamas of real shapes
+(SHAPES in bench_verify_cost.py; nothing downloaded) with drafts forced to agree.
+
+Random weights make real drafts useless, so acceptance is forced to 1 and what is left is the
+engine's cost. With per-token acceptance α = 1 a chain of k tokens emits E = (1-α^(k+1))/(1-α)
+= k+1 tokens per target forward, and the speedup is (k+1)·t_step / (k·t_draft + t_verify)
+(Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding", Thm 3.8 and
+Eq. 1 with α → 1). Two drafts:
+
+- oracle: replays the target's own greedy continuation (from a plain run), so t_draft ≈ 0 and
+  the speedup is the ceiling (k+1)·t_step / t_verify; t_verify/t_step is what
+  bench_verify_cost.py measures. As a tree (topk 2, depth k) only the rank-0 path is right:
+  τ = k+1 still, with 2+4+..+2^k nodes verified per step.
+- self: the target itself as an independent draft_lm (its own KV cache, k eager forwards per
+  step): τ = k+1 too, but t_draft = t_step, so about 1x: the draft_lm path at its worst case.
+
+Each row checks its output equals plain greedy decoding (in bf16, batched verification may
+legitimately round differently from one-token steps: `same` can then be False). Prints a table,
+writes JSON.
+
+    python scripts/bench_engine.py --shapes smollm2-135m,llama-1b --out runs/gpu/engine.json
+    python scripts/bench_engine.py --shapes tiny --device cpu   # seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from bench_verify_cost import SHAPES, random_model  # noqa: E402
+
+from draftsmith.errors import DraftsmithError, run_command  # noqa: E402
+from draftsmith.infer import Engine  # noqa: E402
+from draftsmith.infer.bench import write_json  # noqa: E402
+from draftsmith.infer.proposal import Proposal  # noqa: E402
+from draftsmith.infer.tree import Tree, TreeConfig, full_choices  # noqa: E402
+from draftsmith.models import DraftLM, Target  # noqa: E402
+
+
+class Oracle:
+    """A drafter that proposes the target's known greedy continuation `full` (prompt + tokens)."""
+
+    kind = "oracle"
+    needs_hidden_states = False
+    supports_trees = True
+
+    def __init__(self, full: torch.Tensor, vocab_size: int):
+        self.full, self.vocab = full, vocab_size
+        self._trees = {}
+
+    def start(self, prompt, max_length, hidden=None):
+        pass
+
+    def accept(self, num_accepted, hidden=None):
+        pass
+
+    def propose(self, seq, k, sampling, generator=None, tree=None):
+        n = seq.shape[1]
+        if tree is None:
+            return Proposal(self.full[n : n + k])
+        if tree not in self._trees:  # node i: the right token at its depth if its ranks are all 0
+            t = Tree.from_choices(full_choices(tree.topk, tree.depth))
+            depth = torch.tensor([len(p) - 1 for p in t.paths[1:]], device=self.full.device)
+            wrong = torch.tensor([0 if not any(p) else 1 + sum(p) for p in t.paths[1:]], device=self.full.device)
+            self._trees[tree] = (t, depth, wrong)
+        t, depth, wrong = self._trees[tree]
+        return Proposal((self.full[n + depth] + wrong) % self.vocab, tree=t)
+
+
+def run(engine, prompt, n, repeats, speculative=True):
+    results = [engine.generate(prompt, n, eos_token_ids=(), speculative=speculative) for _ in range(repeats + 1)]
+    return results[-1], statistics.median(r.tokens_per_s for r in results[1:])  # the first warms up / compiles
+
+
+def measure(shape, device, dtype, k, max_new, prompt_len, repeats, tree):
+    model = random_model(shape, device, dtype)
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, model.config.vocab_size, (prompt_len,), generator=gen).tolist()
+    rows, eager_plain = [], None
+    for compiled in ([False, True] if device.type == "cuda" else [False]):
+        target = Target(model, None, f"random {shape}", compile=compiled)
+        # the reference, k+1 tokens longer so the oracle always has a full draft to offer
+        ref = Engine(target).generate(prompt, max_new + k + 1, eos_token_ids=()).tokens
+        full = torch.tensor(prompt + ref, device=device)
+        oracle = Oracle(full, target.vocab_size)
+        mode = "compiled" if compiled else "eager"
+        result, plain_tps = run(Engine(target), prompt, max_new, repeats)
+        eager_plain = eager_plain or plain_tps
+        methods = [("plain", None, None), (f"oracle chain{k}", oracle, None),
+                   (f"self chain{k}", DraftLM(model, target, "self"), None)]
+        if tree:
+            methods.append((f"oracle tree{sum(2**d for d in range(1, k + 1))}", oracle, TreeConfig(topk=2, depth=k)))
+        for method, drafter, shape_ in methods:
+            if drafter is not None:
+                result, tps = run(Engine(target, drafter, k, tree=shape_), prompt, max_new, repeats)
+            else:
+                tps = plain_tps
+            row = {"shape": shape, "mode": mode, "method": method, "k": k if drafter else 0,
+                   "tokens_per_s": tps, "speedup": tps / plain_tps, "speedup_vs_eager_plain": tps / eager_plain,
+                   "mean_acceptance_length": result.metrics.mean_acceptance_length,
+                   "same_as_plain": result.tokens == ref[:max_new], "new_tokens": len(result.tokens),
+                   "target_forwards": result.target_forwards}
+            rows.append(row)
+            print(f"{shape:<13} {mode:<9} {method:<16} {tps:9.1f} tok/s  {row['speedup']:5.2f}x  "
+                  f"(vs eager plain {row['speedup_vs_eager_plain']:5.2f}x)  tau {row['mean_acceptance_length']:.2f}  "
+                  f"same {row['same_as_plain']}", flush=True)
+    del model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="tiny", help=f"comma-separated, of: {', '.join(SHAPES)}")
+    ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    ap.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on CPU")
+    ap.add_argument("-k", type=int, default=4, help="drafted tokens per step (a tree: its depth)")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs per row after one warm-up (median)")
+    ap.add_argument("--no-tree", action="store_true", help="skip the oracle tree row")
+    ap.add_argument("--out", default="runs/bench/engine.json")
+    args = ap.parse_args()
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DraftsmithError("--device cuda: torch sees no CUDA device")
+    dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    shapes = args.shapes.split(",")
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown:
+        raise DraftsmithError(f"unknown shape(s) {', '.join(unknown)}: choose from {', '.join(SHAPES)}")
+    env = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", "dtype": str(dtype),
+           "torch": torch.__version__, "transformers": __import__("transformers").__version__}
+    pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for shape in shapes:  # written after every shape: a run stopped by a time limit keeps what it measured
+        rows += measure(shape, device, dtype, args.k, args.max_new_tokens, args.prompt_len, args.repeats, not args.no_tree)
+        write_json({"command": " ".join(sys.argv), "environment": env, "prompt_len": args.prompt_len,
+                    "max_new_tokens": args.max_new_tokens, "rows": rows}, args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_command(main))

@@ -1,0 +1,34 @@
+"""scripts/gpu_check.sh, the one prepared GPU run, checked here on the CPU: it parses, and its
+engine bench runs where the optional packages the GPU image lacks cannot be imported."""
+
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Not on the GPU machine: every import of these must stay lazy on the paths gpu_check.sh runs.
+ABSENT = ("datasets", "gguf", "deepspeed", "wandb", "peft", "chitchat_dataset")
+
+
+def test_gpu_check_script_parses():
+    subprocess.run(["bash", "-n", str(ROOT / "scripts" / "gpu_check.sh")], check=True)
+
+
+def test_bench_engine_without_optional_packages(tmp_path):
+    out, k, n = tmp_path / "engine.json", 4, 24
+    argv = ["bench_engine.py", "--shapes", "tiny", "--device", "cpu", "-k", str(k), "--max-new-tokens", str(n),
+            "--prompt-len", "8", "--repeats", "1", "--out", str(out)]
+    code = (f"import sys, runpy\nfor m in {ABSENT!r}: sys.modules[m] = None\n"
+            f"sys.argv = {argv!r}\nrunpy.run_path({str(ROOT / 'scripts' / 'bench_engine.py')!r}, run_name='__main__')\n"
+            f"assert not [m for m in {ABSENT!r} if sys.modules.get(m) is not None]\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, timeout=300)
+    rows = {r["method"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"plain", f"oracle chain{k}", f"self chain{k}", "oracle tree30"}  # CPU: eager only
+    assert all(r["same_as_plain"] and r["new_tokens"] == n and r["mode"] == "eager" for r in rows.values())
+    assert rows["plain"]["mean_acceptance_length"] == 1.0 and rows["plain"]["target_forwards"] == n - 1
+    for method in (f"oracle chain{k}", f"self chain{k}", "oracle tree30"):
+        # every draft accepted: k+1 tokens per target forward (the first token comes from prefill)
+        assert rows[method]["mean_acceptance_length"] == k + 1, method
+        assert rows[method]["target_forwards"] == math.ceil((n - 1) / (k + 1)), method
