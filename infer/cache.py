@@ -43,6 +43,8 @@ class KVCache:
         self.max_length = max_length
         self.length = 0
         self.hf = StaticCache(config=config, max_cache_len=max_length) if layout == "static" else DynamicCache(config=config)
+        # transformers <= 5.18: StaticLayer has no crop(); decided once here, not on every rollback
+        self._move_pointers = not all(hasattr(layer, "crop") for layer in self.hf.layers)
 
     def forward_kwargs(self, model) -> dict:
         """{keyword: transformers cache} for `model(...)`, whichever keyword this transformers uses."""
@@ -65,11 +67,11 @@ class KVCache:
         if new_length < self.length:
             # transformers' crop takes a negative count of positions to remove: for static layers
             # it only moves the write pointer, for dynamic ones it slices (a view, no copy).
-            if all(hasattr(layer, "crop") for layer in self.hf.layers):
-                self.hf.crop(new_length - self.length)
-            else:  # transformers <= 5.18: StaticLayer has no crop; move its pointer in place (static address)
+            if self._move_pointers:  # in place: CUDA graphs keep the pointer's static address
                 for layer in self.hf.layers:
                     layer.cumulative_length.sub_(self.length - new_length)
+            else:
+                self.hf.crop(new_length - self.length)
             self.length = new_length
 
     def compact(self, start: int, keep: torch.Tensor) -> None:
