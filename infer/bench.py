@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import platform
 import statistics
+import tempfile
 import time
-from collections import defaultdict
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
+
+from draftsmith.errors import DraftsmithError
 
 from .engine import Engine, GenerationResult, predicted_speedup
 from .metrics import SpecMetrics
@@ -60,19 +64,40 @@ def configure_hf_assistant(draft_model, k: int) -> None:
     gc.assistant_confidence_threshold = 0.0
 
 
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")  # what decides bf16 speed and verify cost
+
+
+def cpu_info() -> dict:
+    """The CPU's model name and the flags that change its figures (OFFLINE.md: bf16 pays on a
+    Xeon with AMX; without AVX-512, verifying K+1 tokens costs 2-4.6x a step), from /proc/cpuinfo."""
+    model, flags = None, None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and model is None:
+                    model = value.strip()
+                elif key.strip() == "flags" and flags is None:
+                    flags = set(value.split())
+    except OSError:  # not Linux: the model name only
+        pass
+    return {"model": model or platform.processor() or platform.machine(),
+            "flags": None if flags is None else {f: f in flags for f in CPU_FLAGS}, "cores": os.cpu_count(),
+            "threads": torch.get_num_threads()}
+
+
+def format_cpu(cpu: dict) -> str:
+    flags = cpu.get("flags")
+    listed = ", ".join(f"{f} {'yes' if v else 'no'}" for f, v in flags.items() if f != "amx_tile") if flags else "flags unknown"
+    return f"{cpu['model']} ({listed}; {cpu['threads']} threads of {cpu['cores']} cores)"
+
+
 def environment(target, drafter, engine=None) -> dict:
     import transformers
 
     import draftsmith
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_info()
     dev = target.device
     tree = engine.tree if engine is not None else None
     return {
@@ -84,7 +109,8 @@ def environment(target, drafter, engine=None) -> dict:
         "drafter_kind": getattr(drafter, "kind", None),
         "dtype": str(target.dtype).replace("torch.", ""),
         "device": str(dev),
-        "hardware": torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{cpu}, {torch.get_num_threads()} threads",
+        "hardware": torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{cpu['model']}, {torch.get_num_threads()} threads",
+        "cpu": cpu,
         "versions": {"draftsmith": draftsmith.__version__, "torch": torch.__version__, "transformers": transformers.__version__},
     }
 
@@ -93,21 +119,56 @@ def _mean_tps(results: list[tuple[int, float]]) -> float | None:
     return statistics.mean(n / s for n, s in results) if results else None
 
 
+def _groups(prompts) -> dict[str, dict[str, list[int]]]:
+    """Prompt indices by category (`domain`, in order of first appearance: MT-Bench's own order),
+    by MT-Bench turn, and by prompt set when a run mixes several."""
+    keys = {"by_domain": lambda p: p.domain, "by_turn": lambda p: f"turn{p.turn}" if getattr(p, "turn", None) else None,
+            "by_set": lambda p: getattr(p, "source", None)}
+    out = {}
+    for field, key in keys.items():
+        idx: dict[str, list[int]] = {}
+        for i, p in enumerate(prompts):
+            if (k := key(p)) is not None:
+                idx.setdefault(k, []).append(i)
+        if field == "by_domain" or (field == "by_turn" and idx) or len(idx) > 1:
+            out[field] = idx
+    return out
+
+
+def breakdown(prompts, results: list[GenerationResult], baseline: list[GenerationResult] | None = None) -> dict:
+    """Acceptance per category, per turn and per set, the table shape of the EAGLE / SpecForge
+    papers: each group's counts are pooled (τ = 1 + Σ accepted / Σ drafts, never a mean of the
+    prompts' τ), so the groups of a split pool back to the overall figures exactly. With
+    `baseline` (plain decoding on the same prompts), each group's Spec-Bench speedup too."""
+    out = {}
+    for field, groups in _groups(prompts).items():
+        out[field] = {}
+        for name, idx in groups.items():
+            m = SpecMetrics()
+            for i in idx:
+                m = m.merge(results[i].metrics)
+            row = {**m.as_dict(), "num_prompts": len(idx)}
+            if baseline is not None:
+                tps = lambda rs: _mean_tps([(len(rs[i].tokens), rs[i].elapsed_s) for i in idx])  # noqa: E731
+                row["speedup"] = tps(results) / tps(baseline)
+            out[field][name] = row
+    return out
+
+
 def run_eval(target, drafter, prompts, k, max_new_tokens, sampling, seed=0, progress=True, tree=None, verification="lossless") -> dict:
-    """Acceptance metrics only (no baselines, no timing claims), overall and per domain."""
+    """Acceptance metrics only (no baselines, no timing claims), overall and per category / turn."""
     engine = Engine(target, drafter, k, tree=tree, verification=verification)
-    total, by_domain = SpecMetrics(), defaultdict(SpecMetrics)
+    total, results = SpecMetrics(), []
     for i, p in enumerate(tqdm(prompts, desc="eval", disable=not progress)):
-        r = engine.generate(p.ids, max_new_tokens, sampling, seed=seed + i)
-        total = total.merge(r.metrics)
-        by_domain[p.domain] = by_domain[p.domain].merge(r.metrics)
+        results.append(engine.generate(p.ids, max_new_tokens, sampling, seed=seed + i))
+        total = total.merge(results[-1].metrics)
     return {
         **environment(target, drafter, engine),
         "num_speculative_tokens": k,
         "temperature": sampling.temperature,
         "num_prompts": len(prompts),
         **total.as_dict(),
-        "by_domain": {d: m.as_dict() for d, m in sorted(by_domain.items())},
+        **breakdown(prompts, results),  # no baseline ran: acceptance only, no speedup
     }
 
 
@@ -149,10 +210,9 @@ def run_bench(
             outputs[name].append(methods[name](p, seed + i))
 
     spec = outputs["speculative"]
-    metrics, by_domain = SpecMetrics(), defaultdict(SpecMetrics)
-    for p, r in zip(prompts, spec):
+    metrics = SpecMetrics()
+    for r in spec:
         metrics = metrics.merge(r.metrics)
-        by_domain[p.domain] = by_domain[p.domain].merge(r.metrics)
     tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in outs]) for n, outs in outputs.items()}
     costs = engine.measure_step_costs(prompts[0].ids)
     tau = metrics.mean_acceptance_length
@@ -180,7 +240,7 @@ def run_bench(
         "plain_vs_hf_plain": ratio("plain", "hf_plain"),
         "greedy_outputs_match": same("speculative", "plain") if sampling.greedy else None,
         "step_costs_s": costs,
-        "by_domain": {d: m.as_dict() for d, m in sorted(by_domain.items())},
+        **breakdown(prompts, spec, outputs["plain"]),  # the speculative method's, speedup vs plain per group
         "methods": {
             n: {
                 "tokens_per_s": tps[n],
@@ -242,19 +302,13 @@ def run_compare(target, methods: list[Method], prompts, max_new_tokens, sampling
             n = names[(i + j) % len(names)]
             outputs[n].append(run[n](p, seed + i))
     tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in outs]) for n, outs in outputs.items()}
-    domains = sorted({p.domain for p in prompts})
     rows = {}
     for n in names:
-        m, by_domain = SpecMetrics(), {}
-        for p, r in zip(prompts, outputs[n]):
+        m = SpecMetrics()
+        for r in outputs[n]:
             m = m.merge(r.metrics)
-            by_domain[p.domain] = by_domain.get(p.domain, SpecMetrics()).merge(r.metrics)
-        per_domain = {}
-        for d in domains:  # tau and speedup per prompt domain (acceptance drifts with the domain)
-            pick = lambda name: [(len(r.tokens), r.elapsed_s) for p, r in zip(prompts, outputs[name]) if p.domain == d]  # noqa: E731
-            per_domain[d] = {"mean_acceptance_length": by_domain[d].as_dict()["mean_acceptance_length"],
-                             "speedup": _mean_tps(pick(n)) / _mean_tps(pick("plain"))}
-        row = {"tokens_per_s": tps[n], "speedup": tps[n] / tps["plain"], **m.as_dict(), "by_domain": per_domain,
+        # tau, acceptance and speedup per category (and per MT-Bench turn, per set): the papers' table
+        row = {"tokens_per_s": tps[n], "speedup": tps[n] / tps["plain"], **m.as_dict(), **breakdown(prompts, outputs[n], outputs["plain"]),
                "outputs_match_plain": all(a.tokens == b.tokens for a, b in zip(outputs[n], outputs["plain"])) if sampling.greedy else None}
         if n != "plain":
             row["by_context"] = context_buckets(outputs[n], context_edges)
@@ -282,13 +336,30 @@ def format_compare(result: dict) -> str:
         lines.append(f"{name:<22}{per_step:>11.1f}{r['mean_acceptance_length']:>7.2f}{fmt(r['draft_acceptance_rate'], '.2f'):>8}"
                      f"{r['tokens_per_s']:>10.2f}{r['speedup']:>8.2f}x{fmt(r.get('predicted_speedup'), '.2f'):>9}x{match:>7}  "
                      + " ".join(f"{a:.2f}" for a in r["per_position_acceptance"]))
-    domains = sorted({d for r in result["methods"].values() for d in r.get("by_domain", {})})
-    if len(domains) > 1:
-        lines.append(f"{'by domain (tau / speedup)':<22}" + "".join(f"{d:>18}" for d in domains))
-        for name, r in result["methods"].items():
-            cells = [r["by_domain"].get(d) for d in domains]
-            lines.append(f"{name:<22}" + "".join(f"{c['mean_acceptance_length']:>10.2f} /{c['speedup']:>5.2f}x" if c else f"{'-':>18}" for c in cells))
+    lines += group_table(result["methods"])
     return "\n".join(lines)
+
+
+GROUP_FIELDS = ("by_domain", "by_set", "by_turn")
+
+
+def group_columns(rows: dict) -> list[tuple[str, str]]:
+    """(field, group) columns over all methods: categories in order of appearance, then sets and turns."""
+    return [(f, g) for f in GROUP_FIELDS for g in dict.fromkeys(g for r in rows.values() for g in r.get(f, {}))]
+
+
+def group_table(rows: dict) -> list[str]:
+    """Methods x (categories, sets, turns, overall): τ / speedup per cell, as the EAGLE and
+    SpecForge papers lay out MT-Bench. Nothing when there is only one category."""
+    cols = group_columns(rows)
+    if len(cols) < 2:
+        return []
+    cell = lambda c: "-" if c is None else f"{c['mean_acceptance_length']:.2f}" + (f" /{c['speedup']:.2f}x" if c.get("speedup") is not None else "")  # noqa: E731
+    width = max(13, *(len(g) + 1 for _, g in cols))
+    lines = [f"{'tau / speedup':<22}" + "".join(f"{g:>{width}}" for _, g in cols) + f"{'overall':>{width}}"]
+    for name, r in rows.items():
+        lines.append(f"{name:<22}" + "".join(f"{cell(r.get(f, {}).get(g)):>{width}}" for f, g in cols) + f"{cell(r):>{width}}")
+    return lines
 
 
 def format_table(result: dict) -> str:
@@ -319,15 +390,81 @@ def format_table(result: dict) -> str:
             f"speedup {fmt(result['speedup'])}   predicted {fmt(result['predicted_speedup'])}   "
             f"vs hf_assisted {fmt(result['speedup_vs_hf_assisted'])}   plain vs hf_plain {fmt(result['plain_vs_hf_plain'])}"
         )
-    for d, m in result.get("by_domain", {}).items():
-        lines.append(f"  domain {d:<10} mean_acceptance_length {m['mean_acceptance_length']:.2f}  drafts {m['drafts']}")
+    for field in GROUP_FIELDS:
+        for g, m in result.get(field, {}).items():
+            rate, speed = m["draft_acceptance_rate"], m.get("speedup")
+            lines.append(f"  {field[3:]:<6} {g:<11} mean_acceptance_length {m['mean_acceptance_length']:.2f}  "
+                         f"draft_acceptance_rate {'n/a' if rate is None else f'{rate:.3f}'}  drafts {m['drafts']}"
+                         + ("" if speed is None else f"  speedup {speed:.2f}x") + "  per_position "
+                         + " ".join(f"{a:.2f}" for a in m["per_position_acceptance"]))
     return "\n".join(lines)
 
 
 def write_json(result: dict, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
+    """Write atomically: a reader (or a resumed run) sees the old file or the new one, never half."""
+    path = str(path)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+
+
+def check_output_path(path: str, flag: str, suffixes: tuple[str, ...] | None = None) -> None:
+    """Before any work (issue 16): refuse, in one line, an output path that cannot be written, so
+    a finished run is never lost to it. Missing folders are fine (created when writing)."""
+    p = Path(path)
+    if suffixes and p.suffix.lower() not in suffixes:
+        raise DraftsmithError(f"{flag} {path}: name a {' / '.join(suffixes)} file")
+    if p.is_dir():
+        raise DraftsmithError(f"{flag} {path} is a directory: name a file in it, e.g. {p / ('result' + (suffixes or ('.json',))[0])}")
+    folder = p.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise DraftsmithError(f"{flag} {path}: {folder} is a file, not a folder")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise DraftsmithError(f"{flag} {path}: the file is read-only")
+    try:
+        with tempfile.TemporaryFile(dir=folder):  # the only sure test (root passes os.access, read-only mounts do not)
+            pass
+    except OSError as e:
+        raise DraftsmithError(f"{flag} {path}: cannot write in {folder} ({e.strerror or e}); pick a writable folder") from None
+
+
+def save_outputs(result: dict, json_path: str | None, plot_path: str | None, label: str) -> list[str]:
+    """Write the JSON and the plot; the paths written. Whatever fails, the results are kept: a
+    JSON that cannot be written where asked goes to a temporary file, and the one error names it."""
+    written, problems = [], []
+    if json_path:
+        try:
+            Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+            write_json(result, json_path)
+            written.append(json_path)
+        except OSError as e:
+            problems.append(f"could not write --json {json_path} ({e.strerror or e})")
+    if plot_path:
+        try:
+            Path(plot_path).parent.mkdir(parents=True, exist_ok=True)
+            plot_acceptance({label: result}, plot_path)
+            written.append(plot_path)
+        except (OSError, ValueError) as e:  # ValueError: a format matplotlib cannot write
+            problems.append(f"could not write --plot {plot_path} ({getattr(e, 'strerror', None) or e})")
+    if problems:
+        kept = json_path if json_path in written else None
+        if kept is None:
+            fd, kept = tempfile.mkstemp(prefix="draftsmith-results-", suffix=".json")
+            os.close(fd)
+            write_json(result, kept)
+        raise DraftsmithError(f"{'; '.join(problems)}; the results are saved in {kept}")
+    return written
 
 
 def plot_acceptance(results: dict[str, dict], path: str) -> None:
