@@ -4,6 +4,10 @@ A recipe (`configs/<target>/<drafter>.yaml`) is one `Recipe`: six sections, each
 Loading is strict: an unknown or mistyped key, a wrong type or a bad value is a DraftsmithError
 that names the key (with a "did you mean" when one is close), before any model loads.
 
+Every int/float knob has its range in its dataclass's `RANGES` (checked by `check_ranges`, and
+a test fails for a numeric knob without one): ">=1" for counts, ">=0 (0: ...)" where 0 switches
+something off (the note says what 0 means, and the trainer honours it), intervals like "(0, 1]".
+
     recipe = load_recipe("configs/tiny/draft_lm.yaml", ["--optim.lr=3e-4", "--data.max_length", "256"])
 
 The `drafter` section is polymorphic: its `kind` picks the dataclass from `DRAFTER_CONFIGS`
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import pathlib
 import types
 import typing
@@ -22,6 +27,9 @@ from dataclasses import dataclass, field
 import yaml
 
 from draftsmith.errors import DraftsmithError
+
+
+SEED = "[0, 4294967295]"  # numpy's seed range (accelerate's set_seed seeds numpy too)
 
 
 @dataclass
@@ -38,6 +46,8 @@ class LoraConfig:
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     merge: bool = True  # merge adapters into the weights when saving: checkpoints load as plain LMs
 
+    RANGES: typing.ClassVar[dict[str, str]] = {"r": ">=0 (0: full fine-tuning)", "alpha": ">0", "dropout": "[0, 1)"}
+
 
 @dataclass
 class DraftLMConfig:
@@ -51,7 +61,11 @@ class DraftLMConfig:
     jsd_beta: float = 0.5
     on_policy_fraction: float = 0.0  # share of steps trained on the draft's own samples
     on_policy_tokens: int = 32  # tokens the draft samples per on-policy sequence
-    on_policy_temperature: float = 1.0
+    on_policy_temperature: float = 1.0  # > 0: the draft samples (0 would be greedy, not a distribution)
+
+    RANGES: typing.ClassVar[dict[str, str]] = {
+        "temperature": ">0", "jsd_beta": "(0, 1)", "on_policy_fraction": "[0, 1] (0: off-policy only)",
+        "on_policy_tokens": ">=1", "on_policy_temperature": ">0"}
 
 
 @dataclass
@@ -72,6 +86,10 @@ class MedusaTrainConfig:
     lora: LoraConfig = field(default_factory=lambda: LoraConfig(r=16))  # medusa2 only
     init: str | None = None  # an existing medusa checkpoint folder to start the heads from
 
+    RANGES: typing.ClassVar[dict[str, str]] = {
+        "num_heads": ">=1", "num_layers": ">=0 (0: no ResBlock, the LM head alone)", "decay": "(0, 1]",
+        "heads_loss_weight": ">0", "heads_lr_multiplier": ">0"}
+
 
 @dataclass
 class EagleTrainConfig:
@@ -85,6 +103,10 @@ class EagleTrainConfig:
     cls_loss_weight: float = 0.1  # cross-entropy to the target's distribution (paper: 0.1)
     intermediate_size: int | None = None  # the draft layer's MLP width (None: the target's)
     init: str | None = None  # an existing eagle checkpoint folder to start from
+
+    RANGES: typing.ClassVar[dict[str, str]] = {
+        "noise": ">=0 (0: no noise)", "feature_loss_weight": ">=0 (0: no feature loss)",
+        "cls_loss_weight": ">=0 (0: no cross-entropy)", "intermediate_size": ">=1"}
 
 
 @dataclass
@@ -101,6 +123,10 @@ class Eagle3TrainConfig:
     noise: float = 0.0  # uniform noise on the input features
     intermediate_size: int | None = None  # the draft layer's MLP width (None: the target's)
     init: str | None = None  # an existing eagle3 checkpoint folder to start from
+
+    RANGES: typing.ClassVar[dict[str, str]] = {
+        "aux_layers": "any", "draft_vocab_size": ">=2", "ttt_steps": ">=1", "ttt_decay": "(0, 1]",
+        "noise": ">=0 (0: no noise)", "intermediate_size": ">=1"}
 
 
 # One entry per trainable drafter kind.
@@ -126,6 +152,10 @@ class DataConfig:
     regenerate_temperature: float = 0.0
     seed: int = 0
 
+    RANGES: typing.ClassVar[dict[str, str]] = {  # every numeric knob above (see check_ranges)
+        "max_length": ">=8", "max_rows": ">=1", "eval_rows": ">=1", "max_turn_chars": ">=1",
+        "regenerate_max_new_tokens": ">=1", "regenerate_temperature": ">=0 (0: greedy)", "seed": SEED}
+
 
 @dataclass
 class OptimConfig:
@@ -142,28 +172,40 @@ class OptimConfig:
     mixed_precision: str = "no"  # no | bf16 | fp16
     seed: int = 0
 
+    RANGES: typing.ClassVar[dict[str, str]] = {
+        "lr": ">0", "weight_decay": ">=0", "betas": "[0, 1)", "warmup_steps": ">=0", "max_steps": ">=1",
+        "max_minutes": ">0", "min_lr_ratio": "[0, 1]", "batch_size": ">=1", "grad_accum": ">=1",
+        "max_grad_norm": ">=0 (0: no clipping)", "seed": SEED}
+
 
 @dataclass
 class CheckpointConfig:
     output_dir: str = "runs/draft"
-    save_every: int = 200  # optimizer steps; a final checkpoint is always written
-    keep_last: int = 2  # older step-* folders are deleted (final/ is kept)
+    save_every: int = 200  # optimizer steps; 0: none but the last step's (final/ and SIGTERM's are always written)
+    keep_last: int = 2  # older complete step-* folders are deleted (final/ is kept)
     resume: bool = False  # continue from the newest complete checkpoint in output_dir
+
+    RANGES: typing.ClassVar[dict[str, str]] = {"save_every": ">=0 (0: only at the end)", "keep_last": ">=1"}
 
 
 @dataclass
 class LoggingConfig:
-    log_every: int = 10
+    log_every: int = 10  # optimizer steps per logged average; 0: only the last step logs
     trackers: list[str] = field(default_factory=list)  # tensorboard, wandb (offline without a key)
     project: str = "draftsmith"
     run_name: str | None = None
-    eval_every: int = 200  # held-out loss and acceptance proxies
+    eval_every: int = 200  # held-out loss and acceptance proxies; 0: only the final evaluation
     eval_batches: int = 8
     acceptance_every: int = 0  # real mean_acceptance_length through the runtime; 0: at the end only
-    acceptance_prompts: int = 4
+    acceptance_prompts: int = 4  # 0: never measured through the runtime
     acceptance_k: int = 4
     acceptance_max_new_tokens: int = 64
     progress: bool = True
+
+    RANGES: typing.ClassVar[dict[str, str]] = {
+        "log_every": ">=0 (0: only the last step)", "eval_every": ">=0 (0: only the final evaluation)",
+        "eval_batches": ">=1", "acceptance_every": ">=0 (0: at the end only)",
+        "acceptance_prompts": ">=0 (0: not measured)", "acceptance_k": ">=1", "acceptance_max_new_tokens": ">=1"}
 
 
 @dataclass
@@ -234,13 +276,18 @@ def _convert(value, hint, where: str):
         if isinstance(value, bool):
             return value
     elif hint is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "3e-4" (no dot) as a string
+            number = float(value)
+        elif isinstance(value, str):  # YAML 1.1 reads "3e-4" (no dot) as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
+        if number is not None:
+            if not math.isfinite(number):
+                raise DraftsmithError(f"config key '{where}': expected a finite number, got {value!r}")
+            return number
     elif hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -270,57 +317,69 @@ def recipe_from_dict(data: dict) -> Recipe:
 
 
 def _check_values(r: Recipe) -> None:
+    check_ranges(r)
     checks = [
-        (r.optim.lr > 0, "optim.lr must be > 0"),
-        (r.optim.max_steps >= 1, "optim.max_steps must be >= 1"),
-        (r.optim.max_minutes is None or r.optim.max_minutes > 0, "optim.max_minutes must be > 0 (or null)"),
-        (r.optim.batch_size >= 1, "optim.batch_size must be >= 1"),
-        (r.optim.grad_accum >= 1, "optim.grad_accum must be >= 1"),
-        (0 <= r.optim.warmup_steps, "optim.warmup_steps must be >= 0"),
-        (0 <= r.optim.min_lr_ratio <= 1, "optim.min_lr_ratio must be in [0, 1]"),
         (len(r.optim.betas) == 2, "optim.betas must be two numbers"),
-        (r.data.max_length >= 8, "data.max_length must be >= 8"),
-        (r.data.eval_rows >= 1, "data.eval_rows must be >= 1"),
-        (r.checkpoint.save_every >= 1, "checkpoint.save_every must be >= 1"),
-        (r.checkpoint.keep_last >= 1, "checkpoint.keep_last must be >= 1"),
         (set(r.logging.trackers) <= {"tensorboard", "wandb"}, "logging.trackers: choose from tensorboard, wandb"),
     ]
     d = r.drafter
-    if isinstance(d, DraftLMConfig):
-        checks += [
-            (0 <= d.on_policy_fraction <= 1, "drafter.on_policy_fraction must be in [0, 1]"),
-            (d.temperature > 0, "drafter.temperature must be > 0"),
-            (0 < d.jsd_beta < 1, "drafter.jsd_beta must be in (0, 1)"),
-            (d.lora.r >= 0, "drafter.lora.r must be >= 0"),
-        ]
     if isinstance(d, MedusaTrainConfig):
-        checks += [
-            (d.num_heads >= 1, "drafter.num_heads must be >= 1"),
-            (d.num_layers >= 0, "drafter.num_layers must be >= 0"),
-            (0 < d.decay <= 1, "drafter.decay must be in (0, 1]"),
-            (d.heads_loss_weight > 0, "drafter.heads_loss_weight must be > 0"),
-            (d.heads_lr_multiplier > 0, "drafter.heads_lr_multiplier must be > 0"),
-            (d.lora.r >= 0, "drafter.lora.r must be >= 0"),
-            (d.mode != "medusa2" or d.lora.r > 0, "drafter.mode medusa2 trains the target through LoRA: drafter.lora.r must be > 0"),
-        ]
-    if isinstance(d, (EagleTrainConfig, Eagle3TrainConfig)):
-        checks += [
-            (d.noise >= 0, "drafter.noise must be >= 0"),
-            (d.intermediate_size is None or d.intermediate_size >= 1, "drafter.intermediate_size must be >= 1"),
-        ]
+        checks.append((d.mode != "medusa2" or d.lora.r > 0, "drafter.mode medusa2 trains the target through LoRA: drafter.lora.r must be > 0"))
     if isinstance(d, EagleTrainConfig):
-        checks += [(d.feature_loss_weight >= 0 and d.cls_loss_weight >= 0 and d.feature_loss_weight + d.cls_loss_weight > 0,
-                    "drafter.feature_loss_weight and drafter.cls_loss_weight must be >= 0, not both 0")]
+        checks.append((d.feature_loss_weight + d.cls_loss_weight > 0, "drafter.feature_loss_weight and drafter.cls_loss_weight must not both be 0"))
     if isinstance(d, Eagle3TrainConfig):
-        checks += [
-            (d.ttt_steps >= 1, "drafter.ttt_steps must be >= 1"),
-            (0 < d.ttt_decay <= 1, "drafter.ttt_decay must be in (0, 1]"),
-            (d.draft_vocab_size >= 2, "drafter.draft_vocab_size must be >= 2"),
-            (d.aux_layers is None or len(d.aux_layers) >= 1, "drafter.aux_layers: give at least one layer (or null for the default)"),
-        ]
+        checks.append((d.aux_layers is None or len(d.aux_layers) >= 1, "drafter.aux_layers: give at least one layer (or null for the default)"))
     for ok, msg in checks:
         if not ok:
             raise DraftsmithError(msg)
+
+
+def check_ranges(obj, where: str = "") -> None:
+    """Every int/float field of `obj` and its nested sections against its dataclass's RANGES
+    (None passes: an optional knob left unset; a list is checked item by item)."""
+    ranges = getattr(type(obj), "RANGES", {})
+    for f in dataclasses.fields(obj):
+        value, key = getattr(obj, f.name), _join(where, f.name)
+        if dataclasses.is_dataclass(value):
+            check_ranges(value, key)
+            continue
+        spec = ranges.get(f.name)
+        if spec is None or spec == "any" or value is None:
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if not _in_range(v, spec):
+                raise DraftsmithError(f"config key '{key}' must be {_describe(spec)}, got {value!r}")
+
+
+def numeric_fields(cls) -> list[str]:
+    """Names of `cls`'s int/float fields (optional or lists of numbers too): each needs a RANGES entry."""
+    hints = typing.get_type_hints(cls)
+    return [f.name for f in dataclasses.fields(cls) if _leaf_types(hints[f.name]) & {int, float}]
+
+
+def _leaf_types(hint) -> set:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType, list):
+        return set().union(*(_leaf_types(a) for a in typing.get_args(hint)))
+    return {hint}
+
+
+def _in_range(v, spec: str) -> bool:
+    bounds = spec.partition(" (")[0]
+    if bounds.startswith(">="):
+        return v >= float(bounds[2:])
+    if bounds.startswith(">"):
+        return v > float(bounds[1:])
+    lo, hi = (float(x) for x in bounds[1:-1].split(","))
+    return (v >= lo if bounds[0] == "[" else v > lo) and (v <= hi if bounds[-1] == "]" else v < hi)
+
+
+def _describe(spec: str) -> str:
+    """">=0 (0: off)" -> ">= 0 (0: off)"; "(0, 1]" -> "in (0, 1]"."""
+    bounds, paren, note = spec.partition(" (")
+    for op in (">=", ">"):
+        if bounds.startswith(op):
+            return f"{op} {bounds[len(op):]}{paren}{note}"
+    return f"in {bounds}{paren}{note}"
 
 
 # --- YAML + overrides --------------------------------------------------------------------------
@@ -359,17 +418,38 @@ def apply_overrides(data: dict, overrides: dict[str, object]) -> dict:
 
 def load_recipe(path: str | pathlib.Path, overrides: list[str] | dict | None = None) -> Recipe:
     path = pathlib.Path(path)
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.yaml"))[:5]
+        raise DraftsmithError(f"recipe {path} is a directory, not a YAML file"
+                              + (f": pass one of its recipes ({', '.join(inside)})" if inside else ""))
     if not path.is_file():
         raise DraftsmithError(f"recipe {path} not found")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
-        raise DraftsmithError(f"recipe {path} is not valid YAML: {e}") from None
+        raise DraftsmithError(f"recipe {path} is not valid YAML: {_yaml_problem(e)}") from None
+    except UnicodeDecodeError:
+        raise DraftsmithError(f"recipe {path} is not a text file (not UTF-8): pass a YAML recipe") from None
+    except OSError as e:
+        raise DraftsmithError(f"recipe {path} could not be read: {e.strerror or e}") from None
+    if data is None:  # an empty file, or only comments: refuse rather than train every default
+        raise DraftsmithError(f"recipe {path} is empty: write a recipe (model, drafter, data, optim sections) "
+                              "or start from one in configs/, e.g. configs/tiny/draft_lm.yaml")
     if not isinstance(data, dict):
         raise DraftsmithError(f"recipe {path}: expected a mapping of sections at the top level")
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
     return recipe_from_dict(apply_overrides(data, overrides or {}))
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """PyYAML's several-line message as one line: what it was parsing where, and what went wrong where."""
+    def at(text, mark):
+        return f"{text} (line {mark.line + 1}, column {mark.column + 1})" if text and mark else text
+
+    parts = [at(getattr(e, "context", None), getattr(e, "context_mark", None)),
+             at(getattr(e, "problem", None), getattr(e, "problem_mark", None))]
+    return ": ".join(p for p in parts if p) or str(e).splitlines()[0]
 
 
 def dump_recipe(recipe: Recipe) -> str:
