@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import pathlib
 import sys
 
 from draftsmith.errors import run_command
@@ -35,6 +36,13 @@ def _run(args, rest: list[str]) -> int:
     if args.print_config:
         print(dump_recipe(recipe), end="")
         return 0
+    from .checkpoint import check_output_dir, plan_resume
+
+    # The output dir's checks, before torch and the models load (the trainer repeats them on every
+    # rank, and under its lock): a refused run is told in a second and changes nothing.
+    out = pathlib.Path(recipe.checkpoint.output_dir)
+    check_output_dir(out)
+    plan_resume(out, recipe.drafter.kind, args.resume or recipe.checkpoint.resume)
     from .trainer import train
 
     summary = train(recipe, resume=True if args.resume else None)

@@ -1,32 +1,43 @@
-"""Atomic, resumable checkpoints.
+"""Atomic, resumable checkpoints, and one training run per output directory.
 
 Layout of an output directory:
 
+    recipe.yaml            the recipe of the run that holds the folder (written once every check passed)
     step-0000200/          a complete checkpoint: a loadable drafter at the top level (config,
                            weights, tokenizer, drafter.json) + training_state/ (accelerate's
                            save_state: model, optimizer, scheduler, RNG of every rank) +
                            trainer_state.json (step, epoch, data position), written last
     final/                 the drafter after the last step (no training state)
     .tmp-step-0000200/     a checkpoint being written; never read, deleted on the next start
+    .old-step-0000200/     a checkpoint being replaced by a re-save of the same step; restored on
+                           the next start if the new one never got its name
+    .draftsmith-train.lock held (flock) by the run writing here; see RunLock
 
-Every rank writes into the temp folder, then the main process renames it: a kill at any moment
-leaves either the previous checkpoints or the new complete one, never a half-written folder
-under a real name (rename within one filesystem is atomic on POSIX).
+Every rank writes into the temp folder, then the main process checks it (weights whole,
+trainer state readable) and renames it: a kill at any moment leaves either the previous
+checkpoints or the new complete one, never a half-written folder under a real name (rename
+within one filesystem is atomic on POSIX). Old checkpoints are pruned only after that check,
+and only intact ones count towards keep_last.
 """
 
 from __future__ import annotations
 
+import fcntl  # POSIX file locks: draftsmith trains on Linux/macOS
 import json
 import os
 import pathlib
 import shutil
+import socket
+import sys
+import time
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.models import read_drafter_meta
 
 TRAINER_STATE = "trainer_state.json"
 TRAINING_STATE_DIR = "training_state"
 PREFIX = "step-"
+LOCK_NAME = ".draftsmith-train.lock"
+STATE_KEYS = ("step", "epoch", "batch_in_epoch")
 
 
 def step_dir(root: pathlib.Path, step: int) -> pathlib.Path:
@@ -34,10 +45,11 @@ def step_dir(root: pathlib.Path, step: int) -> pathlib.Path:
 
 
 def complete_checkpoints(root: pathlib.Path) -> list[pathlib.Path]:
-    """Complete step-* folders, oldest first."""
+    """Complete step-* folders (their trainer state, written last, is there), oldest first."""
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and (p / TRAINER_STATE).is_file()]
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX):].isdigit()
+             and (p / TRAINER_STATE).is_file()]
     return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
 
 
@@ -46,28 +58,179 @@ def latest_checkpoint(root: pathlib.Path) -> pathlib.Path | None:
     return found[-1] if found else None
 
 
-def remove_partial(root: pathlib.Path) -> list[str]:
-    """Delete temp folders left by a run killed while saving (main process only)."""
-    removed = []
-    if root.is_dir():
-        for p in root.iterdir():
-            if p.is_dir() and p.name.startswith(".tmp-"):
-                shutil.rmtree(p, ignore_errors=True)
-                removed.append(p.name)
-    return removed
+# --- before anything is written ------------------------------------------------------------------
+
+
+def check_output_dir(root: pathlib.Path) -> None:
+    """One clear line for an output dir that cannot be used: a file, under a file, or read-only.
+    (os.access cannot see every refusal, e.g. root on a read-only mount: RunLock.acquire, the
+    first write, turns those into one line too.)"""
+    if root.exists() and not root.is_dir():
+        raise DraftsmithError(f"output dir {root} is a file, not a folder: choose another --output-dir")
+    parent = root
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise DraftsmithError(f"output dir {root} cannot be created: {parent} is a file; choose another --output-dir")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise DraftsmithError(f"output dir {root} cannot be written: {parent} is read-only for this user; "
+                              "choose another --output-dir")
+
+
+def plan_resume(root: pathlib.Path, kind: str, resume: bool) -> tuple[pathlib.Path, dict] | None:
+    """(the checkpoint to resume from, its trainer state), None for a fresh start; a
+    DraftsmithError when the folder's checkpoints cannot be used. Reads only: run it before
+    anything is written, so a refused run leaves the folder as it was."""
+    ckpt = latest_checkpoint(root)
+    if ckpt is None:
+        return None
+    if not resume:
+        raise DraftsmithError(f"{root} already holds checkpoints: pass --resume to continue, or another --output-dir")
+    state = read_trainer_state(ckpt, kind)
+    if not (ckpt / TRAINING_STATE_DIR).is_dir():
+        raise DraftsmithError(f"{ckpt}: corrupt checkpoint (no {TRAINING_STATE_DIR}/); delete {ckpt} to resume from the one before")
+    return ckpt, state
 
 
 def read_trainer_state(ckpt: pathlib.Path, kind: str) -> dict:
-    """The trainer state of `ckpt`, checked to belong to a drafter of `kind`."""
+    """The trainer state of `ckpt`, checked to belong to a drafter of `kind` and to say where
+    training stopped."""
+    from draftsmith.models import read_drafter_meta  # here: the checks before training stay free of torch
+
     meta = read_drafter_meta(ckpt)
     if meta is None:
         raise DraftsmithError(f"{ckpt}: not a draftsmith checkpoint (no drafter.json)")
     if meta["kind"] != kind:
         raise DraftsmithError(f"{ckpt}: a {meta['kind']!r} checkpoint; this recipe trains a {kind!r} drafter (use another --output-dir)")
     try:
-        return json.loads((ckpt / TRAINER_STATE).read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        state = json.loads((ckpt / TRAINER_STATE).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DraftsmithError(f"{ckpt / TRAINER_STATE}: corrupt checkpoint ({e}); delete {ckpt} to resume from the one before") from None
+    if not isinstance(state, dict) or not all(isinstance(state.get(k), int) for k in STATE_KEYS):
+        raise DraftsmithError(f"{ckpt / TRAINER_STATE}: corrupt checkpoint (no {'/'.join(STATE_KEYS)}); delete {ckpt} "
+                              "to resume from the one before")
+    return state
+
+
+class RunLock:
+    """One training run per output dir: an exclusive flock(2) on OUT/.draftsmith-train.lock,
+    held for as long as the process lives. The kernel drops it when the process dies, kill -9
+    included, so a crashed run never leaves a stale lock behind (the file stays; its content
+    only names the last holder, for the message a refused run prints). flock works across
+    processes of one machine and, on Linux, over NFS (emulated with POSIX byte-range locks).
+
+    Under accelerate only the main process (global rank 0) takes it: the other ranks of the same
+    launch share the folder legitimately and learn the outcome from rank 0 (the trainer
+    broadcasts it), so every rank of a refused launch stops with the same line."""
+
+    def __init__(self, root: pathlib.Path):
+        self.root, self.path = root, root / LOCK_NAME
+        self._fd: int | None = None
+        self.created_dir = False
+
+    def acquire(self) -> str | None:
+        """Take the lock: None when held now, else the one-line reason it cannot be."""
+        try:
+            self.created_dir = not self.root.exists()
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            return f"output dir {self.root} cannot be written ({e.strerror or e}): choose another --output-dir"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            return (f"output dir {self.root} is in use by another training run ({holder}): wait for it to finish, "
+                    "or choose another --output-dir")
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                 "argv": sys.argv}).encode())
+        self._fd = fd
+        return None
+
+    def release(self, discard: bool = False) -> None:
+        """Drop the lock; `discard`: the run wrote nothing, so remove the folder too if this run
+        created it and it holds only the lock file."""
+        if self._fd is None:
+            return
+        if discard and self.created_dir:
+            self.path.unlink(missing_ok=True)  # before unlocking: no one can be waiting on this file yet
+            try:
+                self.root.rmdir()
+            except OSError:
+                pass  # something else appeared in it: leave it
+        os.close(self._fd)
+        self._fd = None
+
+
+def _holder(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 65536, 0) or b"{}")
+        return f"pid {info['pid']} on {info['host']}, started {info['started']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its lock file names no process"
+
+
+# --- writing and cleaning up -----------------------------------------------------------------------
+
+
+def remove_partial(root: pathlib.Path) -> list[str]:
+    """Clean up after a run killed while saving (main process only): temp folders go; a
+    checkpoint that was being replaced comes back if its replacement never got the name."""
+    done = []
+    if root.is_dir():
+        for p in sorted(root.iterdir()):
+            if p.is_dir() and p.name.startswith(".tmp-"):
+                shutil.rmtree(p, ignore_errors=True)
+                done.append(f"removed {p.name}")
+            elif p.is_dir() and p.name.startswith(".old-"):
+                real = root / p.name[len(".old-"):]
+                if real.exists():
+                    shutil.rmtree(p, ignore_errors=True)
+                    done.append(f"removed {p.name}")
+                else:
+                    os.replace(p, real)
+                    done.append(f"restored {real.name}")
+    return done
+
+
+def verify(folder: pathlib.Path, resumable: bool = True) -> list[str]:
+    """What is missing or damaged in checkpoint `folder` ([] = intact): drafter.json, config.json,
+    every safetensors file whole (headers only), and for a resumable one the trainer state and
+    accelerate's training state."""
+    from draftsmith.models import read_drafter_meta
+    from draftsmith.models.weights import check_safetensors, check_weights
+
+    problems = []
+    try:
+        if read_drafter_meta(folder) is None:
+            problems.append("no drafter.json")
+    except DraftsmithError as e:
+        problems.append(str(e))
+    if not (folder / "config.json").is_file():
+        problems.append("no config.json")
+    try:
+        check_weights(folder, skip=(TRAINING_STATE_DIR,))
+    except DraftsmithError as e:
+        problems.append(str(e))
+    if resumable:
+        state_dir = folder / TRAINING_STATE_DIR
+        if not state_dir.is_dir() or not any(state_dir.iterdir()):
+            problems.append(f"no {TRAINING_STATE_DIR}/")
+        else:
+            for f in sorted(state_dir.rglob("*.safetensors")):
+                try:
+                    check_safetensors(f)
+                except DraftsmithError as e:
+                    problems.append(str(e))
+        try:
+            state = json.loads((folder / TRAINER_STATE).read_text())
+            if not all(isinstance(state.get(k), int) for k in STATE_KEYS):
+                problems.append(f"{TRAINER_STATE} lacks {'/'.join(STATE_KEYS)}")
+        except (OSError, ValueError, AttributeError) as e:
+            problems.append(f"{TRAINER_STATE} unreadable ({type(e).__name__})")
+    return problems
 
 
 def save(accelerator, task, model, root: pathlib.Path, name: str, trainer_state: dict | None, extra: dict) -> pathlib.Path:
@@ -86,17 +249,33 @@ def save(accelerator, task, model, root: pathlib.Path, name: str, trainer_state:
         task.save(accelerator.unwrap_model(model), state_dict, tmp, extra)
         if trainer_state is not None:
             _write_synced(tmp / TRAINER_STATE, json.dumps(trainer_state, indent=2))
-        if final.exists():  # re-saving the same step after a resume
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        problems = verify(tmp, resumable=trainer_state is not None)
+        if problems:  # never give a damaged checkpoint a real name (nor prune for it)
+            raise DraftsmithError(f"checkpoint {name} came out incomplete ({problems[0]}); the earlier checkpoints in {root} "
+                                  "are kept: check the disk (full?) and --resume")
+        if final.exists():  # re-saving the same step after a resume: keep the old one until the new one has its name
+            old = root / f".old-{name}"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
         _fsync_dir(root)
     accelerator.wait_for_everyone()
     return final
 
 
-def prune(root: pathlib.Path, keep_last: int) -> None:
-    for old in complete_checkpoints(root)[:-keep_last]:
+def prune(root: pathlib.Path, keep_last: int) -> list[pathlib.Path]:
+    """Delete intact step-* checkpoints older than the newest `keep_last` intact ones. Damaged
+    ones (weights missing, say) are neither counted nor deleted: a damaged newer checkpoint
+    must not push out an intact older one. -> the damaged ones."""
+    intact, damaged = [], []
+    for ckpt in complete_checkpoints(root):
+        (damaged if verify(ckpt) else intact).append(ckpt)
+    for old in intact[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
+    return damaged
 
 
 def _write_synced(path: pathlib.Path, text: str) -> None:
@@ -104,6 +283,13 @@ def _write_synced(path: pathlib.Path, text: str) -> None:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
+
+
+def write_atomic(path: pathlib.Path, text: str) -> None:
+    """Replace `path` with `text` in one rename: a reader (or a kill) sees the old or the new file."""
+    tmp = path.with_name(f".tmp-{path.name}")
+    _write_synced(tmp, text)
+    os.replace(tmp, path)
 
 
 def _fsync_dir(path: pathlib.Path) -> None:

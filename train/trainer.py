@@ -139,17 +139,33 @@ def fingerprint(model) -> str:
 
 class Trainer:
     def __init__(self, recipe: Recipe, resume: bool | None = None):
+        self.recipe = r = recipe
+        self.out = pathlib.Path(r.checkpoint.output_dir)
+        self.resume = r.checkpoint.resume if resume is None else resume
+        # Every check that needs no model runs first, on every rank alike, and writes nothing:
+        # a refused run (a read-only or busy folder, another kind's checkpoints) leaves it as it was.
+        checkpoint.check_output_dir(self.out)
+        checkpoint.plan_resume(self.out, r.drafter.kind, self.resume)
+        self.acc = acc = make_accelerator(r)
+        self.main = acc.is_main_process
+        self.lock = checkpoint.RunLock(self.out)
+        self._lock_output_dir()
+        self._wrote = False  # until _write_run_files: a failed setup then removes the folder it created
+        try:
+            self._setup(r)
+        except BaseException:
+            self.lock.release(discard=not self._wrote)
+            raise
+
+    def _setup(self, r: Recipe) -> None:
         from accelerate.utils import set_seed
 
         from .data import build_data, collate
 
-        self.recipe = r = recipe
-        self.out = pathlib.Path(r.checkpoint.output_dir)
-        self.acc = acc = make_accelerator(r)
-        self.main = acc.is_main_process
-        self.resume = r.checkpoint.resume if resume is None else resume
+        acc = self.acc
+        # Under the lock, again: another run may have written checkpoints since the check above.
+        self._plan = checkpoint.plan_resume(self.out, r.drafter.kind, self.resume)
         set_seed(r.optim.seed)
-        self._prepare_output_dir()
 
         # The target and the drafter's initial weights are built outside zero.Init: the target
         # must stay whole and unsharded; the drafter is partitioned by deepspeed.initialize.
@@ -183,35 +199,47 @@ class Trainer:
         self.train_seconds, self._t_start = 0.0, time.monotonic()
         self.history: list[dict] = []
         self.last_eval: dict = {}  # the latest evaluate() metrics, saved with checkpoints (Medusa's head accuracies)
+        self._damaged: set[str] = set()
         if self.resume:
             self._resume()
+        self._write_run_files()
         if r.logging.trackers:
             acc.init_trackers(r.logging.project, config=_flat(r.to_dict()), init_kwargs=_tracker_kwargs(r))
 
     # --- setup -----------------------------------------------------------------------------------
 
-    def _prepare_output_dir(self) -> None:
-        # Every rank checks (and fails) alike, so no rank is left waiting at the barrier below.
-        if not self.resume and checkpoint.latest_checkpoint(self.out) is not None:
-            raise DraftsmithError(f"{self.out} already holds checkpoints: pass --resume to continue, or another --output-dir")
+    def _lock_output_dir(self) -> None:
+        """One run per output dir (checkpoint.RunLock): the main process takes the lock, every
+        rank learns the outcome, a refused launch stops on every rank with the same line."""
+        reason = self.lock.acquire() if self.main else None
+        if self.acc.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            reason = broadcast_object_list([reason], from_process=0)[0]
+        if reason is not None:
+            raise DraftsmithError(reason)
+
+    def _write_run_files(self) -> None:
+        """The first writes besides the lock, once every check has passed: clean up after a
+        killed run, then the recipe this run trains (atomically: a kill leaves the old or new)."""
+        self._wrote = True
         if self.main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            removed = checkpoint.remove_partial(self.out)
-            if removed:
-                log.info("removed partial checkpoints left by a killed run: %s", ", ".join(removed))
-            (self.out / "recipe.yaml").write_text(dump_recipe(self.recipe))
+            cleaned = checkpoint.remove_partial(self.out)
+            if cleaned:
+                log.info("cleaned up after a run killed while saving: %s", ", ".join(cleaned))
+            checkpoint.write_atomic(self.out / "recipe.yaml", dump_recipe(self.recipe))
         self.acc.wait_for_everyone()
 
+    def close(self) -> None:
+        """Release the output dir (the process's exit releases it too)."""
+        self.lock.release()
+
     def _resume(self) -> None:
-        ckpt = checkpoint.latest_checkpoint(self.out)
-        if ckpt is None:
+        if self._plan is None:
             log.info("--resume: no checkpoint in %s yet, starting from step 0", self.out)
             return
-        state = checkpoint.read_trainer_state(ckpt, self.task.kind)
-        try:
-            self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
-        except (KeyError, TypeError):
-            raise DraftsmithError(f"{ckpt / checkpoint.TRAINER_STATE}: corrupt checkpoint (no step/epoch/batch_in_epoch); delete {ckpt} to resume from the one before") from None
+        ckpt, state = self._plan
+        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
         try:
             self.acc.load_state(str(ckpt / checkpoint.TRAINING_STATE_DIR))
         except Exception as e:  # noqa: BLE001 -- torch.load/safetensors raise many types on a damaged file
@@ -265,14 +293,14 @@ class Trainer:
                 self.scheduler.step()
                 self.step += 1
                 bar.update(1)
-                if self.step % r.logging.log_every == 0 or self.step == r.optim.max_steps:
+                if _every(self.step, r.logging.log_every) or self.step == r.optim.max_steps:
                     self._log_train(window, grad_norm, bar)
                     window = _new_window()
-                if self.step % r.logging.eval_every == 0 and self.step < r.optim.max_steps:
+                if _every(self.step, r.logging.eval_every) and self.step < r.optim.max_steps:
                     self.evaluate()
-                if r.logging.acceptance_every and self.step % r.logging.acceptance_every == 0 and self.step < r.optim.max_steps:
+                if _every(self.step, r.logging.acceptance_every) and self.step < r.optim.max_steps:
                     self.measure_acceptance()
-                saved = self.step % r.checkpoint.save_every == 0 and self.step < r.optim.max_steps
+                saved = _every(self.step, r.checkpoint.save_every) and self.step < r.optim.max_steps
                 if saved:
                     self.save()
                 stop, out_of_time = self._stop_requested(deadline)
@@ -399,7 +427,11 @@ class Trainer:
         checkpoint.save(self.acc, self.task, self.model, self.out, checkpoint.step_dir(self.out, self.step).name, state,
                         {"step": self.step, "eval": self.last_eval})
         if self.main:
-            checkpoint.prune(self.out, self.recipe.checkpoint.keep_last)
+            for ckpt in checkpoint.prune(self.out, self.recipe.checkpoint.keep_last):
+                if ckpt.name not in self._damaged:
+                    self._damaged.add(ckpt.name)
+                    log.warning("%s is damaged (%s): kept, but not counted in checkpoint.keep_last; delete it if "
+                                "you do not need it", ckpt, checkpoint.verify(ckpt)[0])
 
     def _finish(self, final: pathlib.Path, final_eval: dict, acceptance: dict | None) -> dict:
         acc = self.acc
@@ -427,6 +459,11 @@ class Trainer:
         if self.recipe.logging.trackers:
             acc.end_training()
         return summary
+
+
+def _every(step: int, interval: int) -> bool:
+    """Whether a periodic action runs at `step`; interval 0 switches it off (see LoggingConfig)."""
+    return interval > 0 and step % interval == 0
 
 
 def _new_window() -> dict:
@@ -479,9 +516,12 @@ def _tracker_kwargs(r: Recipe) -> dict:
 
 
 def train(recipe: Recipe, resume: bool | None = None) -> dict:
-    trainer = Trainer(recipe, resume=resume)
     try:
-        return trainer.train()
+        trainer = Trainer(recipe, resume=resume)
+        try:
+            return trainer.train()
+        finally:
+            trainer.close()
     finally:
         _shutdown()
 
