@@ -62,6 +62,9 @@ def _checkpoint(checkpoint) -> tuple[pathlib.Path, dict]:
                               "pass a folder written by `draftsmith train`, e.g. runs/NAME/final")
     if meta["kind"] not in METHODS:
         raise DraftsmithError(f"{checkpoint}: a {meta['kind']!r} checkpoint; publish knows {', '.join(METHODS)}")
+    from draftsmith.export.common import check_complete, read_checkpoint
+
+    check_complete(read_checkpoint(path))  # a truncated weights file is refused, not staged or uploaded
     return path.resolve(), meta
 
 

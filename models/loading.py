@@ -140,6 +140,8 @@ def load_causal_lm(name_or_path: str, dtype: torch.dtype = torch.float32, device
     from transformers import AutoModelForCausalLM
 
     src = resolve_model(name_or_path)
+    if src.builtin is None and src.hub_id is None:  # a local folder
+        require_config(src.path)
     with _hub_errors(src):
         model = AutoModelForCausalLM.from_pretrained(src.path, dtype=dtype)
     return model.to(device).eval()
@@ -460,6 +462,7 @@ def load_draft_weights(model_class, folder, target, what: str, check=None):
     `check(config)` runs on the config first (sizes, layers), so a mismatch is named before any
     weights load. `what` names the checkpoint in messages ("medusa heads in X")."""
     folder = pathlib.Path(folder)
+    require_config(folder)
     try:
         config = model_class.config_class.from_pretrained(folder)
     except Exception as e:  # noqa: BLE001 -- a missing or damaged config.json
@@ -477,6 +480,15 @@ def load_draft_weights(model_class, folder, target, what: str, check=None):
     if info.get("missing_keys"):
         raise DraftsmithError(f"{what}: weights missing from the checkpoint: {sorted(info['missing_keys'])[:5]}")
     return model.to(target.device)
+
+
+def require_config(folder) -> None:
+    """A model folder without config.json: say so (transformers' own message, "should have a
+    `model_type` key", points at a file that is not there)."""
+    folder = pathlib.Path(folder)
+    if not (folder / "config.json").is_file():
+        raise DraftsmithError(f"{folder}/config.json is missing: not a complete model folder (a checkpoint copied "
+                              "in part?); copy the whole folder, or point at the checkpoint's original")
 
 
 def check_draft_sizes(config, target, what: str) -> None:

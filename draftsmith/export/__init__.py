@@ -21,7 +21,7 @@ import tempfile
 
 from draftsmith.errors import DraftsmithError
 
-from .common import DEFAULT_NUM_SPECULATIVE_TOKENS, hub_id, read_checkpoint
+from .common import DEFAULT_NUM_SPECULATIVE_TOKENS, check_complete, hub_id, read_checkpoint
 
 FORMATS = ("hf", "vllm", "sglang")
 _APPLIES = {
@@ -84,8 +84,9 @@ def export(checkpoint, fmt: str, output_dir, *, num_speculative_tokens: int | No
     out = pathlib.Path(output_dir).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DraftsmithError(f"{out} exists and is not an empty folder; choose a new --output-dir (export never overwrites)")
+    check_complete(ckpt)
     k = _num_tokens(ckpt, num_speculative_tokens)
-    verifier = verifier or hub_id(ckpt.target) or ckpt.target
+    verifier, verifier_note = (verifier, None) if verifier else _verifier(ckpt.target)
     module = _module(fmt)
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -95,6 +96,8 @@ def export(checkpoint, fmt: str, output_dir, *, num_speculative_tokens: int | No
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary folder
     try:
         notes = module.write(ckpt, tmp, num_speculative_tokens=k, verifier=verifier)
+        if verifier_note and fmt != "hf":  # hf's usage line names no target folder
+            notes["note"] = "; ".join(n for n in (notes.get("note"), verifier_note) if n)
         problems = module.check(tmp, kind)
         if problems:  # a contract violation is our bug, not the user's: say so plainly
             raise DraftsmithError(f"internal error: the {fmt} export of {ckpt.path} breaks its contract: {'; '.join(problems)}")
@@ -121,6 +124,22 @@ def export(checkpoint, fmt: str, output_dir, *, num_speculative_tokens: int | No
 def check(folder, fmt: str, kind: str) -> list[str]:
     """What an exported folder gets wrong against format `fmt`'s contract ([] = nothing)."""
     return _module(fmt).check(folder, kind)
+
+
+def _verifier(target: str) -> tuple[str, str | None]:
+    """(what the engine should load as the target, a note): the Hub id where there is one; a
+    built-in with none (tiny-random) is not a name an engine can resolve, so its local folder
+    (built as training built it) and a note saying so; else the target as the checkpoint names it."""
+    repo = hub_id(target)
+    if repo:
+        return repo, None
+    from draftsmith.models.loading import BUILTINS, resolve_model
+
+    if target in BUILTINS:
+        folder = resolve_model(target).path
+        return folder, f"the target {target} is not on the Hub: the engine loads draftsmith's local copy {folder}"
+    path = pathlib.Path(target).expanduser()
+    return (str(path.resolve()) if path.exists() else target), None
 
 
 def _num_tokens(ckpt, k: int | None) -> int:

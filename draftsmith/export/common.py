@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from draftsmith.errors import DraftsmithError
 
-WEIGHTS_NAME = "model.safetensors"
+WEIGHTS_NAME = "model.safetensors"  # as in models/weights.py (not imported here: it would load torch)
 WEIGHTS_INDEX = "model.safetensors.index.json"
 # Files a tokenizer may consist of (transformers' save_pretrained writes some of these).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -79,26 +79,32 @@ def read_checkpoint(path) -> Checkpoint:
                               "written by `draftsmith train`")
     config = {}
     cfg = p / "config.json"
-    if cfg.is_file():
+    if cfg.is_file():  # required by export and publish (check_complete), not by naming a repo
         try:
             config = json.loads(cfg.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise DraftsmithError(f"{cfg}: corrupt checkpoint config ({e})") from None
+        if not isinstance(config, dict):
+            raise DraftsmithError(f"{cfg}: corrupt checkpoint config (not a JSON object)")
     return Checkpoint(p, meta, config)
 
 
 def weight_files(folder: pathlib.Path) -> list[pathlib.Path]:
-    folder = pathlib.Path(folder)
-    if (folder / WEIGHTS_NAME).is_file():
-        return [folder / WEIGHTS_NAME]
-    index = folder / WEIGHTS_INDEX
-    if index.is_file():
-        try:
-            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as e:
-            raise DraftsmithError(f"{index}: corrupt weight index ({e})") from None
-        return [folder / n for n in names]
-    raise DraftsmithError(f"{folder}: no weights ({WEIGHTS_NAME} or {WEIGHTS_INDEX}); the checkpoint is incomplete")
+    """model.safetensors or the shards its index names (models/weights.py: the one helper)."""
+    from draftsmith.models.weights import weight_files
+
+    return weight_files(folder)
+
+
+def check_complete(ckpt: Checkpoint) -> None:
+    """What an export or upload reads or copies is there and whole: config.json, and every
+    safetensors file (headers only), so a truncated model.safetensors is one clear error before
+    anything is written."""
+    from draftsmith.models.loading import require_config
+    from draftsmith.models.weights import check_weights
+
+    require_config(ckpt.path)
+    check_weights(ckpt.path, skip=TRAINING_ONLY)
 
 
 def weight_shapes(folder) -> dict[str, tuple[int, ...]]:
