@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import pathlib
 import shutil
 import subprocess
 import sys
+import typing
 from typing import Callable
 
 import pytest
@@ -117,6 +119,39 @@ TRAINING = [
     Case("existing-checkpoints-without-resume", ("train", "{tiny}/draft_lm.yaml", "{quick}", "--output-dir", "{tmp}/run"),
          "already holds checkpoints: pass --resume", setup=copy_run(), unchanged=("{tmp}/run",)),
     Case("recipe-missing", ("train", "{tmp}/nope.yaml", "--output-dir", "{tmp}/out"), "not found", absent=("{tmp}/out",)),
+    Case("recipe-is-a-directory", ("train", "{tiny}", "--output-dir", "{tmp}/out"), "is a directory, not a YAML file",
+         absent=("{tmp}/out",)),
+    Case("recipe-empty", ("train", "{tmp}/empty.yaml", "--output-dir", "{tmp}/out"), "recipe {tmp}/empty.yaml is empty",
+         setup=write("empty.yaml", ""), absent=("{tmp}/out",)),
+    Case("recipe-only-comments", ("train", "{tmp}/c.yaml", "--output-dir", "{tmp}/out"), "is empty",
+         setup=write("c.yaml", "# model:\n#   target: tiny-random\n"), absent=("{tmp}/out",)),
+    Case("recipe-binary", ("train", "{tmp}/b.yaml", "--output-dir", "{tmp}/out"), "is not a text file",
+         setup=write("b.yaml", bytes(range(256))), absent=("{tmp}/out",)),
+    Case("recipe-bad-yaml", ("train", "{tmp}/y.yaml", "--output-dir", "{tmp}/out"), "is not valid YAML: while parsing a flow sequence (line 2, column 11)",
+         setup=write("y.yaml", "model:\n  target: [tiny-random\n"), absent=("{tmp}/out",)),
+    Case("eval-every-negative", ("train", "{tiny}/draft_lm.yaml", "--logging.eval_every=-5", "--output-dir", "{tmp}/out"),
+         "config key 'logging.eval_every' must be >= 0 (0: only the final evaluation), got -5", absent=("{tmp}/out",)),
+    Case("log-every-negative", ("train", "{tiny}/draft_lm.yaml", "--logging.log_every=-1", "--output-dir", "{tmp}/out"),
+         "config key 'logging.log_every' must be >= 0", absent=("{tmp}/out",)),
+    Case("save-every-negative", ("train", "{tiny}/medusa.yaml", "--checkpoint.save_every=-1", "--output-dir", "{tmp}/out"),
+         "config key 'checkpoint.save_every' must be >= 0", absent=("{tmp}/out",)),
+    Case("lr-infinite", ("train", "{tiny}/draft_lm.yaml", "--optim.lr=.inf", "--output-dir", "{tmp}/out"),
+         "config key 'optim.lr': expected a finite number", absent=("{tmp}/out",)),
+    Case("output-dir-is-a-file", ("train", "{tiny}/draft_lm.yaml", "{quick}", "--output-dir", "{tmp}/afile"),
+         "output dir {tmp}/afile is a file, not a folder", setup=write("afile", "keep me"), unchanged=("{tmp}/afile",)),
+    Case("output-dir-under-a-file", ("train", "{tiny}/draft_lm.yaml", "{quick}", "--output-dir", "{tmp}/afile/run"),
+         "{tmp}/afile is a file", setup=write("afile", "keep me"), unchanged=("{tmp}/afile",)),
+    # Root writes anywhere its permissions allow, so /sys (EPERM even for root) stands in for a
+    # read-only folder there; as another user a 0o555 folder is refused by the permission check.
+    Case("output-dir-read-only", ("train", "{tiny}/draft_lm.yaml", "{quick}", "--output-dir",
+                                  "/sys/draftsmith-test-run" if os.geteuid() == 0 else "{tmp}/ro/run"),
+         "cannot be written", setup=mkdir("ro", 0o555), unchanged=("{tmp}/ro",), absent=("{tmp}/ro/run",)),
+    Case("resume-with-another-kind", ("train", "{tiny}/medusa.yaml", "{quick}", "--output-dir", "{tmp}/run", "--resume"),
+         "a 'draft_lm' checkpoint; this recipe trains a 'medusa' drafter", setup=copy_run(), unchanged=("{tmp}/run",)),
+    Case("init-without-config", ("train", "{tiny}/draft_lm.yaml", "{quick}", "--drafter.init={tmp}/run/final",
+                                 "--output-dir", "{tmp}/out"),
+         "{tmp}/run/final/config.json is missing", setup=copy_run(then=delete("final/config.json")),
+         unchanged=("{tmp}/run",), absent=("{tmp}/out",)),
 ]
 
 # --- checkpoints, export, publish -------------------------------------------------------------
@@ -124,6 +159,20 @@ TRAINING = [
 CHECKPOINTS = [
     Case("export-into-non-empty-folder", ("export", "{run}/final", "--format", "hf", "--output-dir", "{run}"),
          "exists and is not an empty folder", unchanged=("{run}",)),
+    *(Case(f"export-{fmt}-truncated-weights", ("export", "{tmp}/run/final", "--format", fmt, "--output-dir", "{tmp}/exp"),
+           "{tmp}/run/final/model.safetensors is damaged: truncated", setup=copy_run(then=truncate("final/model.safetensors", 100_000)),
+           unchanged=("{tmp}/run",), absent=("{tmp}/exp",)) for fmt in ("hf", "vllm")),
+    Case("export-weights-shorter-than-a-header", ("export", "{tmp}/run/final", "--format", "hf", "--output-dir", "{tmp}/exp"),
+         "shorter than a safetensors header", setup=copy_run(then=truncate("final/model.safetensors", 5)),
+         unchanged=("{tmp}/run",), absent=("{tmp}/exp",)),
+    Case("export-without-config", ("export", "{tmp}/run/final", "--format", "vllm", "--output-dir", "{tmp}/exp"),
+         "{tmp}/run/final/config.json is missing", setup=copy_run(then=delete("final/config.json")),
+         unchanged=("{tmp}/run",), absent=("{tmp}/exp",)),
+    Case("publish-dry-run-truncated-weights", ("publish", "{tmp}/run/final", "--dry-run", "--stage-dir", "{tmp}/stage"),
+         "{tmp}/run/final/model.safetensors is damaged: truncated", setup=copy_run(then=truncate("final/model.safetensors", 100_000)),
+         unchanged=("{tmp}/run",), absent=("{tmp}/stage",)),
+    Case("eval-draft-without-config", ("eval", "--draft", "{tmp}/run/final", "--num-prompts", "1", "--max-new-tokens", "2", "--quiet"),
+         "{tmp}/run/final/config.json is missing", setup=copy_run(then=delete("final/config.json")), unchanged=("{tmp}/run",)),
 ]
 
 # --- bench / eval (bench engineer) --------------------------------------------------------------
@@ -230,3 +279,137 @@ def test_bad_input(case, request, tmp_path, capsys, tiny_cache, fresh_accelerate
         assert snapshot(path) == before[name], f"{name} changed"
     for name in case.absent:
         assert not pathlib.Path(_fill(name, tmp)).exists(), f"{name} was created"
+
+
+# --- one run per output dir, and refused runs change nothing --------------------------------------
+
+
+def _start_training(out: pathlib.Path, *extra: str) -> tuple[subprocess.Popen, list[str]]:
+    """A training subprocess of 6 steps; returns once it has trained one (so it holds the output
+    dir). Its stderr keeps being drained into the returned list."""
+    import threading
+
+    cmd = [sys.executable, "-m", "draftsmith", "train", str(TINY / "draft_lm.yaml"), "--output-dir", str(out), *QUICK,
+           "--optim.max_steps=6", "--logging.log_every=1", *extra]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines: list[str] = []
+    for line in proc.stderr:  # with logging.progress=false the run logs "step N ..." once per step
+        lines.append(line)
+        if line.startswith("step 1 "):
+            break
+    else:
+        pytest.fail(f"the run ended before its first step (rc {proc.wait()}):\n{''.join(lines)[-3000:]}")
+    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+    return proc, lines
+
+
+def test_second_run_into_a_busy_output_dir_is_refused_and_changes_nothing(tiny_cache, tmp_path, capsys, fresh_accelerate):
+    import signal
+
+    out = tmp_path / "run"
+    first, lines = _start_training(out, "--checkpoint.save_every=0", "--optim.seed=7")
+    first.send_signal(signal.SIGSTOP)  # frozen while holding the folder: the test does not race its speed
+    try:
+        recipe = (out / "recipe.yaml").read_bytes()
+        assert b"seed: 7" in recipe
+        before = snapshot(out)
+        # Without --resume (no checkpoint yet, so only the lock stops it) and with --resume.
+        for extra in ([], ["--resume"]):
+            rc, err = run_draftsmith(["train", str(TINY / "draft_lm.yaml"), *QUICK, "--optim.max_steps=3",
+                                      "--output-dir", str(out), *extra], capsys, in_subprocess=False)
+            assert_one_clear_line(rc, err, f"output dir {out} is in use by another training run (pid {first.pid} on ")
+        assert snapshot(out) == before  # the refused runs wrote nothing (the first one is frozen)
+        first.send_signal(signal.SIGCONT)
+        assert first.wait(timeout=600) == 0, "".join(lines)[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    # The first run finished as if alone: its recipe, its final checkpoint, intact.
+    assert (out / "recipe.yaml").read_bytes() == recipe
+    from draftsmith.models import read_drafter_meta
+    from draftsmith.models.weights import check_weights
+    from draftsmith.train.checkpoint import latest_checkpoint, verify
+
+    summary = json.loads((out / "train_summary.json").read_text())
+    assert read_drafter_meta(out / "final")["kind"] == "draft_lm"
+    assert check_weights(out / "final") and verify(out / "final", resumable=False) == []
+    assert summary["steps"] == 6 and latest_checkpoint(out).name == "step-0000006"
+
+
+def test_a_killed_run_leaves_no_stale_lock(tiny_cache, tmp_path, capsys, fresh_accelerate):
+    import signal
+
+    out = tmp_path / "run"
+    first, _ = _start_training(out, "--checkpoint.save_every=1")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert (out / ".draftsmith-train.lock").is_file()  # the file stays; the kernel dropped the lock
+    rc, err = run_draftsmith(["train", str(TINY / "draft_lm.yaml"), *QUICK, "--optim.max_steps=2", "--output-dir", str(out),
+                              "--resume"], capsys, in_subprocess=False)
+    assert rc == 0, err[-3000:]
+    assert (out / "final" / "model.safetensors").is_file()
+
+
+def test_refused_resume_keeps_recipe_and_card(trained_run, tmp_path, capsys, fresh_accelerate):
+    """Issue 16 item 1: a resume refused for another drafter kind rewrote recipe.yaml, and the
+    model card then described that kind's recipe."""
+    from draftsmith.hub import build_card
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    recipe = (run / "recipe.yaml").read_bytes()
+    card = build_card(run / "final", [])
+    rc, err = run_draftsmith(["train", str(TINY / "medusa.yaml"), *QUICK, "--output-dir", str(run), "--resume"], capsys,
+                             in_subprocess=False)
+    assert_one_clear_line(rc, err, "a 'draft_lm' checkpoint; this recipe trains a 'medusa' drafter")
+    assert (run / "recipe.yaml").read_bytes() == recipe
+    assert build_card(run / "final", []) == card and "kind: medusa" not in card
+
+
+def _just_outside(spec: str, hint):
+    """A value just outside a RANGES spec, of the field's type (a list field gets a list)."""
+    from draftsmith.train.config import _leaf_types
+
+    bounds = spec.split(" (")[0]
+    if bounds.startswith(">="):
+        value = float(bounds[2:]) - 1
+    elif bounds.startswith(">"):
+        value = float(bounds[1:])
+    else:
+        lo = float(bounds[1:-1].split(",")[0])
+        value = lo - 1 if bounds[0] == "[" else lo
+    if float not in _leaf_types(hint):
+        value = int(value)
+    return [value, value] if list in (typing.get_origin(hint), *map(typing.get_origin, typing.get_args(hint))) else value
+
+
+def test_every_numeric_knob_has_a_range_that_is_enforced():
+    """Each int/float knob of every section declares its range, and a value just outside it is
+    refused naming the key (issue 16 item 7: eval_every=-5 was accepted)."""
+    from draftsmith.errors import DraftsmithError
+    from draftsmith.train import config as c
+
+    sections = [("model", c.ModelConfig, {}), ("data", c.DataConfig, {}), ("optim", c.OptimConfig, {}),
+                ("checkpoint", c.CheckpointConfig, {}), ("logging", c.LoggingConfig, {})]
+    for kind, cls in c.DRAFTER_CONFIGS.items():
+        sections.append(("drafter", cls, {"kind": kind}))
+        if "lora" in {f.name for f in dataclasses.fields(cls)}:
+            sections.append(("drafter.lora", c.LoraConfig, {"kind": kind}))
+    checked = 0
+    for prefix, cls, drafter in sections:
+        hints = typing.get_type_hints(cls)
+        for name in c.numeric_fields(cls):
+            spec = cls.RANGES.get(name)
+            assert spec is not None, f"{prefix}.{name} has no range in {cls.__name__}.RANGES"
+            if spec == "any":
+                continue
+            data: dict = {"drafter": dict(drafter)}
+            node = data
+            for part in prefix.split("."):
+                node = node.setdefault(part, {})
+            node[name] = _just_outside(spec, hints[name])
+            with pytest.raises(DraftsmithError, match=rf"config key '{prefix}.{name}' must be"):
+                c.recipe_from_dict(data)
+            checked += 1
+    assert checked >= 40

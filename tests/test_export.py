@@ -78,6 +78,12 @@ def exports(ckpts, tmp_path_factory):
     return {(k, f): export(ckpts[k], f, root / f"{k}-{f}") for k, f in CASES}
 
 
+def TINY_FOLDER() -> str:
+    from draftsmith.models.loading import resolve_model
+
+    return resolve_model("tiny-random").path
+
+
 def _config(folder) -> dict:
     return json.loads((folder / "config.json").read_text())
 
@@ -111,14 +117,19 @@ def test_config_has_the_engines_keys(exports, kind, fmt):
         assert set(md["verifier"]) <= set(spec["verifier"])
         assert spec["algorithm"] == config["speculators_model_type"] == "eagle3"
         assert spec["proposal_methods"][0]["speculative_tokens"] == 3
-        assert spec["verifier"]["name_or_path"] == "tiny-random"  # no Hub id: the target as named
+        assert spec["verifier"]["name_or_path"] == TINY_FOLDER()  # no Hub id: draftsmith's local copy
         assert spec["verifier"]["architectures"] == ["LlamaForCausalLM"]
         assert "model_type" not in config  # else vLLM parses it with AutoConfig, not SpeculatorsConfig
         assert config["norm_before_residual"] is False  # vLLM's default (true) is not our layer
         assert config["transformer_layer_config"]["num_hidden_layers"] == 1
     meta = json.loads((out / EXPORT_META).read_text())
-    assert meta["format"] == fmt and meta["kind"] == kind and meta["verifier"] == "tiny-random"
+    # tiny-random has no Hub id: an engine cannot resolve the name, so the export names its folder.
+    assert meta["format"] == fmt and meta["kind"] == kind and meta["verifier"] == TINY_FOLDER()
     assert str(out) in meta["serve"] and meta["checked_against"]
+    if fmt != "hf":
+        assert "tiny-random is not on the Hub" in meta["note"]
+        commands = f"{meta['serve']} {meta.get('serve_explicit', '')}"
+        assert TINY_FOLDER() in commands and "serve tiny-random" not in commands and "--model tiny-random" not in commands
     assert meta["num_speculative_tokens"] == (4 if kind == "medusa" else 3)
 
 
