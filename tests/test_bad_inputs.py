@@ -177,7 +177,43 @@ CHECKPOINTS = [
 
 # --- bench / eval (bench engineer) --------------------------------------------------------------
 
-BENCH: list[Case] = []
+EVAL = ("--target", "tiny-random", "--draft", "truncated:2", "--quiet")
+BENCH: list[Case] = [
+    # Numbers are checked before anything loads: with a target that does not exist, the number is what is named.
+    Case("max-new-tokens-zero", ("bench", "--target", "{tmp}/no-model", "--draft", "truncated:2", "--max-new-tokens", "0"),
+         "--max-new-tokens must be >= 1, got 0"),
+    Case("generate-max-new-tokens-zero", ("generate", "--target", "tiny-random", "--max-new-tokens", "0", "hi"),
+         "--max-new-tokens must be >= 1, got 0"),
+    Case("num-prompts-negative", ("eval", *EVAL, "--num-prompts", "-1"), "--num-prompts must be >= 1, got -1"),
+    Case("num-prompts-zero", ("bench", *EVAL, "--num-prompts", "0"), "--num-prompts must be >= 1, got 0"),
+    Case("temperature-negative", ("eval", *EVAL, "--temperature", "-0.5"), "--temperature must be >= 0 (0 = greedy), got -0.5"),
+    Case("temperature-nan", ("generate", "--target", "tiny-random", "--temperature", "nan", "hi"), "--temperature must be >= 0"),
+    Case("top-p-zero", ("eval", *EVAL, "--top-p", "0"), "--top-p must be in (0, 1], got 0.0"),
+    Case("top-p-above-one", ("bench", *EVAL, "--top-p", "1.5"), "--top-p must be in (0, 1], got 1.5"),
+    Case("top-k-negative", ("eval", *EVAL, "--top-k", "-1"), "--top-k must be >= 0 (0 = off), got -1"),
+    Case("k-zero", ("eval", *EVAL, "-k", "0"), "--num-speculative-tokens must be >= 1, got 0"),
+    Case("tree-depth-zero", ("eval", *EVAL, "--tree-depth", "0"), "--tree-depth must be >= 1, got 0"),
+    Case("tree-tokens-one", ("bench", *EVAL, "--tree-num-draft-tokens", "1"), "--tree-num-draft-tokens must be >= 2 (it counts the root)"),
+    # Output paths are checked before the run (a finished run was lost to them at the end).
+    Case("json-is-a-directory", ("eval", *EVAL, "--json", "{tmp}/out"), "--json {tmp}/out is a directory: name a file in it",
+         setup=mkdir("out"), unchanged=("{tmp}/out",)),
+    Case("json-under-a-file", ("bench", *EVAL, "--json", "{tmp}/afile/r.json"), "{tmp}/afile is a file, not a folder",
+         setup=write("afile", "keep me"), unchanged=("{tmp}/afile",)),
+    Case("json-read-only", ("eval", *EVAL, "--json", "/sys/draftsmith-test/r.json" if os.geteuid() == 0 else "{tmp}/ro/r.json"),
+         "cannot write in", setup=mkdir("ro", 0o555), unchanged=("{tmp}/ro",), absent=("{tmp}/ro/r.json",)),
+    Case("plot-not-an-image", ("bench", *EVAL, "--plot", "{tmp}/p.txt"), "--plot {tmp}/p.txt: name a .png / .pdf / .svg",
+         absent=("{tmp}/p.txt",)),
+    Case("plot-is-a-directory", ("bench", *EVAL, "--plot", "{tmp}/p.png"), "--plot {tmp}/p.png is a directory",
+         setup=mkdir("p.png"), unchanged=("{tmp}/p.png",)),
+    # A prompt past the target's positions (tiny-random: 2,048) is refused, not decoded into meaningless numbers.
+    Case("prompt-longer-than-the-context", ("eval", *EVAL, "--prompts", "{tmp}/long.jsonl", "--json", "{tmp}/r.json"),
+         "has 4,800 tokens; with --max-new-tokens 128 and 4 draft tokens it needs 4,932 positions, but tiny-random has 2,048",
+         setup=write("long.jsonl", '{"prompt": "' + "word " * 960 + '"}\n'), unchanged=("{tmp}/long.jsonl",), absent=("{tmp}/r.json",)),
+    Case("generate-prompt-longer-than-the-context", ("generate", "--target", "tiny-random", "word " * 960),
+         "prompt given has 4,800 tokens; with --max-new-tokens 128 it needs 4,928 positions, but tiny-random has 2,048"),
+    Case("max-new-tokens-past-the-context", ("generate", "--target", "tiny-random", "--max-new-tokens", "5000", "hi"),
+         "--max-new-tokens 5000 leaves no room for a prompt in tiny-random's 2,048 positions"),
+]
 
 # --- data files (data engineer) -----------------------------------------------------------------
 
