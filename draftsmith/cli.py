@@ -222,9 +222,9 @@ def cmd_generate(args) -> None:
     tok = target.tokenizer
     if args.chat:
         ids = tok.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True, tokenize=False)
-        ids = tok(ids, add_special_tokens=False)["input_ids"]
+        ids = tok(ids, add_special_tokens=False, verbose=False)["input_ids"]
     else:
-        ids = tok(args.prompt)["input_ids"]
+        ids = tok(args.prompt, verbose=False)["input_ids"]  # a too-long prompt gets our one line, not its warning
     if not ids:
         raise DraftsmithError("the prompt is empty")
     from draftsmith.infer.prompts import Prompt

@@ -344,8 +344,10 @@ GROUP_FIELDS = ("by_domain", "by_set", "by_turn")
 
 
 def group_columns(rows: dict) -> list[tuple[str, str]]:
-    """(field, group) columns over all methods: categories in order of appearance, then sets and turns."""
-    return [(f, g) for f in GROUP_FIELDS for g in dict.fromkeys(g for r in rows.values() for g in r.get(f, {}))]
+    """(field, group) columns over all methods: categories in order of appearance, then sets and
+    turns; a set that is also a category (HumanEval's one) is shown once."""
+    cols = [(f, g) for f in GROUP_FIELDS for g in dict.fromkeys(g for r in rows.values() for g in r.get(f, {}))]
+    return [(f, g) for f, g in cols if not (f == "by_set" and ("by_domain", g) in cols)]
 
 
 def group_table(rows: dict) -> list[str]:

@@ -189,7 +189,7 @@ def second_turn(tokenizer, messages: list[dict], text1: str, ids1: list[int], an
                             "mt-bench")
     head = text1 + ans_text
     if text.startswith(head):
-        ids = ids1 + ans + tokenizer(text[len(head):], add_special_tokens=False)["input_ids"]
+        ids = ids1 + ans + tokenizer(text[len(head):], add_special_tokens=False, verbose=False)["input_ids"]
     return text, ids
 
 

@@ -84,7 +84,7 @@ def render_chat(tokenizer, messages: list[dict], source: str) -> tuple[str, list
     if getattr(tokenizer, "chat_template", None) is None:
         raise DraftsmithError(f"{source!r} has chat 'messages' but the target's tokenizer has no chat template")
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return text, tokenizer(text, add_special_tokens=False)["input_ids"]
+    return text, tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]  # lengths: ContextFit says it in one line
 
 
 def check_limit(limit: int | None) -> None:
@@ -107,17 +107,18 @@ class ContextFit:
             return p
         reserve = self.max_new_tokens + self.draft_tokens
         budget = self.max_positions - reserve
+        drafts = f" and {self.draft_tokens} draft tokens" if self.draft_tokens else ""
         if budget < 1:
             raise DraftsmithError(
-                f"--max-new-tokens {self.max_new_tokens} plus {self.draft_tokens} draft tokens leave no room for a prompt in "
+                f"--max-new-tokens {self.max_new_tokens}{drafts} leave{'s' if not drafts else ''} no room for a prompt in "
                 f"{self.model}'s {self.max_positions:,} positions (max_position_embeddings): lower --max-new-tokens")
         if len(p.ids) <= budget:
             return p
         if self.truncate:
             return replace(p, ids=p.ids[-budget:])  # the end holds the question and the generation prompt
         raise DraftsmithError(
-            f"prompt {where} has {len(p.ids):,} tokens; with --max-new-tokens {self.max_new_tokens} and {self.draft_tokens} "
-            f"draft tokens it needs {len(p.ids) + reserve:,} positions, but {self.model} has {self.max_positions:,} "
+            f"prompt {where} has {len(p.ids):,} tokens; with --max-new-tokens {self.max_new_tokens}{drafts} it needs "
+            f"{len(p.ids) + reserve:,} positions, but {self.model} has {self.max_positions:,} "
             f"(max_position_embeddings): shorten it" + (f", lower --max-new-tokens, or pass {self.truncate_flag} to keep its last "
                                                          f"{budget:,} tokens" if self.truncate_flag else " or lower --max-new-tokens"))
 
@@ -157,7 +158,7 @@ def load_prompts(source: str, tokenizer, limit: int | None = None, split: str = 
             text, ids = render_chat(tokenizer, row["messages"], source)
         else:
             text = row["prompt"]
-            ids = tokenizer(text)["input_ids"]
+            ids = tokenizer(text, verbose=False)["input_ids"]
         if not ids:
             raise DraftsmithError(f"{source!r}: a prompt tokenises to nothing: {text[:60]!r}")
         if max_prompt_tokens:

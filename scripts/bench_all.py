@@ -18,6 +18,14 @@ Stages, each skipped when its output exists, so a killed run resumes where it st
 
     python scripts/bench_all.py                      # ~2.5 h on a 2-core CPU, all stages
     python scripts/bench_all.py --repeats 5          # later: adds rounds 4-5, reuses the rest
+    python scripts/bench_all.py --prompts mt-bench,humaneval --num-prompts 16 --max-new-tokens 128 \
+        --out runs/bench_all_mtbench                 # the papers' benchmarks: 2 questions per MT-Bench
+                                                     # category (both turns) and 16 HumanEval problems
+
+MT-Bench and HumanEval come from pinned pip packages (scripts/setup.sh); MT-Bench's second turn
+follows the target's own greedy answer to the first, decoded once and cached (infer/prompt_sets.py).
+The table has τ (speedup) per MT-Bench category, HumanEval and turn for every method, and the
+machine's CPU model and flags (avx512f, avx512_bf16, amx_bf16) in results.json and its header.
 
 Run it on an otherwise idle machine: timed training and timing both suffer from other work.
 """
@@ -38,8 +46,10 @@ from pathlib import Path
 import yaml
 
 from draftsmith.errors import DraftsmithError, run_command
-from draftsmith.infer.bench import Method, format_compare, plot_acceptance, run_compare, write_json
-from draftsmith.infer.prompts import load_prompts
+from draftsmith.infer.bench import (GROUP_FIELDS, Method, check_output_path, cpu_info, format_compare, format_cpu, group_columns,
+                                    plot_acceptance, run_compare, write_json)
+from draftsmith.infer.engine import Engine
+from draftsmith.infer.prompts import ContextFit, check_limit, load_prompt_sets
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig
 
@@ -137,6 +147,7 @@ def busy_cores(seconds: float = 1.0) -> float:
 def bench_round(args, name: str, target_name: str, dtype: str, methods: list[tuple], path: Path) -> None:
     """One round on one target: plain + methods [(name, draft, k, tree)], interleaved."""
     from draftsmith.models import Target, load_drafter
+    from draftsmith.models.loading import cache_dir
 
     target = Target.load(target_name, dtype=dtype)
     drafters = {}
@@ -144,7 +155,12 @@ def bench_round(args, name: str, target_name: str, dtype: str, methods: list[tup
         if draft not in drafters:
             drafters[draft] = load_drafter(draft, target)
     ms = [Method(n, drafters[d], k, tree) for n, d, k, tree in methods]
-    prompts = [p for s in args.prompts.split(",") for p in load_prompts(s, target.tokenizer, args.num_prompts)]
+    draft_tokens = max(Engine(target, m.drafter, m.k, tree=m.tree).max_draft_tokens for m in ms)
+    fit = ContextFit(getattr(target.config, "max_position_embeddings", None), args.max_new_tokens, draft_tokens, model=target_name,
+                     truncate_flag=None)
+    # MT-Bench's turn 2 follows the target's own greedy answer to turn 1: decoded once, cached on disk.
+    prompts = load_prompt_sets(args.prompts, target.tokenizer, args.num_prompts, target=target, max_new_tokens=args.max_new_tokens,
+                               cache_dir=cache_dir(), progress=args.progress, fit=fit)
     load = busy_cores()
     if load > 0.3:
         print(f"warning: {load:.1f} cores busy before {path.name}: another process is running, timings will be noisy")
@@ -162,9 +178,21 @@ def _spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
+def _group(cells) -> dict:
+    cells = list(cells)
+    out = {"mean_acceptance_length": _spread([c["mean_acceptance_length"] for c in cells]),
+           "speedup": _spread([c["speedup"] for c in cells])}
+    if cells[0].get("draft_acceptance_rate") is not None:
+        out["draft_acceptance_rate"] = statistics.median(c["draft_acceptance_rate"] for c in cells)
+    if cells[0].get("per_position_acceptance"):
+        out["per_position_acceptance"] = [statistics.median(v) for v in zip(*[c["per_position_acceptance"] for c in cells])]
+    return out
+
+
 def aggregate(rounds: list[dict]) -> dict:
     """Per method: median and [min, max] over rounds of speedup and tokens/s, τ and its spread,
-    τ and speedup by domain, τ by context bucket (pooled over rounds), outputs == plain in all."""
+    τ, acceptance and speedup by category (domain), by prompt set and by MT-Bench turn, τ by
+    context bucket (pooled over rounds), outputs == plain in all."""
     out = {}
     for name in rounds[0]["methods"]:
         rows = [r["methods"][name] for r in rounds if name in r["methods"]]
@@ -174,9 +202,10 @@ def aggregate(rounds: list[dict]) -> dict:
         if name != "plain":
             row["per_position_acceptance"] = [statistics.median(v) for v in zip(*[x["per_position_acceptance"] for x in rows])]
             row["draft"], row["drafter_kind"] = rows[0].get("draft"), rows[0].get("drafter_kind")
-        domains = sorted({d for x in rows for d in x.get("by_domain", {})})
-        row["by_domain"] = {d: {"mean_acceptance_length": _spread([x["by_domain"][d]["mean_acceptance_length"] for x in rows]),
-                                "speedup": _spread([x["by_domain"][d]["speedup"] for x in rows])} for d in domains}
+        for field in GROUP_FIELDS:  # τ, acceptance and speedup per category / set / MT-Bench turn
+            groups = list(dict.fromkeys(g for x in rows for g in x.get(field, {})))
+            if groups:
+                row[field] = {g: _group(x[field][g] for x in rows if g in x.get(field, {})) for g in groups}
         buckets: dict[str, list[float]] = {}
         for x in rows:
             for b, v in x.get("by_context", {}).items():
@@ -189,23 +218,31 @@ def aggregate(rounds: list[dict]) -> dict:
 
 
 def markdown(report: dict) -> str:
-    """The README table: one row per method, τ by domain and context bucket, speedup spread."""
+    """The README table, shaped as the EAGLE / SpecForge papers' (rows methods, columns the
+    MT-Bench categories, HumanEval, the MT-Bench turns, overall): each cell τ with the speedup
+    beside it (medians over rounds), then τ by context bucket and the speedup's spread."""
     fmt = lambda s: f"{s['median']:.2f}" + (f" [{s['min']:.2f}–{s['max']:.2f}]" if s["n"] > 1 else "")  # noqa: E731
+    cell = lambda c: f"{c['mean_acceptance_length']['median']:.2f} ({c['speedup']['median']:.2f}×)"  # noqa: E731
     lines = []
     for pair, res in report["pairs"].items():
         rows, meta = res["methods"], res["meta"]
-        domains = sorted({d for r in rows.values() for d in r["by_domain"]})
+        cols = group_columns(rows)
+        if len([c for c in cols if c[0] == "by_domain"]) < 2:  # one category: the overall column says it all
+            cols = [c for c in cols if c[0] != "by_domain"]
         buckets = list(dict.fromkeys(b for r in rows.values() for b in r.get("by_context", {})))
-        lines += [f"**{meta['target']}**, {meta['dtype']} on {meta['hardware']}, greedy, {meta['num_prompts']} prompts × "
-                  f"{meta['max_new_tokens']} tokens, {res['rounds']} rounds; plain decoding {rows['plain']['tokens_per_s']['median']:.1f} tok/s", ""]
-        head = ["method", "trained", "τ"] + [f"τ {d}" for d in domains] + [f"τ ctx {b}" for b in buckets] + ["speedup median [min–max]", "= plain"]
+        on_cpu = meta.get("cpu") and str(meta.get("device") or "cpu").startswith("cpu")
+        lines += [f"**{meta['target']}**, {meta['dtype']} on {format_cpu(meta['cpu']) if on_cpu else meta['hardware']}, greedy, {meta['num_prompts']} prompts × "
+                  f"{meta['max_new_tokens']} tokens, {res['rounds']} rounds; plain decoding {rows['plain']['tokens_per_s']['median']:.1f} tok/s; "
+                  "cells: τ (speedup)", ""]
+        head = (["method", "trained", "τ"] + [f"τ {g}" for _, g in cols] + [f"τ ctx {b}" for b in buckets]
+                + ["speedup median [min–max]", "= plain"])
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for name, r in rows.items():
             if name == "plain":
                 continue
             trained = res.get("training", {}).get(name, "—")
             cells = [name, trained, f"{r['mean_acceptance_length']['median']:.2f}"]
-            cells += [f"{r['by_domain'][d]['mean_acceptance_length']['median']:.2f}" if d in r["by_domain"] else "—" for d in domains]
+            cells += [cell(r[f][g]) if g in r.get(f, {}) else "—" for f, g in cols]
             cells += [f"{r['by_context'][b]['mean_acceptance_length']:.2f} ({r['by_context'][b]['steps']})" if b in r["by_context"] else "—" for b in buckets]
             cells += [fmt(r["speedup"]) + "×", "yes" if r["outputs_match_plain"] else "NO"]
             lines.append("| " + " | ".join(cells) + " |")
@@ -220,8 +257,9 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=24, help="training budget of every kind")
     ap.add_argument("--runs-dir", default="runs", help="where checkpoints live (and are reused from)")
     ap.add_argument("--pair", default="qwen", choices=["qwen", "none"], help="also bench the Qwen2.5-Coder 0.5B->1.5B pair")
-    ap.add_argument("--prompts", default="chat,code")
-    ap.add_argument("--num-prompts", type=int, default=4, help="per prompt set")
+    ap.add_argument("--prompts", default="chat,code", help="prompt sets, comma-separated: chat, code, mt-bench, humaneval, jsonl files")
+    ap.add_argument("--num-prompts", type=int, default=4,
+                    help="per prompt set; mt-bench: questions (both turns each), round-robin over its 8 categories (16 = 2 each)")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--context-edges", type=lambda s: [int(x) for x in s.split(",")], default=[64, 128, 256])
@@ -232,11 +270,13 @@ def main() -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars would bury the tables
+    check_limit(args.num_prompts)
     args.kinds = [k for k in args.kinds.split(",") if k]
     unknown = set(args.kinds) - set(KINDS)
     if unknown:
         raise DraftsmithError(f"--kinds: unknown {sorted(unknown)} (known: {', '.join(KINDS)})")
     out = Path(args.out)
+    check_output_path(str(out / "plan.json"), "--out")  # one line now, not a traceback after the training
     (out / "repeats").mkdir(parents=True, exist_ok=True)
     plan_path, want = out / "plan.json", plan(args)
     if plan_path.is_file() and (old := json.loads(plan_path.read_text())) != want:
@@ -268,20 +308,20 @@ def main() -> int:
                 skipped[name] = str(e)  # optional models (scripts/install_qwen.sh) not installed
                 print(f"[bench] skipping the Qwen pair: {e}")
 
-    report = {"command": " ".join(sys.argv), "plan": want, "training": training, "skipped": skipped, "pairs": {}}
+    report = {"command": " ".join(sys.argv), "plan": want, "cpu": cpu_info(), "training": training, "skipped": skipped, "pairs": {}}
     for name in pairs:
         files = sorted((out / "repeats").glob(f"{name}-r*.json"), key=lambda p: int(p.stem.rsplit("-r", 1)[1]))
         rounds = [json.loads(p.read_text()) for p in files if int(p.stem.rsplit("-r", 1)[1]) <= args.repeats]
         if not rounds:
             continue
-        meta = {k: rounds[0][k] for k in ("target", "dtype", "hardware", "versions", "num_prompts", "max_new_tokens")}
+        meta = {k: rounds[0].get(k) for k in ("target", "dtype", "device", "hardware", "cpu", "versions", "num_prompts", "max_new_tokens")}
         trained = {n: (f"{training[kind]['minutes']:g} min, {training[kind]['steps']} steps" if kind in training else "—")
                    for kind in args.kinds for n, _, _ in METHODS[kind]}
         trained.update({n: "none (pretrained)" for n, _, _, _ in pairs[name][2] if n.startswith("qwen")})
         report["pairs"][name] = {"meta": meta, "rounds": len(rounds), "methods": aggregate(rounds), "training": trained}
     write_json(report, str(out / "results.json"))
     table = markdown(report)
-    (out / "table.md").write_text(f"`{report['command']}`\n\n{table}")
+    (out / "table.md").write_text(f"`{report['command']}`\n\nCPU: {format_cpu(report['cpu'])}\n\n{table}")
     print(table)
     curves = {f"{n} ({p})" if p != Path(args.recipes).name else n: r for p, res in report["pairs"].items()
               for n, r in res["methods"].items() if n != "plain"}

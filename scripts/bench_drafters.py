@@ -19,11 +19,13 @@ import os
 import sys
 
 from draftsmith.errors import DraftsmithError, run_command
-from draftsmith.infer.bench import Method, format_compare, plot_acceptance, run_compare, write_json
-from draftsmith.infer.prompts import load_prompts
+from draftsmith.infer.bench import Method, check_output_path, format_compare, plot_acceptance, run_compare, write_json
+from draftsmith.infer.engine import Engine
+from draftsmith.infer.prompts import ContextFit, check_limit, load_prompt_sets
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig, load_choices
 from draftsmith.models import Target, load_drafter
+from draftsmith.models.loading import cache_dir
 
 KEYS = {"k", "choices", "topk", "depth", "tokens", "children"}
 
@@ -61,8 +63,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="smollm2-135m-instruct")
     ap.add_argument("--method", action="append", required=True, help="NAME=DRAFT[,k=K][,choices=FILE][,topk=N][,depth=N][,tokens=N]")
-    ap.add_argument("--prompts", default="chat", help="prompt set(s), comma-separated: chat,code or jsonl files")
-    ap.add_argument("--num-prompts", type=int, default=8, help="per prompt set")
+    ap.add_argument("--prompts", default="chat", help="prompt set(s), comma-separated: chat, code, mt-bench, humaneval or jsonl files")
+    ap.add_argument("--num-prompts", type=int, default=8, help="per prompt set (mt-bench: questions, both turns each, over its 8 categories)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--dtype", default=None, help="default: float32 on CPU, bfloat16 on CUDA")
@@ -70,14 +72,21 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/bench/drafters")
     args = ap.parse_args()
+    check_limit(args.num_prompts)
+    check_output_path(os.path.join(args.out, "results.json"), "--out")  # before the run, not after it
     import torch
 
     dtype = args.dtype or ("bfloat16" if torch.cuda.is_available() and args.device != "cpu" else "float32")
     target = Target.load(args.target, dtype=dtype, device=args.device)
     drafters: dict = {}
     methods = [parse_method(m, drafters, target) for m in args.method]
-    # Several sets ("chat,code"): each contributes --num-prompts prompts, reported per domain too.
-    prompts = [p for name in args.prompts.split(",") for p in load_prompts(name, target.tokenizer, args.num_prompts)]
+    # Several sets ("chat,code", "mt-bench,humaneval"): each contributes --num-prompts prompts (MT-Bench:
+    # questions), reported per category, per set and per MT-Bench turn too.
+    draft_tokens = max(Engine(target, m.drafter, m.k, tree=m.tree).max_draft_tokens for m in methods)
+    fit = ContextFit(getattr(target.config, "max_position_embeddings", None), args.max_new_tokens, draft_tokens, model=args.target,
+                     truncate_flag=None)
+    prompts = load_prompt_sets(args.prompts, target.tokenizer, args.num_prompts, target=target, max_new_tokens=args.max_new_tokens,
+                               cache_dir=cache_dir(), progress=True, fit=fit)
     result = run_compare(target, methods, prompts, args.max_new_tokens, SamplingConfig(temperature=args.temperature), args.seed)
     result["prompts"] = args.prompts
     result["command"] = " ".join(sys.argv)

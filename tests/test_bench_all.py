@@ -57,6 +57,66 @@ def test_aggregate_medians_spread_and_pooled_buckets():
     assert m["by_domain"]["chat"]["speedup"]["median"] == 0.6
 
 
+def _groups_round(tau_writing, speedup):
+    cell = lambda tau, sp: {"mean_acceptance_length": tau, "speedup": sp, "draft_acceptance_rate": (tau - 1) / 3,  # noqa: E731
+                            "per_position_acceptance": [tau - 1]}
+    r = _round(speedup, tau_writing)
+    r["methods"]["plain"]["by_domain"] = {"writing": cell(1.0, 1.0), "humaneval": cell(1.0, 1.0)}
+    r["methods"]["m"].update(by_domain={"writing": cell(tau_writing, speedup), "humaneval": cell(2.5, 1.5)},
+                             by_turn={"turn1": cell(tau_writing, speedup), "turn2": cell(1.2, 0.9)},
+                             by_set={"mt-bench": cell(tau_writing, speedup), "humaneval": cell(2.5, 1.5)})
+    return r
+
+
+def test_aggregate_and_table_carry_categories_sets_and_turns():
+    rows = bench_all.aggregate([_groups_round(1.8, 1.1), _groups_round(1.8, 1.3)])
+    m = rows["m"]
+    assert list(m["by_domain"]) == ["writing", "humaneval"]  # the rounds' order (MT-Bench's), not sorted
+    assert m["by_domain"]["writing"]["speedup"] == {"median": 1.2000000000000002, "min": 1.1, "max": 1.3, "n": 2}
+    assert m["by_turn"]["turn2"]["mean_acceptance_length"]["median"] == 1.2
+    assert m["by_set"]["humaneval"]["draft_acceptance_rate"] == pytest.approx(0.5)
+    cpu = {"model": "Some CPU", "flags": {"avx2": True, "avx512f": True, "avx512_bf16": False, "amx_bf16": False, "amx_tile": False},
+           "cores": 2, "threads": 2}
+    meta = {"target": "t", "dtype": "float32", "device": "cpu", "hardware": "Some CPU, 2 threads", "cpu": cpu, "num_prompts": 4,
+            "max_new_tokens": 8}
+    table = bench_all.markdown({"pairs": {"p": {"meta": meta, "rounds": 2, "methods": rows, "training": {"m": "1 min"}}}})
+    assert "Some CPU (avx2 yes, avx512f yes, avx512_bf16 no, amx_bf16 no; 2 threads of 2 cores)" in table
+    head = next(line for line in table.splitlines() if line.startswith("| method"))
+    assert head.split(" | ")[3:8] == ["τ writing", "τ humaneval", "τ mt-bench", "τ turn1", "τ turn2"]
+    row = next(line for line in table.splitlines() if line.startswith("| m |"))
+    assert "| 1.80 (1.20×) | 2.50 (1.50×) |" in row and "| 1.20 (0.90×) |" in row
+
+
+def test_a_round_on_mt_bench_and_humaneval(tiny_cache, tmp_path, monkeypatch):
+    """bench_all's round on the standard sets (tiny fixtures in the packages' formats), then its table."""
+    import argparse
+    import dataclasses
+    import gzip
+    import hashlib
+
+    from draftsmith.infer import prompt_sets
+
+    mt, he = tmp_path / "question.jsonl", tmp_path / "HumanEval.jsonl.gz"
+    mt.write_text("".join(json.dumps({"question_id": i, "category": c, "turns": [f"tell {c}", "more"]}) + "\n"
+                          for i, c in enumerate(prompt_sets.MT_BENCH_CATEGORIES)))
+    he.write_bytes(gzip.compress(json.dumps({"task_id": "HumanEval/0", "prompt": "def f(x):\n", "entry_point": "f"}).encode()))
+    files = {"mt-bench": mt, "humaneval": he}
+    monkeypatch.setattr(prompt_sets, "locate", lambda name: files[name])
+    for name, path in files.items():
+        monkeypatch.setitem(prompt_sets.STANDARD_SETS, name, dataclasses.replace(
+            prompt_sets.STANDARD_SETS[name], sha256=hashlib.sha256(path.read_bytes()).hexdigest()))
+    args = argparse.Namespace(prompts="mt-bench,humaneval", num_prompts=2, max_new_tokens=5, seed=0, progress=False,
+                              context_edges=[64, 128])
+    path = tmp_path / "tiny-r1.json"
+    bench_all.bench_round(args, "tiny", "tiny-random", "float32", [("trunc_k2", "truncated:4", 2, None)], path)
+    r = json.loads(path.read_text())
+    assert r["num_prompts"] == 5 and list(r["methods"]["trunc_k2"]["by_domain"]) == ["writing", "roleplay", "humaneval"]
+    assert set(r["cpu"]["flags"] or {"avx512f"}) >= {"avx512f"} and r["cpu"]["model"]
+    meta = {k: r.get(k) for k in ("target", "dtype", "device", "hardware", "cpu", "num_prompts", "max_new_tokens")}
+    table = bench_all.markdown({"pairs": {"tiny": {"meta": meta, "rounds": 1, "methods": bench_all.aggregate([r])}}})
+    assert "τ roleplay" in table and "τ humaneval" in table and "τ turn2" in table and "×) |" in table
+
+
 def _run(tmp_path, *extra):
     cmd = [sys.executable, "scripts/bench_all.py", "--recipes", "configs/tiny", "--kinds", "eagle3", "--minutes", "0.05",
            "--pair", "none", "--num-prompts", "1", "--max-new-tokens", "10", "--runs-dir", str(tmp_path / "runs"),

@@ -174,3 +174,34 @@ def test_typical_acceptance_must_be_asked_for_by_name(medusa_folder, capsys):
         main(["generate", "--quiet", "--draft", str(medusa_folder), "--verification", "typical", "hi"])
     assert main(["generate", "--quiet", "--draft", str(medusa_folder), "--verification", "typical-lossy",
                  "--temperature", "0.8", "--max-new-tokens", "6", "hi"]) == 0
+
+
+def test_finished_results_survive_an_output_that_fails_at_the_end(tiny_cache, tmp_path, capsys, monkeypatch):
+    """Issue 16 item 3: the paths are checked before the run, and if writing still fails at the
+    end (disk full, folder removed meanwhile), the results go to a temporary file named in the error."""
+    import os
+
+    from draftsmith.infer import bench
+
+    real, out, png = bench.write_json, tmp_path / "r.json", tmp_path / "r.png"
+
+    def disk_full(result, path):
+        if str(path) == str(out):
+            raise OSError(28, "No space left on device")
+        return real(result, path)
+
+    monkeypatch.setattr(bench, "write_json", disk_full)
+    assert main(["eval", *TINY, "--draft", "truncated:4", "--num-prompts", "1", "--max-new-tokens", "6", "--json", str(out)]) == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("draftsmith: error:")]
+    assert len(lines) == 1 and f"could not write --json {out} (No space left on device)" in lines[0]
+    kept = lines[0].split("the results are saved in ")[1]
+    assert json.loads(open(kept).read())["num_prompts"] == 1 and not out.exists()
+    os.unlink(kept)
+
+    monkeypatch.setattr(bench, "write_json", real)  # the JSON is written, the plot fails: the error points at the JSON
+    monkeypatch.setattr(bench, "plot_acceptance", lambda *a: (_ for _ in ()).throw(ValueError("Format 'png' is not supported")))
+    assert main(["bench", *TINY, "--draft", "truncated:4", "--num-prompts", "1", "--max-new-tokens", "6", "--no-hf",
+                 "--json", str(out), "--plot", str(png)]) == 2
+    err = capsys.readouterr().err
+    assert f"could not write --plot {png} (Format 'png' is not supported); the results are saved in {out}" in err
+    assert json.loads(out.read_text())["num_prompts"] == 1
