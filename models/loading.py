@@ -263,10 +263,18 @@ def _convert(gguf: pathlib.Path, out: pathlib.Path, dest: pathlib.Path, digest: 
             raise DraftsmithError(
                 f"{label}: expected a separate LM head after GGUF conversion but it is tied to "
                 f"the embeddings (transformers {_tf_version()}); report this with your versions")
-    model.save_pretrained(out)
+    _save_here(model, out)
     tok.save_pretrained(out)
     del model
     _finish(out, dest, {"source": str(gguf), "sha256": digest, "kind": "gguf"})
+
+
+def _save_here(model, folder: pathlib.Path) -> None:
+    """save_pretrained that writes from this process whatever its rank. transformers 5.2x writes
+    nothing outside rank 0 of an initialised process group, but the cache is built by whichever
+    process holds the lock: a DDP launch on a fresh machine has rank 1 build it half the time."""
+    model.should_save_on_this_rank = lambda is_main_process=True: True
+    model.save_pretrained(folder)
 
 
 def _sha256(parts: list[pathlib.Path], out: pathlib.Path | None = None) -> str:
@@ -351,7 +359,7 @@ def _build_tiny_random() -> pathlib.Path:
             bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
             pad_token_id=config.pad_token_id)
         with _temp_dir_beside(dest) as tmp:
-            model.save_pretrained(tmp / "hf")
+            _save_here(model, tmp / "hf")
             tok.save_pretrained(tmp / "hf")
             _finish(tmp / "hf", dest, {"kind": "tiny-random", "recipe": TINY_RECIPE})
     return dest

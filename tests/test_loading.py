@@ -287,6 +287,67 @@ def test_paths_that_are_not_models(tmp_path, cache):
         L.resolve_model(str(tmp_path / "notes.txt"))
 
 
+def test_a_ddp_rank_other_than_0_builds_the_cache_too(cache, monkeypatch):
+    """Under DDP whichever rank takes the lock builds tiny-random; transformers' save_pretrained
+    writes nothing outside rank 0 of a process group, which left an incomplete folder."""
+    mixin = pytest.importorskip("transformers.distributed.mixin")
+    monkeypatch.setattr(mixin, "_is_torch_distributed_initialized", lambda: True, raising=False)
+    monkeypatch.setattr(mixin, "_get_torch_distributed_rank", lambda: 1, raising=False)
+    folder = pathlib.Path(L.resolve_model("tiny-random").path)
+    assert (folder / "model.safetensors").is_file() and (folder / "config.json").is_file()
+
+
+def test_model_folder_without_config_says_so(tmp_path, cache):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "model.safetensors").write_bytes(b"")
+    with pytest.raises(DraftsmithError, match=r"model/config.json is missing: not a complete model folder"):
+        L.load_causal_lm(str(tmp_path / "model"))
+
+
+def test_safetensors_header_check(tmp_path):
+    """A whole file passes; a truncated, garbled or inconsistent one is named with what is wrong
+    (export and publish copied a truncated model.safetensors with rc 0)."""
+    from safetensors.torch import save_file
+
+    from draftsmith.models.weights import check_safetensors, check_weights, weight_files
+
+    good = tmp_path / "model.safetensors"
+    save_file({"a": torch.ones(4, 8), "b": torch.zeros(3, dtype=torch.bfloat16)}, str(good), metadata={"format": "pt"})
+    check_safetensors(good)
+    data = good.read_bytes()
+
+    def refused(name: str, content: bytes, match: str):
+        bad = tmp_path / name
+        bad.write_bytes(content)
+        with pytest.raises(DraftsmithError, match=match):
+            check_safetensors(bad)
+
+    refused("cut.safetensors", data[:-1], rf"cut.safetensors is damaged: truncated: {len(data) - 1} bytes, its tensors need {len(data)}")
+    refused("tiny.safetensors", data[:5], "shorter than a safetensors header")
+    refused("text.safetensors", b"hello world, not weights at all", "not safetensors")
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    header["a"]["shape"] = [4, 9]  # 144 bytes claimed by a range of 128
+    raw = json.dumps(header, separators=(",", ":")).encode().ljust(n)  # safetensors pads headers with spaces
+    assert len(raw) == n
+    refused("shape.safetensors", data[:8] + raw + data[8 + n:], r"tensor 'a' \(F32 \[4, 9\]\) has byte range")
+    refused("json.safetensors", data[:8] + b"{" * n + data[8 + n:], "header is not valid JSON")
+    # A sharded folder: every shard named by the index must exist.
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}}))
+    (folder / "s1.safetensors").write_bytes(data)
+    with pytest.raises(DraftsmithError, match="s2.safetensors named in model.safetensors.index.json are missing"):
+        weight_files(folder)
+    (folder / "s2.safetensors").write_bytes(data)
+    assert [p.name for p in check_weights(folder)] == ["s1.safetensors", "s2.safetensors"]
+    (folder / "extra").mkdir()
+    (folder / "extra" / "adapter.safetensors").write_bytes(data[:100])  # checked too: publish uploads it
+    with pytest.raises(DraftsmithError, match="adapter.safetensors is damaged"):
+        check_weights(folder)
+    assert len(check_weights(folder, skip=("extra",))) == 2
+
+
 def test_unknown_hub_id_offline_lists_builtins(monkeypatch, cache):
     _offline(monkeypatch)
     assert L.resolve_model("no-such-org/no-such-model").hub_id == "no-such-org/no-such-model"

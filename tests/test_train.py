@@ -258,6 +258,93 @@ def test_existing_checkpoints_need_resume(tiny_cache, tmp_path, fresh_accelerate
         run(tmp_path, "--optim.max_steps=2")
 
 
+def test_zero_intervals_switch_off(tiny_cache, tmp_path, fresh_accelerate):
+    """log_every, eval_every, save_every = 0 mean off (they raised ZeroDivisionError after step 1)."""
+    s = run(tmp_path, "--optim.max_steps=3", "--logging.log_every=0", "--logging.eval_every=0", "--checkpoint.save_every=0",
+            "--logging.acceptance_prompts=0")
+    assert [h["step"] for h in s["history"] if "train/loss" in h] == [3]  # the last step's average only
+    assert [h["step"] for h in s["history"] if "eval/loss" in h] == [3]  # the final evaluation only
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["final", "step-0000003"]
+
+
+def test_pruning_never_trades_an_intact_checkpoint_for_a_damaged_one(tiny_cache, tmp_path, fresh_accelerate, caplog):
+    """After a resume, keep_last pruning deleted an intact older step and kept a newer one whose
+    weights were gone: only intact checkpoints count, damaged ones are kept and named."""
+    run(tmp_path, "--optim.max_steps=3", "--checkpoint.save_every=1", "--logging.acceptance_prompts=0")
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-0000002", "step-0000003"]
+    (tmp_path / "step-0000003" / "model.safetensors").unlink()  # its training state still resumes
+    with caplog.at_level("WARNING", logger="draftsmith.train"):
+        run(tmp_path, "--optim.max_steps=4", "--checkpoint.save_every=1", "--logging.acceptance_prompts=0", resume=True)
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-0000002", "step-0000003", "step-0000004"]
+    assert "step-0000003 is damaged" in caplog.text and "not counted in checkpoint.keep_last" in caplog.text
+    from draftsmith.train.checkpoint import verify
+
+    assert verify(tmp_path / "step-0000002") == [] and verify(tmp_path / "step-0000004") == []
+    assert verify(tmp_path / "step-0000003")  # named, not silently trusted
+
+
+class _Acc:
+    """The slice of accelerate's Accelerator that checkpoint.save uses, for one process."""
+
+    is_main_process = True
+
+    def wait_for_everyone(self):
+        pass
+
+    def save_state(self, folder):
+        os.makedirs(folder)
+        pathlib.Path(folder, "optimizer.bin").write_bytes(b"state")
+
+    def get_state_dict(self, model):
+        return model
+
+    def unwrap_model(self, model):
+        return model
+
+
+class _Task:
+    """Saves a drafter folder: drafter.json, config.json and the tensors given (None: no weights)."""
+
+    def save(self, model, state_dict, folder, extra):
+        from safetensors.torch import save_file
+
+        from draftsmith.models import write_drafter_meta
+
+        write_drafter_meta(folder, "draft_lm", "tiny-random", step=extra["step"])
+        (folder / "config.json").write_text("{}")
+        if state_dict is not None:
+            save_file(state_dict, str(folder / "model.safetensors"))
+
+
+def test_save_names_a_checkpoint_only_once_it_is_complete(tmp_path):
+    from draftsmith.train import checkpoint
+
+    state = {"step": 2, "epoch": 0, "batch_in_epoch": 2}
+    first = checkpoint.save(_Acc(), _Task(), {"w": torch.ones(3)}, tmp_path, "step-0000002", state, {"step": 2})
+    assert checkpoint.verify(first) == []
+    with pytest.raises(DraftsmithError, match="checkpoint step-0000004 came out incomplete .*no weights.*earlier checkpoints"):
+        checkpoint.save(_Acc(), _Task(), None, tmp_path, "step-0000004", {**state, "step": 4}, {"step": 4})
+    assert not (tmp_path / "step-0000004").exists() and checkpoint.latest_checkpoint(tmp_path) == first
+    # Re-saving the same step replaces it whole; nothing of the old one is left behind.
+    checkpoint.save(_Acc(), _Task(), {"w": torch.zeros(5)}, tmp_path, "step-0000002", state, {"step": 2})
+    from safetensors.torch import load_file
+
+    assert load_file(first / "model.safetensors")["w"].shape == (5,)
+    assert checkpoint.remove_partial(tmp_path) == ["removed .tmp-step-0000004"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-0000002"]
+
+
+def test_a_kill_during_a_same_step_resave_restores_the_old_checkpoint(tmp_path):
+    from draftsmith.train import checkpoint
+
+    state = {"step": 2, "epoch": 0, "batch_in_epoch": 2}
+    ckpt = checkpoint.save(_Acc(), _Task(), {"w": torch.ones(3)}, tmp_path, "step-0000002", state, {"step": 2})
+    os.replace(ckpt, tmp_path / ".old-step-0000002")  # killed between moving the old one aside and renaming the new one
+    (tmp_path / ".tmp-step-0000002").mkdir()
+    assert checkpoint.remove_partial(tmp_path) == ["restored step-0000002", "removed .tmp-step-0000002"]
+    assert checkpoint.latest_checkpoint(tmp_path) == ckpt and checkpoint.verify(ckpt) == []
+
+
 def test_time_budget_spans_resumes(tiny_cache, tmp_path, fresh_accelerate):
     """optim.max_minutes bounds the whole job: a resumed run gets only the time the earlier runs left."""
     run(tmp_path, "--optim.max_steps=4", "--logging.acceptance_prompts=0")
@@ -306,7 +393,9 @@ def _accelerate(mode, out, env_extra=None, steps=4):
 
 
 @pytest.fixture(scope="module")
-def ddp_summary(tiny_cache, tmp_path_factory):
+def ddp_summary(tiny_target, tmp_path_factory):
+    # tiny_target: tiny-random is built here first. Built by a rank instead, transformers'
+    # save_pretrained writes no weights outside rank 0 of the initialised process group.
     return _accelerate("ddp", tmp_path_factory.mktemp("ddp"), {"ACCELERATE_USE_CPU": "1"})
 
 
