@@ -358,9 +358,9 @@ def group_table(rows: dict) -> list[str]:
         return []
     cell = lambda c: "-" if c is None else f"{c['mean_acceptance_length']:.2f}" + (f" /{c['speedup']:.2f}x" if c.get("speedup") is not None else "")  # noqa: E731
     width = max(13, *(len(g) + 1 for _, g in cols))
-    lines = [f"{'tau / speedup':<22}" + "".join(f"{g:>{width}}" for _, g in cols) + f"{'overall':>{width}}"]
+    lines = [f"{'by domain: tau / speedup':<26}" + "".join(f"{g:>{width}}" for _, g in cols) + f"{'overall':>{width}}"]
     for name, r in rows.items():
-        lines.append(f"{name:<22}" + "".join(f"{cell(r.get(f, {}).get(g)):>{width}}" for f, g in cols) + f"{cell(r):>{width}}")
+        lines.append(f"{name:<26}" + "".join(f"{cell(r.get(f, {}).get(g)):>{width}}" for f, g in cols) + f"{cell(r):>{width}}")
     return lines
 
 
