@@ -149,6 +149,17 @@ class RunLock:
         self._fd = fd
         return None
 
+    def acquire_on_all_ranks(self, accelerator) -> None:
+        """The main process takes the lock; every rank learns the outcome, so a refused launch
+        stops on every rank with the same line (no rank left waiting at a barrier)."""
+        reason = self.acquire() if accelerator.is_main_process else None
+        if accelerator.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            reason = broadcast_object_list([reason], from_process=0)[0]
+        if reason is not None:
+            raise DraftsmithError(reason)
+
     def release(self, discard: bool = False) -> None:
         """Drop the lock; `discard`: the run wrote nothing, so remove the folder too if this run
         created it and it holds only the lock file."""

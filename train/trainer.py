@@ -149,7 +149,7 @@ class Trainer:
         self.acc = acc = make_accelerator(r)
         self.main = acc.is_main_process
         self.lock = checkpoint.RunLock(self.out)
-        self._lock_output_dir()
+        self.lock.acquire_on_all_ranks(acc)  # one run per output dir
         self._wrote = False  # until _write_run_files: a failed setup then removes the folder it created
         try:
             self._setup(r)
@@ -207,17 +207,6 @@ class Trainer:
             acc.init_trackers(r.logging.project, config=_flat(r.to_dict()), init_kwargs=_tracker_kwargs(r))
 
     # --- setup -----------------------------------------------------------------------------------
-
-    def _lock_output_dir(self) -> None:
-        """One run per output dir (checkpoint.RunLock): the main process takes the lock, every
-        rank learns the outcome, a refused launch stops on every rank with the same line."""
-        reason = self.lock.acquire() if self.main else None
-        if self.acc.num_processes > 1:
-            from accelerate.utils import broadcast_object_list
-
-            reason = broadcast_object_list([reason], from_process=0)[0]
-        if reason is not None:
-            raise DraftsmithError(reason)
 
     def _write_run_files(self) -> None:
         """The first writes besides the lock, once every check has passed: clean up after a
