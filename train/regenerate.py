@@ -1,0 +1,446 @@
+"""Regeneration: the target rewrites every assistant turn of the training chats, so a drafter
+learns what the target itself writes (self-distillation: Medusa, Cai et al. 2024, sec. 3.3;
+what SpecForge, speculators and ModelOpt do before training EAGLE-3 drafts).
+
+Turn i+1 is answered after the *regenerated* turn i, so a chat is generated turn by turn. Three
+ways to run the target (`data.regenerate_with`), one cache:
+
+    batched   in-process: the next assistant turn of up to `regenerate_batch_size` chats decoded
+              together (transformers `generate`, left padding); the default
+    engine    in-process: our batch-1 runtime, one turn at a time (the reference: slow)
+    endpoint  an OpenAI-compatible server (`vllm serve`, SGLang, llama.cpp's server...):
+              POST {base}/chat/completions with the history as messages, chats in parallel
+
+The cache, ~/.cache/draftsmith/regenerated/<key>.jsonl, holds one line {"index", "messages"} per
+finished chat, keyed by the chat's row index and fsynced as it is written (in completion order,
+which may differ from row order), under an exclusive flock (one writer; other DDP ranks wait
+then read). A killed run resumes: rows already in the cache are never asked for again. The key
+hashes what decides the outputs: the data source, the filters, the model (the target's name,
+or the endpoint's served model), max new tokens, temperature and seed; not the way of running
+nor the budget (`regenerate_max_rows`), so a larger budget later extends the same cache.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import fcntl  # POSIX file lock on the cache (draftsmith runs on Linux/macOS)
+import hashlib
+import http.client
+import json
+import logging
+import os
+import pathlib
+import random
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import torch
+from tqdm.auto import tqdm
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.infer import Engine, SamplingConfig
+from draftsmith.models.loading import cache_dir
+from draftsmith.train.config import DataConfig
+
+log = logging.getLogger(__name__)
+
+REGEN_FORMAT = 1  # bump when regeneration changes, so old cache files are not reused
+POOL_FACTOR = 4  # batched: chats in progress per batch slot (the shortest prompts go first)
+BACKOFF_S = 1.0  # endpoint: first retry after this, doubling, capped at MAX_BACKOFF_S
+MAX_BACKOFF_S = 30.0
+
+
+def cache_path(cfg: DataConfig, target) -> pathlib.Path:
+    return cache_dir() / "regenerated" / f"{regen_key(cfg, target)}.jsonl"
+
+
+def regen_key(cfg: DataConfig, target) -> str:
+    """Short sha256 of everything that decides the regenerated rows (in-process: the same key as
+    before batching existed, so batch-1 caches resume batched)."""
+    source = [cfg.path, cfg.name, cfg.split, cfg.messages_column]
+    local = pathlib.Path(cfg.path).expanduser()
+    if local.is_file():  # a rewritten local file gets a fresh cache
+        st = local.stat()
+        source += [str(local.resolve()), st.st_size, st.st_mtime_ns]
+    model = f"endpoint:{cfg.regenerate_model}" if cfg.regenerate_with == "endpoint" else str(target.name)
+    parts = [model, *source, cfg.max_rows, cfg.max_turn_chars, cfg.regenerate_max_new_tokens,
+             cfg.regenerate_temperature, cfg.seed, REGEN_FORMAT]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def regenerate(rows: list[dict], cfg: DataConfig, tokenizer, target, progress: bool) -> tuple[list[dict], dict]:
+    """`rows` with the assistant turns of the first `regenerate_max_rows` (all if None) written
+    by the target, plus any other row the cache already holds; the rest as they were.
+    Returns (rows, counts)."""
+    path = cache_path(cfg, target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    limit = _context_limit(target, tokenizer)
+    with open(path, "a+b") as f:  # append mode: every write lands at the end
+        try:  # one writer per file: another DDP rank waits here, then finds every row done
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process that is regenerating into %s", path)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        done = _read_cache(f, path)
+        budget = rows if cfg.regenerate_max_rows is None else rows[: cfg.regenerate_max_rows]
+        todo = [r for r in budget if not same_prompts(done.get(r["index"]), r["messages"])]
+        counts = {"regenerated_from_cache": len(budget) - len(todo), "regenerate_cut_rows": 0,
+                  "regenerate_skipped_too_long": 0}
+        log.info("regeneration (%s): %d of %d rows from the cache %s, %d to generate; %d rows beyond "
+                 "data.regenerate_max_rows stay as they are", cfg.regenerate_with, counts["regenerated_from_cache"],
+                 len(budget), path, len(todo), len(rows) - len(budget))
+
+        def write(index: int, messages: list[dict] | None) -> None:
+            """Record a finished chat (None: its first reply does not fit the context; kept as it was)."""
+            if messages is None:
+                counts["regenerate_skipped_too_long"] += 1
+                return
+            done[index] = messages
+            f.write((json.dumps({"index": index, "messages": messages}) + "\n").encode())
+            f.flush()
+            os.fsync(f.fileno())
+
+        run = {"batched": _batched, "engine": _engine, "endpoint": _endpoint}[cfg.regenerate_with]
+        with _Progress(len(todo), progress) as bar:
+            run(todo, cfg, tokenizer, target, limit, write, bar)
+    out = []
+    for row in rows:
+        cached = done.get(row["index"])
+        if same_prompts(cached, row["messages"]):
+            counts["regenerate_cut_rows"] += len(cached) < len(row["messages"])
+            row = dict(row, messages=cached)
+        out.append(row)
+    counts["regenerated_rows"] = sum(same_prompts(done.get(r["index"]), r["messages"]) for r in rows)
+    return out, counts
+
+
+def _read_cache(f, path: pathlib.Path) -> dict[int, list[dict]]:
+    """Rows already done; a partial line left by a killed run (and anything after) is cut off."""
+    f.seek(0)
+    data, done, good = f.read(), {}, 0
+    for line in data.split(b"\n")[:-1]:  # the piece after the last newline is never complete
+        try:
+            entry = json.loads(line)
+            done[int(entry["index"])] = entry["messages"]
+        except (ValueError, KeyError, TypeError):
+            break
+        good += len(line) + 1
+    if good < len(data):
+        log.info("regeneration cache %s: dropping %d bytes of an unfinished line", path, len(data) - good)
+        f.truncate(good)
+    return done
+
+
+def same_prompts(cached: list[dict] | None, messages: list[dict]) -> bool:
+    """A cached row is reused only if it answers the same non-assistant turns (a row cut where
+    the context ran out answers a prefix of them)."""
+    if not cached or len(cached) > len(messages):
+        return False
+    return all(a["role"] == b["role"] and (a["role"] == "assistant" or a["content"] == b["content"])
+               for a, b in zip(cached, messages))
+
+
+def _context_limit(target, tokenizer) -> int | None:
+    """Positions a prompt plus its reply may fill: the target's, else the tokenizer's if it says."""
+    limit = getattr(getattr(target, "config", None), "max_position_embeddings", None)
+    limit = limit or getattr(tokenizer, "model_max_length", None)
+    return int(limit) if limit and limit < 10**7 else None  # tokenizers without one say 1e30
+
+
+def _conversation(messages: list[dict], tokenizer, limit: int | None, max_new: int):
+    """A chat regenerated turn by turn, as a coroutine: yields (history, prompt ids) before each
+    assistant turn and is sent the reply text. Returns the new messages; cut before the first
+    turn whose prompt + max_new tokens overflow `limit` (None if that is the first reply)."""
+    history = []
+    for m in messages:
+        if m["role"] != "assistant":
+            history.append(m)
+            continue
+        text = tokenizer.apply_chat_template(history, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if limit is not None and len(ids) + max_new > limit:
+            last = max((i for i, h in enumerate(history) if h["role"] == "assistant"), default=None)
+            return None if last is None else history[: last + 1]
+        reply = yield history, ids
+        history.append({"role": "assistant", "content": reply})
+    return history
+
+
+class _Progress:
+    """tqdm over chats with generated tokens/s beside it."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.bar = tqdm(total=total, desc="regenerating", unit="row", disable=not enabled)
+        self.tokens, self.start = 0, time.perf_counter()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        elapsed = time.perf_counter() - self.start
+        if self.tokens:
+            log.info("regeneration: %d tokens in %.0f s (%.1f tokens/s)", self.tokens, elapsed, self.tokens / elapsed)
+        self.bar.close()
+
+    def update(self, rows: int, tokens: int) -> None:
+        self.tokens += tokens
+        self.bar.set_postfix_str(f"{self.tokens / max(time.perf_counter() - self.start, 1e-9):.1f} tok/s", refresh=False)
+        self.bar.update(rows)
+
+
+def _drive(chat, reply_to):
+    """Run a `_conversation` to its end, answering each turn with reply_to(history, ids)."""
+    try:
+        step = next(chat)
+        while True:
+            step = chat.send(reply_to(*step))
+    except StopIteration as end:
+        return end.value
+
+
+# --- In-process: the batch-1 engine and batched generate ------------------------------------------
+
+
+def _engine(todo, cfg, tokenizer, target, limit, write, bar) -> None:
+    engine, sampling = Engine(target, None, 1), SamplingConfig(cfg.regenerate_temperature)
+    for row in todo:
+        tokens = 0
+
+        def reply(history, ids, seed=cfg.seed + row["index"]):
+            nonlocal tokens
+            out = engine.generate(ids, cfg.regenerate_max_new_tokens, sampling, seed=seed, speculative=False)
+            tokens += len(out.tokens)
+            return tokenizer.decode(out.tokens, skip_special_tokens=True).strip()
+
+        write(row["index"], _drive(_conversation(row["messages"], tokenizer, limit, cfg.regenerate_max_new_tokens), reply))
+        bar.update(1, tokens)
+
+
+def _batched(todo, cfg, tokenizer, target, limit, write, bar) -> None:
+    """Up to POOL_FACTOR x batch chats in progress; each step answers the next assistant turn of
+    the batch_size chats with the shortest prompts (similar lengths, little padding), writes the
+    chats that are finished and takes in new ones. Sampling is seeded per step (cfg.seed + the
+    step's first row index): reproducible for the same batches, not per row."""
+    queue, active = collections.deque(todo), []  # active: [row, coroutine, (history, ids)]
+    eos = sorted(target.eos_token_ids)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+    size = cfg.regenerate_batch_size
+    while queue or active:
+        while queue and len(active) < POOL_FACTOR * size:
+            row = queue.popleft()
+            chat = _conversation(row["messages"], tokenizer, limit, cfg.regenerate_max_new_tokens)
+            active.append([row, chat, None])
+        finished = 0
+        for item in list(active):
+            if item[2] is None:  # a new chat: run it to its first assistant turn
+                try:
+                    item[2] = next(item[1])
+                except StopIteration as end:
+                    write(item[0]["index"], end.value)
+                    active.remove(item)
+                    finished += 1
+        if not active:
+            bar.update(finished, 0)
+            continue
+        batch = sorted(active, key=lambda item: len(item[2][1]))[:size]
+        outs = _generate(target, [item[2][1] for item in batch], cfg, eos, pad, cfg.seed + batch[0][0]["index"])
+        for item, tokens in zip(batch, outs):
+            text = tokenizer.decode(tokens, skip_special_tokens=True).strip()
+            try:
+                item[2] = item[1].send(text)
+            except StopIteration as end:
+                write(item[0]["index"], end.value)
+                active.remove(item)
+                finished += 1
+        bar.update(finished, sum(len(t) for t in outs))
+
+
+@torch.inference_mode()
+def _generate(target, prompts: list[list[int]], cfg: DataConfig, eos: list[int], pad: int, seed: int) -> list[list[int]]:
+    """One reply per prompt from transformers' `generate` on left-padded prompts; each reply
+    ends at its first EOS (kept, as the engine keeps it) or after max_new_tokens."""
+    from transformers import GenerationConfig
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for r, p in enumerate(prompts):
+        ids[r, width - len(p) :], mask[r, width - len(p) :] = torch.tensor(p), 1
+    sampling = ({"do_sample": True, "temperature": cfg.regenerate_temperature, "top_k": 0, "top_p": 1.0}
+                if cfg.regenerate_temperature > 0 else {"do_sample": False})
+    # A fresh config: the model's own defaults (sampling, lengths) must not change the outputs.
+    gen = GenerationConfig(max_new_tokens=cfg.regenerate_max_new_tokens, eos_token_id=eos, pad_token_id=pad, **sampling)
+    device = target.device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        out = target.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=gen)
+    replies = []
+    for row in out[:, width:].tolist():
+        end = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
+        replies.append(row[:end])
+    return replies
+
+
+# --- An OpenAI-compatible endpoint -----------------------------------------------------------------
+
+
+class _Transient(Exception):
+    """A failure worth retrying (connection refused/reset, timeout, HTTP 429 or 5xx)."""
+
+
+class _Endpoint:
+    """POST /chat/completions (OpenAI's chat completions API, as `vllm serve` and
+    `python -m vllm.entrypoints.openai.api_server` answer it), with a timeout per request and
+    bounded retries with exponential backoff for transient failures only."""
+
+    def __init__(self, cfg: DataConfig, stop: threading.Event):
+        base = cfg.regenerate_endpoint.rstrip("/")
+        self.url = (base if base.endswith("/v1") else base + "/v1") + "/chat/completions"
+        self.cfg, self.stop = cfg, stop
+
+    def chat(self, messages: list[dict], seed: int) -> tuple[str, int]:
+        """The reply's text and its token count (as the server's usage reports it)."""
+        cfg = self.cfg
+        body = {"model": cfg.regenerate_model, "messages": messages, "max_tokens": cfg.regenerate_max_new_tokens,
+                "temperature": cfg.regenerate_temperature, "top_p": 1.0, "seed": seed, "stream": False}
+        answer = self._post(body)
+        try:
+            text = answer["choices"][0]["message"]["content"] or ""
+        except (KeyError, IndexError, TypeError):
+            raise DraftsmithError(f"endpoint {self.url} answered without choices[0].message.content: "
+                                  f"{json.dumps(answer)[:160]}") from None
+        usage = answer.get("usage") or {}
+        return text.strip(), int(usage.get("completion_tokens") or 0)
+
+    def _post(self, body: dict) -> dict:
+        data, tries = json.dumps(body).encode(), self.cfg.regenerate_retries + 1
+        for attempt in range(tries):
+            if self.stop.is_set():
+                raise _Stopped
+            try:
+                return self._once(data)
+            except _Transient as e:
+                if attempt + 1 == tries:
+                    hint = "the server failed" if str(e).startswith("HTTP") else "is the server up and data.regenerate_endpoint right?"
+                    raise DraftsmithError(f"endpoint {self.url}: {e} (after {tries} tries); {hint}") from None
+                delay = min(MAX_BACKOFF_S, BACKOFF_S * 2**attempt) * (1 + random.random() / 4)
+                log.info("endpoint %s: %s; retrying in %.1f s", self.url, e, delay)
+                self.stop.wait(delay)
+        raise AssertionError("unreachable")
+
+    def _once(self, data: bytes) -> dict:
+        request = urllib.request.Request(self.url, data, {"Content-Type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.cfg.regenerate_timeout_s) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as e:
+            detail = _error_detail(e)
+            if e.code == 429 or e.code >= 500:
+                raise _Transient(f"HTTP {e.code}{detail}") from None
+            raise DraftsmithError(f"endpoint {self.url} answered HTTP {e.code}{detail} "
+                                  f"(data.regenerate_model={self.cfg.regenerate_model!r})") from None
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, (ConnectionError, TimeoutError)):
+                raise _Transient(f"{_reason(e.reason)}") from None
+            raise DraftsmithError(f"endpoint {self.url} cannot be reached: {_reason(e.reason)}; "
+                                  f"check data.regenerate_endpoint") from None
+        except (ConnectionError, TimeoutError, socket.timeout, http.client.HTTPException) as e:
+            raise _Transient(_reason(e)) from None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise DraftsmithError(f"endpoint {self.url} answered something that is not JSON: {raw[:120]!r}") from None
+
+
+class _Stopped(Exception):
+    """Another request failed for good: this one is not sent."""
+
+
+def _reason(e) -> str:
+    if isinstance(e, (TimeoutError, socket.timeout)):
+        return "timed out (data.regenerate_timeout_s)"
+    return f"{type(e).__name__}: {e}" if not isinstance(e, str) else e
+
+
+def _error_detail(e: urllib.error.HTTPError) -> str:
+    """The server's own words, e.g. vLLM's {"message": "The model `x` does not exist."}."""
+    try:
+        body = e.read()[:2000].decode("utf-8", "replace")
+        parsed = json.loads(body)
+        message = parsed.get("message") or (parsed.get("error") or {}).get("message") if isinstance(parsed, dict) else None
+        text = message if isinstance(message, str) else body
+    except Exception:
+        text = str(e.reason or "")
+    text = " ".join(str(text).split())[:200]
+    return f": {text}" if text else ""
+
+
+def _endpoint(todo, cfg, tokenizer, target, limit, write, bar) -> None:
+    """Chats in parallel (`regenerate_concurrency` threads; a chat's own turns in order). Each is
+    written as it completes; on a failure that is final, the chats already finished are written,
+    nothing new is sent, and one DraftsmithError is raised."""
+    stop, lock = threading.Event(), threading.Lock()  # lock: fast tokenizers are not thread-safe
+    client = _Endpoint(cfg, stop)
+
+    def one(row: dict):
+        tokens = 0
+
+        def reply(history, ids):
+            nonlocal tokens
+            text, n = client.chat(history, cfg.seed + row["index"])
+            tokens += n
+            return text
+
+        def locked(chat):  # the coroutine tokenizes between turns: under the lock
+            try:
+                with lock:
+                    step = next(chat)
+                while True:
+                    text = reply(*step)
+                    with lock:
+                        step = chat.send(text)
+            except StopIteration as end:
+                return end.value
+
+        try:
+            chat = _conversation(row["messages"], tokenizer, limit, cfg.regenerate_max_new_tokens)
+            return row["index"], locked(chat), tokens
+        except DraftsmithError:
+            stop.set()  # at once, not when the main thread gets to it: no new request after a final failure
+            raise
+
+    error, written, futures = None, set(), []
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=cfg.regenerate_concurrency)
+
+    def record(future, update: bool = True) -> None:
+        index, messages, tokens = future.result()
+        written.add(future)
+        write(index, messages)
+        if update:
+            bar.update(1, tokens)
+
+    try:
+        futures = [pool.submit(one, row) for row in todo]
+        for future in concurrent.futures.as_completed(futures):
+            try:
+                record(future)
+            except (_Stopped, concurrent.futures.CancelledError):
+                continue
+            except Exception as e:  # the first final failure stops the rest
+                if error is None:
+                    error = e
+                    stop.set()
+                    for other in futures:
+                        other.cancel()
+    finally:
+        stop.set()  # on an interrupt too: requests not yet sent are not sent
+        pool.shutdown(wait=True, cancel_futures=True)
+        for future in futures:  # chats that finished while we were interrupted are kept too
+            if future not in written and future.done() and not future.cancelled() and future.exception() is None:
+                record(future, update=False)
+    if error is not None:
+        raise error
