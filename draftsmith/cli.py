@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     export.add_arguments(sub.add_parser("export", help="write a checkpoint in the layout an engine loads (hf, vllm, sglang)"))
     hub.add_arguments(sub.add_parser("publish", help="upload a checkpoint, its engine exports and a model card to the Hub"))
+    from draftsmith import crosscheck
+
+    crosscheck.add_arguments(sub.add_parser("crosscheck", help="decode the same prompts in vLLM / llama.cpp and our runtime: "
+                                            "outputs, acceptance and speed side by side"))
     return parser
 
 
@@ -261,7 +265,14 @@ def cmd_publish(args) -> int:
     return hub.run(args)
 
 
-COMMANDS = {"bench": cmd_bench, "eval": cmd_eval, "generate": cmd_generate, "export": cmd_export, "publish": cmd_publish}
+def cmd_crosscheck(args) -> int:
+    from draftsmith import crosscheck
+
+    return crosscheck.run(args)
+
+
+COMMANDS = {"bench": cmd_bench, "eval": cmd_eval, "generate": cmd_generate, "export": cmd_export, "publish": cmd_publish,
+            "crosscheck": cmd_crosscheck}
 
 
 def main(argv=None) -> int:

@@ -78,7 +78,7 @@ class Engine:
     """
 
     def __init__(self, target, drafter: Drafter | None = None, num_speculative_tokens: int = 4,
-                 tree: TreeConfig | None = None, verification: str = "lossless"):
+                 tree: TreeConfig | None = None, verification: str = "lossless", draft_first: bool = False):
         if drafter is not None and num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens must be >= 1 with a drafter")
         if verification not in VERIFICATIONS:
@@ -91,6 +91,10 @@ class Engine:
         self.k = num_speculative_tokens if drafter is not None else 0
         self.tree = tree if drafter is not None else None
         self.verification = verification
+        # draft_first: prefill all but the prompt's last token and draft the first new token too,
+        # as llama.cpp's speculative examples do (vLLM, like our default, samples it from the
+        # prefill). Same output; the steps, and so the acceptance counts, differ by that one step.
+        self.draft_first = draft_first and drafter is not None
         self.hidden_layers = tuple(drafter.hidden_layers) if drafter is not None and getattr(drafter, "needs_hidden_states", False) else None
 
     @property
@@ -147,14 +151,20 @@ class Engine:
 
         _sync(device)
         t_start = time.perf_counter()
-        logits, hidden = target.forward_hidden(prompt, cache, logits_to_keep=1, hidden_layers=layers)
-        logits = logits[-1]
-        pending = sample(logits_to_probs(logits, sampling), generator) if not sampling.greedy else logits.argmax(-1)
-        if drafter is not None:
-            drafter.start(prompt, max_length, hidden=hidden)
-        new_ids, new_src = [int(pending)], [False]
-        seq[0, n_seq] = pending
-        n_seq += 1
+        if drafter is not None and self.draft_first and prompt.shape[1] > 1:
+            # The prompt's last token is the pending one: the first step drafts after it.
+            _, hidden = target.forward_hidden(prompt[:, :-1], cache, logits_to_keep=1, hidden_layers=layers)
+            drafter.start(prompt[:, :-1], max_length, hidden=hidden)
+            new_ids, new_src = [], []
+        else:
+            logits, hidden = target.forward_hidden(prompt, cache, logits_to_keep=1, hidden_layers=layers)
+            logits = logits[-1]
+            pending = sample(logits_to_probs(logits, sampling), generator) if not sampling.greedy else logits.argmax(-1)
+            if drafter is not None:
+                drafter.start(prompt, max_length, hidden=hidden)
+            new_ids, new_src = [int(pending)], [False]
+            seq[0, n_seq] = pending
+            n_seq += 1
         reason = None
         while True:
             for tok, src in zip(new_ids, new_src):  # the stop rule sees tokens one by one

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): installs what the tests need, then runs the default tier
-# (unit + tiny-model integration on CPU). `slow` (real offline models) and `gpu` tests are
+# (unit + tiny-model integration on CPU). `slow` (real offline models), `gpu` and `engines` (vLLM,
+# llama.cpp: bash scripts/install_engines.sh) tests are
 # opt-in: bash scripts/test.sh -m slow
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 PY=${PYTHON:-python3}
-if [[ $# -eq 0 ]]; then set -- -m "not slow and not gpu"; fi
+if [[ $# -eq 0 ]]; then set -- -m "not slow and not gpu and not engines"; fi
 exec $PY -m pytest -q "$@"

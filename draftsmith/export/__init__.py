@@ -23,12 +23,12 @@ from draftsmith.errors import DraftsmithError
 
 from .common import DEFAULT_NUM_SPECULATIVE_TOKENS, check_complete, hub_id, read_checkpoint
 
-FORMATS = ("hf", "vllm", "sglang")
+FORMATS = ("hf", "vllm", "sglang", "gguf")
 _APPLIES = {
-    "draft_lm": ("hf", "vllm"),  # vllm: a plain causal LM folder, method "draft_model"
+    "draft_lm": ("hf", "vllm", "gguf"),  # vllm: a plain causal LM folder, method "draft_model"; gguf: llama.cpp
     "medusa": ("hf", "vllm"),
     "eagle": ("hf", "vllm"),
-    "eagle3": ("hf", "vllm", "sglang"),
+    "eagle3": ("hf", "vllm", "sglang", "gguf"),
 }
 # Repo-name suffixes: vLLM guesses the method from the draft's name when it is not given:
 # "eagle-" anywhere -> EAGLE-1 (so not "-eagle" at the end), "eagle3" -> EAGLE-3.
@@ -47,9 +47,9 @@ def formats_for(kind: str) -> list[str]:
 
 
 def _module(fmt: str):
-    from . import hf, sglang, vllm
+    from . import gguf, hf, sglang, vllm
 
-    return {"hf": hf, "vllm": vllm, "sglang": sglang}[fmt]
+    return {"hf": hf, "vllm": vllm, "sglang": sglang, "gguf": gguf}[fmt]
 
 
 def default_repo_name(checkpoint) -> str:
@@ -66,7 +66,7 @@ def default_repo_name(checkpoint) -> str:
 
 
 def export(checkpoint, fmt: str, output_dir, *, num_speculative_tokens: int | None = None,
-           verifier: str | None = None) -> pathlib.Path:
+           verifier: str | None = None, gguf_type: str = "f16") -> pathlib.Path:
     """Write the checkpoint as format `fmt` into `output_dir` (absent or empty). -> output_dir.
 
     num_speculative_tokens: tokens drafted per step recorded for the engine (vLLM's
@@ -95,7 +95,8 @@ def export(checkpoint, fmt: str, output_dir, *, num_speculative_tokens: int | No
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary folder
     try:
-        notes = module.write(ckpt, tmp, num_speculative_tokens=k, verifier=verifier)
+        options = {"gguf_type": gguf_type} if fmt == "gguf" else {}  # f32 for exact cross-checks, f16 to serve
+        notes = module.write(ckpt, tmp, num_speculative_tokens=k, verifier=verifier, **options)
         if verifier_note and fmt != "hf":  # hf's usage line names no target folder
             notes["note"] = "; ".join(n for n in (notes.get("note"), verifier_note) if n)
         problems = module.check(tmp, kind)
@@ -168,11 +169,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("checkpoint", help="a checkpoint folder written by `draftsmith train` (e.g. runs/NAME/final)")
     parser.add_argument("--format", dest="format", required=True, choices=FORMATS,
                         help="hf: transformers / draftsmith's loader; vllm: vLLM's speculative_config; "
-                             "sglang: SGLang EAGLE-3 (eagle3 only)")
+                             "sglang: SGLang EAGLE-3 (eagle3 only); gguf: llama.cpp (draft_lm, eagle3; needs "
+                             "`bash scripts/install_engines.sh llamacpp` for its converter)")
     parser.add_argument("--output-dir", required=True, help="where to write (must not exist, or be empty)")
     parser.add_argument("--num-speculative-tokens", "-k", type=int, default=None,
                         help=f"tokens drafted per step recorded for the engine (default {DEFAULT_NUM_SPECULATIVE_TOKENS}; "
                              "medusa: all of its heads)")
+    parser.add_argument("--gguf-type", choices=("f16", "bf16", "f32"), default="f16",
+                        help="gguf only: the weights' type (f32 for exact cross-checks against float32 runs)")
     parser.add_argument("--verifier", default=None,
                         help="the target the engine serves the draft with (default: the target's Hub id)")
 
@@ -180,7 +184,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     """Run `draftsmith export` for parsed `args`; DraftsmithError propagates (the CLI prints it)."""
     out = export(args.checkpoint, args.format, args.output_dir, num_speculative_tokens=args.num_speculative_tokens,
-                 verifier=args.verifier)
+                 verifier=args.verifier, gguf_type=args.gguf_type)
     meta = json.loads((out / EXPORT_META).read_text())
     print(f"wrote {meta['engine']} {meta['kind']} export to {out}")
     print(f"serve: {meta['serve']}")

@@ -1,0 +1,67 @@
+"""vLLM (CPU build) as a cross-check engine: the target with or without a draft, batch size 1.
+
+The runner (vllm_runner.py) runs under .engines/vllm/bin/python in isolated mode (`-I`: no
+PYTHONPATH, and the runner's own folder is not put on sys.path, so nothing of draftsmith shadows
+vLLM's modules). The engine core runs in the runner's process (VLLM_ENABLE_V1_MULTIPROCESSING=0):
+at batch size 1 a second process only adds a hop, and an idle one must not compete for the 2
+cores of the machines we measure on.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+from . import EngineOutput, require
+from .protocol import RunnerProcess
+
+RUNNER = pathlib.Path(__file__).with_name("vllm_runner.py")
+TCMALLOC = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4")
+KV_CACHE_GIB = 2  # VLLM_CPU_KVCACHE_SPACE: ample for batch 1 at a few thousand tokens
+
+
+class VLLMEngine:
+    name = "vllm"
+
+    def __init__(self, target_dir, *, draft_dir=None, method: str | None = None, num_speculative_tokens: int | None = None,
+                 dtype: str = "float32", max_model_len: int = 2048, log_path="vllm.log", threads: int | None = None):
+        folder = require("vllm")
+        python = folder / "bin" / "python"
+        spec = None
+        if method is not None:
+            spec = {"method": method, "num_speculative_tokens": int(num_speculative_tokens)}
+            if draft_dir is not None:
+                spec["model"] = str(draft_dir)
+        threads = threads or len(os.sched_getaffinity(0))
+        env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": str(threads),
+               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+        preload = preloads(folder)
+        if preload:
+            env["LD_PRELOAD"] = preload
+        config = {"target": str(target_dir), "dtype": dtype, "speculative_config": spec,
+                  "max_model_len": int(max_model_len), "seed": 0}
+        label = f"vLLM ({method or 'plain'})"
+        self.process = RunnerProcess(label, [str(python), "-I", str(RUNNER)], config, log_path, env)
+        self.versions = self.process.ready.get("versions", {})
+        self.load_s = self.process.ready.get("load_s")
+
+    def generate(self, prompt_ids: list[int], max_tokens: int, stop_token_ids=()) -> EngineOutput:
+        r = self.process.request({"prompt_ids": list(map(int, prompt_ids)), "max_tokens": int(max_tokens),
+                                  "stop_token_ids": sorted(int(t) for t in stop_token_ids)})
+        spec = r.get("spec") or {}
+        return EngineOutput(list(r["output_ids"]), float(r["elapsed_s"]), int(spec.get("drafts", 0)),
+                            int(spec.get("draft_tokens", 0)), int(spec.get("accepted_tokens", 0)),
+                            [int(x) for x in spec.get("accepted_per_pos", [])])
+
+    def close(self) -> None:
+        self.process.close()
+
+
+def preloads(folder: pathlib.Path) -> str:
+    """What vLLM's CPU install guide preloads: tcmalloc (Debian's libtcmalloc-minimal4, installed by
+    scripts/install_engines.sh) and Intel's OpenMP (the venv's intel-openmp); without them vLLM warns
+    of "significant performance loss" for speculative decoding, and a race would be unfair to it."""
+    libs = [p for p in TCMALLOC if pathlib.Path(p).is_file()][:1]
+    libs += [str(p) for p in (folder / "lib" / "libiomp5.so",) if p.is_file()]
+    return ":".join(libs)

@@ -1,0 +1,87 @@
+"""`gguf`: what llama.cpp loads, for the kinds its speculative decoding takes.
+
+- draft_lm: a plain causal LM (our `hf` export) -> GGUF with llama.cpp's own converter; served with
+  `--spec-type draft-simple -md FILE`.
+- eagle3: our `vllm` export (speculators layout: `layers.0.*`, `d2t` as offsets, the aux layer ids,
+  norm_before_residual false) -> GGUF architecture `eagle3` with `--target-model-dir` (the
+  converter takes the tokenizer and the target's layer count from there, and writes d2t as
+  absolute target ids); served with `--spec-type draft-eagle3 -md FILE`.
+
+The conversion is llama.cpp's `convert_hf_to_gguf.py` from the pinned source (the one the engine
+itself is built from: scripts/install_engines.sh), run in that install's own Python: the format
+then is exactly what that llama.cpp reads, and `draftsmith crosscheck --engines llamacpp` proves
+it by decoding with it. Checked against llama.cpp at the commit vendored by llama-cpp-python
+0.3.36 (0c1e570): conversion/llama.py (EAGLE-3 detection by `draft_vocab_size` and one layer,
+midlayer./layers.0. renaming, d2t), common/speculative.cpp (draft-simple, draft-eagle3).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import tempfile
+
+from draftsmith.errors import DraftsmithError
+
+from .common import Checkpoint
+
+ENGINE = "llama.cpp"
+CHECKED_AGAINST = ("llama.cpp 0c1e570 (vendored by llama-cpp-python 0.3.36): convert_hf_to_gguf.py, conversion/llama.py, "
+                   "common/speculative.cpp, examples/speculative-simple")
+ARCHITECTURES = {"draft_lm": None, "eagle3": "eagle3"}  # None: whatever the LM is (llama, qwen2, ...)
+SPEC_TYPES = {"draft_lm": "draft-simple", "eagle3": "draft-eagle3"}
+GGUF_TYPES = ("f32", "f16", "bf16")
+
+
+def file_name(kind: str, gguf_type: str) -> str:
+    return f"draft-{kind}-{gguf_type}.gguf"
+
+
+def write(ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, verifier: str, gguf_type: str = "f16") -> dict:
+    from draftsmith.engines import require
+    from draftsmith.engines.llamacpp_engine import convert_to_gguf
+    from draftsmith.models.loading import resolve_model
+
+    from . import hf, vllm
+
+    require("llamacpp")  # its converter writes the file: say how to install it before any work
+    if gguf_type not in GGUF_TYPES:
+        raise DraftsmithError(f"--gguf-type {gguf_type!r}: choose one of {', '.join(GGUF_TYPES)}")
+    kind = ckpt.kind
+    dtype = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[gguf_type]
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".gguf-src-") as src:
+        src = pathlib.Path(src)
+        target_dir = None
+        if kind == "eagle3":
+            vllm.write(ckpt, src, num_speculative_tokens=num_speculative_tokens, verifier=verifier)
+            target_dir = resolve_model(ckpt.target).path
+        else:
+            hf.write(ckpt, src, num_speculative_tokens=num_speculative_tokens, verifier=verifier)
+        convert_to_gguf(src, out / file_name(kind, gguf_type), dtype, target_dir=target_dir, log_path=out / "convert.log")
+    target_file = f"TARGET.gguf (the target {verifier} as GGUF, e.g. convert_hf_to_gguf.py --outtype {gguf_type})"
+    serve = (f"llama-speculative-simple -m {target_file} -md DIR/{file_name(kind, gguf_type)} --spec-type {SPEC_TYPES[kind]} "
+             f"--spec-draft-n-max {num_speculative_tokens} -p PROMPT")
+    return {"serve": serve, "gguf_type": gguf_type, "file": file_name(kind, gguf_type)}
+
+
+def check(folder, kind: str) -> list[str]:
+    """What a GGUF export gets wrong: one readable .gguf file whose architecture llama.cpp's
+    speculative type for `kind` expects, with tensors in it."""
+    folder = pathlib.Path(folder)
+    files = sorted(folder.glob("*.gguf"))
+    if len(files) != 1:
+        return [f"expected one .gguf file in {folder}, found {len(files)}"]
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(files[0]))
+        field = reader.fields["general.architecture"]
+        arch = bytes(field.parts[field.data[0]]).decode()
+    except Exception as e:  # noqa: BLE001 -- gguf raises a variety of errors on a bad file
+        return [f"{files[0].name}: not a readable GGUF file ({type(e).__name__}: {e})"]
+    problems = []
+    want = ARCHITECTURES.get(kind)
+    if want is not None and arch != want:
+        problems.append(f"{files[0].name}: architecture {arch!r}, llama.cpp's {SPEC_TYPES[kind]} needs {want!r}")
+    if not reader.tensors:
+        problems.append(f"{files[0].name}: no tensors")
+    return problems

