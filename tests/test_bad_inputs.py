@@ -217,7 +217,22 @@ BENCH: list[Case] = [
 
 # --- data files (data engineer) -----------------------------------------------------------------
 
-DATA: list[Case] = []
+def _train_on(name: str) -> tuple[str, ...]:
+    return ("train", "{tiny}/draft_lm.yaml", "{quick}", "--data.path", "{tmp}/" + name, "--output-dir", "{tmp}/out")
+
+
+DATA: list[Case] = [
+    Case("data-empty-jsonl", _train_on("empty.jsonl"), "data file {tmp}/empty.jsonl: the file is empty",
+         setup=write("empty.jsonl", ""), unchanged=("{tmp}/empty.jsonl",)),
+    Case("data-malformed-jsonl-line", _train_on("bad.jsonl"), "bad.jsonl: line 3 is not valid JSON",
+         setup=write("bad.jsonl", '{"text": "one"}\n{"text": "two"}\n{"text": "three"\n{"text": "four"}\n'),
+         unchanged=("{tmp}/bad.jsonl",)),
+    Case("data-binary-file", _train_on("blob.jsonl"), "blob.jsonl: line 1 holds binary data",
+         setup=write("blob.jsonl", bytes(range(256)) * 4), unchanged=("{tmp}/blob.jsonl",)),
+    Case("data-not-utf8", _train_on("latin1.jsonl"), "latin1.jsonl: line 2 is not UTF-8 text",
+         setup=write("latin1.jsonl", '{"text": "ok"}\n{"text": "caf\u00e9"}\n'.encode("latin-1")),
+         unchanged=("{tmp}/latin1.jsonl",)),
+]
 
 CASES = TRAINING + CHECKPOINTS + BENCH + DATA
 
