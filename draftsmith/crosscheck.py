@@ -48,6 +48,11 @@ class Decoded:
     # run on past our budget (the speculative example is given a larger one, see llamacpp_engine).
     text: str | None = None
     text_may_continue: bool = False
+    num_tokens: int | None = None  # tokens generated, when output_ids are not given
+
+    @property
+    def generated(self) -> int:
+        return len(self.output_ids) if self.num_tokens is None else self.num_tokens
 
     def counts(self) -> tuple:
         return self.drafts, self.draft_tokens, self.accepted_tokens, _trim(self.accepted_per_pos)
@@ -84,7 +89,7 @@ class OurRuntime:
 
 def _engine_output(out, may_continue: bool) -> Decoded:
     return Decoded(list(out.output_ids), out.elapsed_s, out.drafts, out.draft_tokens, out.accepted_tokens,
-                   list(out.accepted_per_pos), out.text, may_continue and out.text is not None)
+                   list(out.accepted_per_pos), out.text, may_continue and out.text is not None, out.num_tokens)
 
 
 class EngineRuntime:
@@ -179,13 +184,13 @@ def summarize(outputs: list[Decoded]) -> dict:
     accepted = sum(o.accepted_tokens for o in outputs)
     width = max((len(o.accepted_per_pos) for o in outputs), default=0)
     per_pos = [sum(o.accepted_per_pos[j] if j < len(o.accepted_per_pos) else 0 for o in outputs) for j in range(width)]
-    tps = [len(o.output_ids) / o.elapsed_s for o in outputs if o.elapsed_s > 0]
+    tps = [o.generated / o.elapsed_s for o in outputs if o.elapsed_s > 0 and o.generated]
     return {"drafts": drafts, "drafted_tokens": drafted, "accepted_tokens": accepted,
             "draft_acceptance_rate": accepted / drafted if drafted else None,
             "mean_acceptance_length": 1 + accepted / drafts if drafts else 1.0,
             "per_position_acceptance": [a / drafts for a in per_pos] if drafts else [],
             "tokens_per_s": sum(tps) / len(tps) if tps else None,
-            "generated_tokens": sum(len(o.output_ids) for o in outputs)}
+            "generated_tokens": sum(o.generated for o in outputs)}
 
 
 # --- running --------------------------------------------------------------------------------------
@@ -300,6 +305,10 @@ def crosscheck(checkpoint, engines: list[str], prompts_spec: str = "chat,code", 
         t = time.perf_counter()
         outputs = run_interleaved(runtimes, prompts, max_new_tokens, progress)
         wall = time.perf_counter() - t
+        # The decodes are the expensive part: kept on disk before anything is computed from them.
+        from draftsmith.infer.bench import write_json
+
+        write_json({n: [asdict(o) for o in outs] for n, outs in outputs.items()}, str(workdir / "outputs.json"))
     finally:
         for r in runtimes.values():
             r.close()
@@ -318,8 +327,9 @@ def crosscheck(checkpoint, engines: list[str], prompts_spec: str = "chat,code", 
     for name, outs in outputs.items():
         row = summarize(outs)
         base = outputs.get(f"{name.split()[0]} plain") if not name.endswith("plain") else None
-        if base:
-            row["speedup"] = row["tokens_per_s"] / summarize(base)["tokens_per_s"]
+        base_tps = summarize(base)["tokens_per_s"] if base else None
+        if base_tps and row["tokens_per_s"]:
+            row["speedup"] = row["tokens_per_s"] / base_tps
         row["outputs_equal_plain"] = sum(output_difference(o, b, decode) is None for o, b in zip(outs, plain))
         reference = {"vllm": "ours", "llamacpp": "ours (draft-first)"}.get(name)
         if reference:
@@ -346,7 +356,8 @@ def format_crosscheck(result: dict) -> str:
         tau = "-" if name.endswith("plain") else f"{r['mean_acceptance_length']:.2f}"
         rate = "-" if r["draft_acceptance_rate"] is None else f"{r['draft_acceptance_rate']:.2f}"
         speed = "-" if "speedup" not in r else f"{r['speedup']:.2f}x"
-        lines.append(f"{name:<20}{tau:>6}{rate:>8}{r['tokens_per_s']:>8.2f}{speed:>9}{r['outputs_equal_plain']:>5}/{n}"
+        tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:.2f}"
+        lines.append(f"{name:<20}{tau:>6}{rate:>8}{tps:>8}{speed:>9}{r['outputs_equal_plain']:>5}/{n}"
                      f"{counts:>7}  " + " ".join(f"{a:.2f}" for a in r["per_position_acceptance"]))
     for name, r in result["runtimes"].items():
         ag = r.get("agreement")

@@ -185,7 +185,10 @@ def test_llamacpp_printed_text():
 
     prompt = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert _generated_text("\n\n" + prompt + "Hello there.\n\n\n\n", prompt, echoed=True) == "Hello there."
-    assert _generated_text("Hello there. [end of text]\n", prompt, echoed=False) == "Hello there."
+    assert _generated_text("\n\n" + prompt + "Hello\n\n\n\n\n", prompt, echoed=True) == "Hello\n"  # its own newline kept
+    assert _generated_text("Hello there. [end of text]\n\n\n", prompt, echoed=False) == "Hello there."  # EOS
+    assert _generated_text("Hello there\n\n", prompt, echoed=False) == "Hello there"  # stopped by -n
+    assert _generated_text("Hello\n\n\n", prompt, echoed=False) == "Hello\n"
     assert _decode_seconds("encoded   12 tokens in    0.250 seconds, speed: 48 t/s\n"
                            "decoded   32 tokens in    1.750 seconds, speed: 18 t/s") == pytest.approx(2.0)
     assert _decode_seconds("llama_perf_context_print: prompt eval time =     100.00 ms /    12 tokens\n"
@@ -253,3 +256,20 @@ def test_gguf_export_without_llamacpp_says_how(tmp_path, monkeypatch, tiny_targe
     out.mkdir()
     with pytest.raises(DraftsmithError, match=r"llamacpp is not installed .*install_engines.sh llamacpp"):
         write(Ckpt(), out, num_speculative_tokens=3, verifier="tiny-random", gguf_type="f32")
+
+
+def test_draft_first_schedule_keeps_the_output(tiny_target):
+    """llama.cpp's schedule (Engine(draft_first=True)): the first new token is drafted too; the
+    output is plain greedy decoding's either way, and only the steps differ."""
+    from draftsmith.infer import Engine
+    from draftsmith.models import load_drafter
+
+    drafter = load_drafter("truncated:6", tiny_target)
+    ids = tiny_target.tokenizer("The quick brown fox jumps over")["input_ids"]
+    plain = Engine(tiny_target).generate(ids, 24)
+    usual = Engine(tiny_target, drafter, 3).generate(ids, 24)
+    first = Engine(tiny_target, drafter, 3, draft_first=True).generate(ids, 24)
+    assert usual.tokens == plain.tokens == first.tokens
+    one = Engine(tiny_target, drafter, 3, draft_first=True).generate(ids, 1)
+    assert one.metrics.drafts == 1 and one.metrics.drafted_tokens == 3  # the first token came from a verify step
+    assert Engine(tiny_target, drafter, 3).generate(ids, 1).metrics.drafts == 0  # ... here from the prefill

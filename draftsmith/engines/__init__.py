@@ -52,6 +52,7 @@ class EngineOutput:
     accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
     text: str | None = None  # engines that print text rather than ids (llama.cpp's examples)
+    num_tokens: int | None = None  # tokens generated, where output_ids are not given (llama.cpp counts them)
 
 
 ENGINE_NAMES = ("vllm", "llamacpp")

@@ -41,18 +41,40 @@ def outtype(dtype: str) -> str:
     return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(dtype, "f32")
 
 
+def _readable_by_converter(model_dir: pathlib.Path, stage: pathlib.Path) -> pathlib.Path:
+    """The folder as the converter's transformers 4.x reads it. transformers 5 saves fast
+    tokenizers as `"tokenizer_class": "TokenizersBackend"`, a class 4.x does not have: stage a
+    copy (links to the files) whose tokenizer_config names PreTrainedTokenizerFast, the same
+    tokenizer.json-backed tokenizer under its 4.x name."""
+    cfg = model_dir / "tokenizer_config.json"
+    if not cfg.is_file() or json.loads(cfg.read_text()).get("tokenizer_class") != "TokenizersBackend":
+        return model_dir
+    stage.mkdir(parents=True, exist_ok=True)
+    for f in model_dir.iterdir():
+        if f.name != cfg.name:
+            (stage / f.name).symlink_to(f.resolve())
+    (stage / cfg.name).write_text(json.dumps({**json.loads(cfg.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"}))
+    return stage
+
+
 def convert_to_gguf(model_dir, out_file, dtype: str = "float32", target_dir=None, log_path=None) -> pathlib.Path:
     """HF folder -> one GGUF file, with llama.cpp's own converter in its own venv. EAGLE-3 drafts
     take the target's folder (`--target-model-dir`): the converter reads its tokenizer and layers."""
+    import tempfile
+
     folder = require("llamacpp")
     out_file = pathlib.Path(out_file)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_file.with_name(f".{out_file.name}.tmp")
-    argv = [str(folder / "venv" / "bin" / "python"), "-I", str(folder / "convert_hf_to_gguf.py"), str(model_dir),
-            "--outfile", str(tmp), "--outtype", outtype(dtype)]
-    if target_dir is not None:
-        argv += ["--target-model-dir", str(target_dir)]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
+    with tempfile.TemporaryDirectory(prefix="draftsmith-gguf-") as stage:
+        stage = pathlib.Path(stage)
+        # -E -s, not -I: the converter imports its own `conversion` package from beside the script
+        argv = [str(folder / "venv" / "bin" / "python"), "-E", "-s", str(folder / "convert_hf_to_gguf.py"),
+                str(_readable_by_converter(pathlib.Path(model_dir), stage / "model")), "--outfile", str(tmp),
+                "--outtype", outtype(dtype)]
+        if target_dir is not None:
+            argv += ["--target-model-dir", str(_readable_by_converter(pathlib.Path(target_dir), stage / "target"))]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
     if log_path is not None:
         pathlib.Path(log_path).write_text(r.stdout + r.stderr)
     if r.returncode != 0 or not tmp.is_file():
@@ -151,9 +173,10 @@ class LlamaCppEngine:
     def generate(self, prompt_ids, max_tokens: int, stop_token_ids=()) -> EngineOutput:
         text = self._prompt_text(prompt_ids)
         common = ["-m", str(self.model), "-p", text, "-t", str(self.threads), "-tb", str(self.threads), "-c", str(self.ctx),
-                  "--temp", "0", "--seed", "0", "-no-cnv" if self.draft is None else "--no-warmup"]
+                  "--temp", "0", "--seed", "0"]
         if self.draft is None:
-            argv = [str(self.bin / "llama-completion"), *common, "-n", str(max_tokens), "--no-display-prompt", "--no-warmup"]
+            argv = [str(self.bin / "llama-completion"), *common, "-n", str(max_tokens), "-no-cnv", "--no-display-prompt",
+                    "--no-warmup"]
         else:  # -n past our budget so the example's own cap (n_predict - emitted - 1) never shortens a counted draft
             argv = [str(self.bin / "llama-speculative-simple"), *common, "-n", str(max_tokens + self.k + 1),
                     "-md", str(self.draft), "--spec-type", self.spec_type, "--spec-draft-n-max", str(self.k),
@@ -161,7 +184,8 @@ class LlamaCppEngine:
         t = time.perf_counter()
         r = self._run(argv, TIMEOUT_S)
         wall = time.perf_counter() - t
-        out = EngineOutput([], _decode_seconds(r.stderr) or wall, text=_generated_text(r.stdout, text, self.draft is not None))
+        out = EngineOutput([], _decode_seconds(r.stderr) or wall, text=_generated_text(r.stdout, text, self.draft is not None),
+                           num_tokens=_generated_tokens(r.stderr))
         if self.draft is not None:
             kept, _ = count_steps(steps_from_log(r.stderr), max_tokens, set(stop_token_ids))
             drafted = [s for s in kept if s[1] > 0]
@@ -177,18 +201,23 @@ class LlamaCppEngine:
 
 
 def _generated_text(stdout: str, prompt_text: str, echoed: bool) -> str:
-    """What the program printed after the prompt: llama-completion prints only the new text
-    (--no-display-prompt) and marks EOS with " [end of text]"; the speculative example echoes
-    the prompt first, framed by blank lines."""
-    text = stdout
+    """What the program printed after the prompt, its own framing cut exactly (the text itself
+    may end in newlines): llama-completion prints only the new text (--no-display-prompt), then
+    " [end of text]\n" at EOS, then "\n\n"; the speculative example prints "\n\n", the prompt,
+    the new text, then "\n\n" twice."""
     if echoed:
-        text = text[2:] if text.startswith("\n\n") else text
-        if text.startswith(prompt_text):
-            text = text[len(prompt_text):]
-        text = text.rstrip("\n")
-    else:
-        text = text.removesuffix("\n").removesuffix(" [end of text]")
-    return text
+        text = stdout.removeprefix("\n\n")
+        text = text[len(prompt_text):] if text.startswith(prompt_text) else text
+        return text.removesuffix("\n\n\n\n")
+    text = stdout.removesuffix("\n\n")
+    return text.removesuffix(" [end of text]\n")
+
+
+def _generated_tokens(stderr: str) -> int | None:
+    """Tokens generated, as the programs count them: the example's "decoded N tokens", else the
+    perf line's "eval time = ... / N runs" (one run per generated token)."""
+    m = re.search(r"decoded\s+(\d+) tokens in", stderr) or re.search(r"\s eval time =\s+[\d.]+ ms /\s+(\d+) runs", stderr)
+    return int(m.group(1)) if m else None
 
 
 def _decode_seconds(stderr: str) -> float | None:
