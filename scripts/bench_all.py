@@ -69,44 +69,58 @@ METHODS = {  # kind -> the shapes benchmarked: each kind's best on this CPU in t
     "draft_lm": [("draft_lm_k2", 2, None)],
     "medusa": [("medusa_tree16", 4, TREE)],
     "eagle": [("eagle1_k3", 3, None), ("eagle2_tree16", 4, TREE)],
-    "eagle3": [("eagle3_tree16", 4, TREE)],
+    "eagle3": [("eagle3_k3", 3, None), ("eagle3_tree16", 4, TREE)],
 }
 PAIR = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct", 4)  # target, draft, k
 
 
-def checkpoint_dir(args, kind: str) -> Path:
+def checkpoint_dir(args, kind: str, variant: str = "") -> Path:
     short = Path(args.recipes).name.split("-")[0]
-    return Path(args.runs_dir) / f"{short}-{kind.replace('_', '-')}-{args.minutes:g}min"
+    return Path(args.runs_dir) / f"{short}-{kind.replace('_', '-')}{variant}-{args.minutes:g}min"
 
 
-def check_reusable(run: Path, kind: str, recipe: dict, minutes: float) -> None:
-    """A finished checkpoint is reused only if it was trained the same way; say what differs."""
+def check_reusable(run: Path, kind: str, data: dict, minutes: float) -> None:
+    """A finished checkpoint is reused only if it was trained the same way (kind, budget and the
+    whole resolved data section: source, regeneration, filters); say what differs."""
     path = run / "recipe.yaml"
     if not path.is_file():
         raise DraftsmithError(f"{run}/final exists without recipe.yaml: not a draftsmith training run; move it away")
     old = yaml.safe_load(path.read_text())
-    want = {"drafter.kind": kind, "data.path": recipe["data"]["path"], "optim.max_minutes": float(minutes)}
-    got = {"drafter.kind": old["drafter"]["kind"], "data.path": old["data"]["path"], "optim.max_minutes": old["optim"].get("max_minutes")}
+    want = {"drafter.kind": kind, "optim.max_minutes": float(minutes), **{f"data.{k}": v for k, v in data.items()}}
+    got = {"drafter.kind": old["drafter"]["kind"], "optim.max_minutes": old["optim"].get("max_minutes"),
+           **{f"data.{k}": old["data"].get(k) for k in data}}
     diff = [f"{k}: {got[k]!r} (wanted {want[k]!r})" for k in want if got[k] != want[k]]
     if diff:
         raise DraftsmithError(f"{run} was trained differently ({'; '.join(diff)}): move it away or pick another --runs-dir")
 
 
-def train(args, kind: str) -> dict:
+def resolved_data(recipe_path: Path, flags: list[str]) -> dict:
+    """The data section the trainer will use: the recipe with the command-line flags applied."""
+    import dataclasses
+
+    from draftsmith.train.config import load_recipe
+
+    return dataclasses.asdict(load_recipe(recipe_path, [f for f in flags if f.startswith("--data.")]).data)
+
+
+def train(args, kind: str, variant: str = "", flags: list[str] | None = None) -> dict:
+    """Train `kind` for the budget (or reuse the finished run). `flags`: extra recipe overrides
+    (default --train-flags); `variant` names a run trained with other ones (e.g. -chitchat)."""
     recipe_path = Path(args.recipes) / f"{kind}.yaml"
     if not recipe_path.is_file():
         raise DraftsmithError(f"no recipe for {kind}: {recipe_path} does not exist")
-    recipe = yaml.safe_load(recipe_path.read_text())
-    run = checkpoint_dir(args, kind)
+    flags = list(args.train_flags if flags is None else flags)
+    data = resolved_data(recipe_path, flags)
+    run = checkpoint_dir(args, kind, variant)
     if (run / "final").is_dir():
-        check_reusable(run, kind, recipe, args.minutes)
-        print(f"[train] {kind}: reusing {run}/final")
+        check_reusable(run, kind, data, args.minutes)
+        print(f"[train] {kind}{variant}: reusing {run}/final")
     else:
         steps = max(4, math.ceil(STEPS_PER_MINUTE[kind] * args.minutes * 1.25))
         cmd = [sys.executable, "-m", "draftsmith.train", str(recipe_path), "--output-dir", str(run), "--resume",
                f"--optim.max_minutes={args.minutes}", f"--optim.max_steps={steps}", "--checkpoint.save_every=10",
                "--logging.eval_every=100000", "--logging.eval_batches=4", "--logging.acceptance_prompts=4",
-               "--logging.progress=false", *TRAIN_FLAGS[kind]]
+               "--logging.progress=false", *TRAIN_FLAGS[kind], *flags]
         log = Path(f"{run}.log")
         log.parent.mkdir(parents=True, exist_ok=True)
         print(f"[train] {kind}: {args.minutes:g} min into {run} (log {log}) ...", flush=True)
@@ -118,12 +132,15 @@ def train(args, kind: str) -> dict:
         print(f"[train] {kind}: done in {(time.time() - t) / 60:.1f} min")
     summary = json.loads((run / "train_summary.json").read_text()) if (run / "train_summary.json").is_file() else {}
     return {"checkpoint": str(run / "final"), "steps": summary.get("steps"), "tokens": summary.get("tokens"),
-            "train_seconds": summary.get("train_seconds"), "minutes": args.minutes}
+            "train_seconds": summary.get("train_seconds"), "minutes": args.minutes, "data": data.get("path"),
+            "regenerated": bool(data.get("regenerate")), "regenerate_max_rows": data.get("regenerate_max_rows"),
+            "flags": flags}
 
 
 def plan(args) -> dict:
     """What a round measures: a rerun with other settings must not mix its rounds with these."""
     return {"recipes": args.recipes, "kinds": args.kinds, "minutes": args.minutes, "prompts": args.prompts,
+            "train_flags": args.train_flags, "compare_data": args.compare_data,
             "num_prompts": args.num_prompts, "max_new_tokens": args.max_new_tokens, "pair": args.pair,
             "context_edges": args.context_edges, "tree": [TREE.topk, TREE.depth, TREE.num_draft_tokens]}
 
@@ -266,7 +283,16 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/bench_all")
     ap.add_argument("--progress", action="store_true")
+    ap.add_argument("--train-flags", default="", help="recipe overrides for every kind's training, written with '=', e.g. "
+                    "the regeneration settings: --train-flags='--data.regenerate=true --data.regenerate_max_rows=800'. Fill "
+                    "the cache first (`draftsmith train RECIPE --data-only ...`, e.g. through a server), so that no kind's "
+                    "training budget pays for it")
+    ap.add_argument("--compare-data", default=None, help="also train EAGLE-3 for the same budget on this dataset as it is "
+                    "(e.g. chitchat: no --train-flags), benched beside the others as eagle3_<name>_*")
     args = ap.parse_args()
+    import shlex
+
+    args.train_flags = shlex.split(args.train_flags)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars would bury the tables
@@ -285,11 +311,18 @@ def main() -> int:
     write_json(want, str(plan_path))
 
     training = {kind: train(args, kind) for kind in args.kinds}
+    variants = {}  # method prefix -> kind, for the comparison run
+    if args.compare_data:
+        name = f"eagle3_{args.compare_data.replace('-', '_')}"
+        training[name] = train(args, "eagle3", f"-{args.compare_data}", [f"--data.path={args.compare_data}"])
+        variants[name] = "eagle3"
 
     target_name = yaml.safe_load((Path(args.recipes) / f"{args.kinds[0]}.yaml").read_text())["model"]["target"] if args.kinds else None
     pairs = {}
     if args.kinds:
         methods = [(n, training[kind]["checkpoint"], k, tree) for kind in args.kinds for n, k, tree in METHODS[kind]]
+        methods += [(n.replace("eagle3", name, 1), training[name]["checkpoint"], k, tree)
+                    for name, kind in variants.items() for n, k, tree in METHODS[kind]]
         pairs[Path(args.recipes).name] = (target_name, "float32", methods)
     if args.pair == "qwen":
         pairs["qwen-pair"] = (PAIR[0], "bfloat16", [(f"qwen0.5b_k{PAIR[2]}", PAIR[1], PAIR[2], None)])
@@ -315,8 +348,13 @@ def main() -> int:
         if not rounds:
             continue
         meta = {k: rounds[0].get(k) for k in ("target", "dtype", "device", "hardware", "cpu", "versions", "num_prompts", "max_new_tokens")}
-        trained = {n: (f"{training[kind]['minutes']:g} min, {training[kind]['steps']} steps" if kind in training else "—")
-                   for kind in args.kinds for n, _, _ in METHODS[kind]}
+        def trained_on(t):
+            regen = f", {t['regenerate_max_rows'] or 'all'} rows regenerated" if t.get("regenerated") else ""
+            return f"{t['minutes']:g} min, {t['steps']} steps, {t['tokens']} tokens of {t.get('data')}{regen}"
+
+        trained = {n: trained_on(training[kind]) for kind in args.kinds for n, _, _ in METHODS[kind]}
+        trained.update({n.replace("eagle3", name, 1): trained_on(training[name]) for name, kind in variants.items()
+                        for n, _, _ in METHODS[kind]})
         trained.update({n: "none (pretrained)" for n, _, _, _ in pairs[name][2] if n.startswith("qwen")})
         report["pairs"][name] = {"meta": meta, "rounds": len(rounds), "methods": aggregate(rounds), "training": trained}
     write_json(report, str(out / "results.json"))

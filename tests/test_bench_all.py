@@ -120,7 +120,7 @@ def test_a_round_on_mt_bench_and_humaneval(tiny_cache, tmp_path, monkeypatch):
 def _run(tmp_path, *extra):
     cmd = [sys.executable, "scripts/bench_all.py", "--recipes", "configs/tiny", "--kinds", "eagle3", "--minutes", "0.05",
            "--pair", "none", "--num-prompts", "1", "--max-new-tokens", "10", "--runs-dir", str(tmp_path / "runs"),
-           "--out", str(tmp_path / "out"), *extra]
+           "--out", str(tmp_path / "out"), "--train-flags=--data.max_rows=150", "--compare-data", "chitchat", *extra]
     return subprocess.run(cmd, cwd=ROOT, env=os.environ.copy(), capture_output=True, text=True, timeout=900)
 
 
@@ -129,6 +129,9 @@ def test_bench_all_trains_benches_then_resumes_without_redoing(tiny_cache, tmp_p
     assert first.returncode == 0, first.stderr[-3000:]
     run = tmp_path / "runs" / "tiny-eagle3-0.05min"
     assert (run / "final").is_dir() and "[train] eagle3: 0.05 min into" in first.stdout
+    assert "max_rows: 150" in (run / "recipe.yaml").read_text()  # --train-flags reach the training
+    variant = tmp_path / "runs" / "tiny-eagle3-chitchat-0.05min"  # --compare-data: its own run, without them
+    assert (variant / "final").is_dir() and "max_rows: 150" not in (variant / "recipe.yaml").read_text()
     r1 = tmp_path / "out" / "repeats" / "tiny-r1.json"
     stamp = r1.stat().st_mtime_ns
 
@@ -142,6 +145,8 @@ def test_bench_all_trains_benches_then_resumes_without_redoing(tiny_cache, tmp_p
     assert res["rounds"] == 2 and res["methods"]["eagle3_tree16"]["speedup"]["n"] == 2
     assert res["methods"]["eagle3_tree16"]["outputs_match_plain"] is True
     assert res["training"]["eagle3_tree16"].startswith("0.05 min, ")
+    assert {"eagle3_k3", "eagle3_tree16", "eagle3_chitchat_k3", "eagle3_chitchat_tree16"} <= set(res["methods"])
+    assert "tokens of chitchat" in res["training"]["eagle3_chitchat_tree16"]
     table = (tmp_path / "out" / "table.md").read_text()
     assert "| eagle3_tree16 |" in table and "τ chat" in table and "τ code" in table and "τ ctx" in table
     assert (tmp_path / "out" / "per_position_acceptance.png").is_file()
@@ -154,3 +159,6 @@ def test_bench_all_trains_benches_then_resumes_without_redoing(tiny_cache, tmp_p
     (tmp_path / "out" / "plan.json").unlink()
     third = _run(tmp_path, "--repeats", "2")
     assert third.returncode == 2 and "was trained differently (optim.max_minutes: 9.0 (wanted 0.05))" in third.stderr
+    recipe.write_text(recipe.read_text().replace("max_minutes: 9.0", "max_minutes: 0.05").replace("max_rows: 150", "max_rows: 99"))
+    fourth = _run(tmp_path, "--repeats", "2")  # nor one trained on other data
+    assert fourth.returncode == 2 and "data.max_rows: 99 (wanted 150)" in fourth.stderr

@@ -17,6 +17,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", default=None, help="where checkpoints go (overrides checkpoint.output_dir)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in the output dir")
     p.add_argument("--print-config", action="store_true", help="print the resolved recipe and exit")
+    p.add_argument("--data-only", action="store_true",
+                   help="prepare the data (regenerate it: data.regenerate=true; tokenise), print its counts and exit: "
+                        "e.g. regenerate through a server (data.regenerate_with=endpoint) first, stop it, then train")
     return p
 
 
@@ -36,6 +39,8 @@ def _run(args, rest: list[str]) -> int:
     if args.print_config:
         print(dump_recipe(recipe), end="")
         return 0
+    if args.data_only:
+        return _data_only(recipe)
     from .checkpoint import check_output_dir, plan_resume
 
     # The output dir's checks, before torch and the models load (the trainer repeats them on every
@@ -47,6 +52,21 @@ def _run(args, rest: list[str]) -> int:
 
     summary = train(recipe, resume=True if args.resume else None)
     return 143 if summary.get("interrupted") else 0  # 128 + SIGTERM: schedulers requeue it
+
+
+def _data_only(recipe) -> int:
+    """Build the recipe's data as training would (the regeneration cache fills, resumably), no training."""
+    import json
+
+    from draftsmith.models import Target
+
+    from .data import build_data
+
+    target = Target.load(recipe.model.target, dtype="float32" if recipe.model.target_dtype == "auto" else recipe.model.target_dtype,
+                         device="cpu")
+    data = build_data(recipe.data, target.tokenizer, target=target, progress=recipe.logging.progress)
+    print(json.dumps(data.stats, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
