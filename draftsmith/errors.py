@@ -10,7 +10,9 @@ class DraftsmithError(Exception):
 
 
 def run_command(fn, *args) -> int:
-    """Run a CLI command: its exit status (None: 0), or 2 with the DraftsmithError printed as one line."""
+    """Run a CLI command: its exit status (None: 0), or 2 with the DraftsmithError printed as one
+    line; Ctrl-C is one line and status 130, not a traceback (work that is resumable, training
+    checkpoints and the regeneration cache, is kept by the code that does it)."""
     import sys
 
     try:
@@ -18,3 +20,6 @@ def run_command(fn, *args) -> int:
     except DraftsmithError as e:
         print(f"draftsmith: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("draftsmith: interrupted (rerun the same command to resume what can be resumed)", file=sys.stderr)
+        return 130

@@ -205,3 +205,14 @@ def test_finished_results_survive_an_output_that_fails_at_the_end(tiny_cache, tm
     err = capsys.readouterr().err
     assert f"could not write --plot {png} (Format 'png' is not supported); the results are saved in {out}" in err
     assert json.loads(out.read_text())["num_prompts"] == 1
+
+
+def test_ctrl_c_is_one_line_not_a_traceback(capsys):
+    from draftsmith.errors import run_command
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    assert run_command(interrupted) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("draftsmith: interrupted") and "Traceback" not in err and err.count("\n") == 1
