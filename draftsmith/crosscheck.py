@@ -26,6 +26,7 @@ import pathlib
 import time
 from dataclasses import asdict, dataclass, field
 
+from draftsmith.engines import EngineOutput
 from draftsmith.errors import DraftsmithError
 
 log = logging.getLogger("draftsmith.crosscheck")
@@ -35,20 +36,12 @@ NEAR_TIE = 1e-3  # fp32 logits of two runtimes differ by ~1e-5: a gap under this
 
 
 @dataclass
-class Decoded:
-    """One prompt decoded by one runtime; counts as vLLM defines them (tau = 1 + accepted / drafts)."""
+class Decoded(EngineOutput):
+    """One prompt decoded by one runtime (an engine's EngineOutput, or ours converted); counts as
+    vLLM defines them (tau = 1 + accepted / drafts). `text_may_continue`: a text-only output that
+    may run on past our budget (llama.cpp's speculative example is given a larger one)."""
 
-    output_ids: list[int]
-    elapsed_s: float
-    drafts: int = 0
-    draft_tokens: int = 0
-    accepted_tokens: int = 0
-    accepted_per_pos: list[int] = field(default_factory=list)
-    # Engines that print text instead of ids (llama.cpp's examples): the text, and whether it may
-    # run on past our budget (the speculative example is given a larger one, see llamacpp_engine).
-    text: str | None = None
     text_may_continue: bool = False
-    num_tokens: int | None = None  # tokens generated, when output_ids are not given
 
     @property
     def generated(self) -> int:
@@ -88,8 +81,7 @@ class OurRuntime:
 
 
 def _engine_output(out, may_continue: bool) -> Decoded:
-    return Decoded(list(out.output_ids), out.elapsed_s, out.drafts, out.draft_tokens, out.accepted_tokens,
-                   list(out.accepted_per_pos), out.text, may_continue and out.text is not None, out.num_tokens)
+    return Decoded(**{**asdict(out), "text_may_continue": may_continue and out.text is not None})
 
 
 class EngineRuntime:
