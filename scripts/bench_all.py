@@ -56,10 +56,10 @@ from draftsmith.infer.tree import TreeConfig
 KINDS = ("draft_lm", "medusa", "eagle", "eagle3")
 # Optimizer steps per training minute measured on a 2-core AMD EPYC without AVX-512 (README
 # "Training", "Medusa results", "EAGLE results"): they size the cosine schedule so that the time
-# budget, not the step count, ends training. 4x head-room: the machines of this kind differ (an
-# Intel Xeon with AMX trained the draft LM at 10 steps/min, 3x this table), and a run that stops
-# at its step count before its budget would compare kinds at unequal budgets; the price is a
-# cosine schedule that ends the budget short of its floor (at 3x, lr ends at ~0.2 of its peak).
+# budget, not the step count, ends training. 2x head-room: the machines of this kind differ (an
+# Intel Xeon with AMX trains the draft LM at 5 steps/min, 1.5x this table), and a run that stops
+# at its step count before its budget would compare kinds at unequal budgets; more head-room
+# would leave the cosine schedule far from its floor when the budget ends.
 STEPS_PER_MINUTE = {"draft_lm": 3.3, "medusa": 2.7, "eagle": 6.0, "eagle3": 3.3}
 TRAIN_FLAGS = {  # per kind, beside the recipe: the settings the earlier measured runs used
     "draft_lm": ["--optim.lr=1e-3", "--optim.warmup_steps=10"],
@@ -119,7 +119,7 @@ def train(args, kind: str, variant: str = "", flags: list[str] | None = None) ->
         check_reusable(run, kind, data, args.minutes)
         print(f"[train] {kind}{variant}: reusing {run}/final")
     else:
-        steps = max(4, math.ceil(STEPS_PER_MINUTE[kind] * args.minutes * 4))
+        steps = max(4, math.ceil(STEPS_PER_MINUTE[kind] * args.minutes * 2))
         cmd = [sys.executable, "-m", "draftsmith.train", str(recipe_path), "--output-dir", str(run), "--resume",
                f"--optim.max_minutes={args.minutes}", f"--optim.max_steps={steps}", "--checkpoint.save_every=10",
                "--logging.eval_every=100000", "--logging.eval_batches=4", "--logging.acceptance_prompts=4",
