@@ -14,6 +14,7 @@ import torch
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.infer.cache import KVCache
+from draftsmith.infer.hardware import auto_dtype, use_affinity_threads
 
 from .loading import load_causal_lm, load_tokenizer, resolve_model
 
@@ -57,6 +58,7 @@ class Target:
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids = eos_ids(model, tokenizer)
         self.note: str | None = None  # what a report should say about it (e.g. fine-tuned by Medusa-2)
+        self.dtype_reason: str | None = None  # why it runs in its dtype (Target.load: "auto"'s choice)
         on_cuda = self.device.type == "cuda"
         self.cache_layout = "static"
         self._forward = model.forward
@@ -68,11 +70,22 @@ class Target:
 
     @classmethod
     def load(cls, name_or_path: str, dtype="float32", device=None, compile: bool | None = None) -> "Target":
+        """dtype "auto": what the machine runs fastest (infer/hardware.py: bf16 on CUDA, and on a
+        CPU with AMX/AVX512-BF16 where measured faster; else fp32). On CPU torch's threads are set
+        to the cores this process may use."""
         device = torch.device(device) if device is not None else default_device()
+        reason = None
+        if dtype == "auto":
+            dtype, reason = auto_dtype(device)
+        if device.type == "cpu":
+            use_affinity_threads()
         source = resolve_model(name_or_path)
         tokenizer = load_tokenizer(name_or_path)
         model = load_causal_lm(name_or_path, dtype=parse_dtype(dtype), device=device)
-        return cls(model, tokenizer, name_or_path, source, compile=compile)
+        target = cls(model, tokenizer, name_or_path, source, compile=compile)
+        target.dtype_reason = reason or "asked for"
+        log.info("target %s in %s (%s)", name_or_path, dtype, target.dtype_reason)
+        return target
 
     def new_cache(self, max_length: int) -> KVCache:
         return KVCache(self.config, max_length, self.cache_layout)

@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from draftsmith.infer.hardware import auto_dtype, cpu_info, format_cpu, use_affinity_threads
 from draftsmith.infer.sampling import GREEDY
 from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies
 from draftsmith.models import Target
@@ -126,17 +127,29 @@ def main() -> int:
     ap.add_argument("--chains", default="2,4")
     ap.add_argument("--trees", default="8,16,32,64")
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on CPU")
+    ap.add_argument("--dtype", default="auto",
+                    help="one or several, comma-separated, measured side by side: float32,bfloat16,auto "
+                         "(auto: what `--dtype auto` picks on this machine, infer/hardware.py)")
     ap.add_argument("--out", default="runs/bench/verify_cost.json")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    if device.type == "cpu":
+        use_affinity_threads()
+    dtypes, reasons = [], {}
+    for name in args.dtype.split(","):
+        if name == "auto":
+            name, why = auto_dtype(device)
+            reasons["auto"] = f"{name}: {why}"
+            print(f"--dtype auto -> {reasons['auto']}", flush=True)
+        dtypes.append(getattr(torch, name))
     chains = [int(x) for x in args.chains.split(",")]
     trees = [int(x) for x in args.trees.split(",")]
     rows = []
+    print(f"machine: {format_cpu(cpu_info()) if device.type == 'cpu' else torch.cuda.get_device_name()}", flush=True)
     for shape in args.shapes.split(","):
-        for compile in ([False, True] if device.type == "cuda" else [False]):
+        for compile, dtype in [(c, d) for c in ([False, True] if device.type == "cuda" else [False]) for d in dtypes]:
             row = measure(shape, compile, args.context, chains, trees, args.repeats, device, dtype)
+            row["dtype"] = str(dtype).removeprefix("torch.")
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             rows.append(row)
@@ -145,8 +158,9 @@ def main() -> int:
             cells += [f"tree{n} {row[f't_verify_tree{n}'] / t1:.2f}x (+propose medusa {row[f't_propose_tree{n}'] / t1:.2f}x, "
                       f"eagle3 {row[f't_propose_eagle3_tree{n}'] / t1:.2f}x)" for n in trees]
             cells.append(f"eagle3 chain4 propose {row['t_propose_eagle3_chain4'] / t1:.2f}x")
-            print(f"{shape:<13} {'compiled' if compile else 'eager':<9} step {t1 * 1e3:7.2f} ms | verify/step: " + "  ".join(cells), flush=True)
-    env = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "dtype": str(dtype), "torch": torch.__version__}
+            print(f"{shape:<13} {row['dtype']:<9} {'compiled' if compile else 'eager':<9} step {t1 * 1e3:7.2f} ms | verify/step: " + "  ".join(cells), flush=True)
+    env = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "dtypes": [str(d) for d in dtypes],
+           "auto": reasons, "cpu": cpu_info(), "torch": torch.__version__}
     with open(args.out, "w") as f:
         json.dump({"environment": env, "rows": rows}, f, indent=2)
     print(f"wrote {args.out}")
