@@ -37,7 +37,9 @@ def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None, help="default: float32 on CPU, bfloat16 on CUDA")
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
+                   help="auto (default): bfloat16 on CUDA and on CPUs with AMX/AVX512-BF16 where it measured faster, "
+                        "else float32 (the choice and why are in every report)")
     p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -133,7 +135,7 @@ def _check_args(args) -> None:
     for flag, value, ok, rule in checks:
         if not ok:
             raise DraftsmithError(f"{flag} must be {rule}, got {value}")
-    from draftsmith.infer.bench import PLOT_SUFFIXES, check_output_path
+    from draftsmith.bench import PLOT_SUFFIXES, check_output_path
 
     if getattr(args, "json", None):
         check_output_path(args.json, "--json")
@@ -144,7 +146,7 @@ def _check_args(args) -> None:
 def _context_fit(args, target, drafter):
     """Prompt + --max-new-tokens + the tokens a step drafts must fit the target's positions."""
     from draftsmith.infer.engine import Engine
-    from draftsmith.infer.prompts import ContextFit
+    from draftsmith.prompts import ContextFit
 
     draft_tokens = Engine(target, drafter, args.num_speculative_tokens, tree=args.tree).max_draft_tokens if drafter else 0
     cfg = target.config
@@ -154,7 +156,7 @@ def _context_fit(args, target, drafter):
 
 
 def _load_prompts(args, target, drafter):
-    from draftsmith.infer.prompts import load_prompt_sets
+    from draftsmith.prompts import load_prompt_sets
     from draftsmith.models.loading import cache_dir
 
     return load_prompt_sets(args.prompts, target.tokenizer, args.num_prompts, args.split, target=target,
@@ -164,12 +166,12 @@ def _load_prompts(args, target, drafter):
 
 def _setup(args):
     _check_args(args)
-    import torch
 
     from draftsmith.infer.sampling import SamplingConfig
-    from draftsmith.models import Target, load_drafter
+    from draftsmith.models import Target
+    from draftsmith.train.kinds import load_drafter
 
-    dtype = args.dtype or ("bfloat16" if torch.cuda.is_available() and args.device != "cpu" else "float32")
+    dtype = args.dtype or "auto"
     ckpt_target, note = _checkpoint_target(args.draft)
     if args.target and ckpt_target and note and args.target != ckpt_target:
         logging.warning("%s was trained together with its own target %s; decoding with --target %s instead "
@@ -193,7 +195,7 @@ def _setup(args):
 
 
 def cmd_bench(args) -> None:
-    from draftsmith.infer.bench import format_table, run_bench, save_outputs
+    from draftsmith.bench import format_table, run_bench, save_outputs
 
     target, drafter, sampling = _setup(args)
     prompts = _load_prompts(args, target, drafter)
@@ -207,7 +209,7 @@ def cmd_bench(args) -> None:
 
 
 def cmd_eval(args) -> None:
-    from draftsmith.infer.bench import format_table, run_eval, save_outputs
+    from draftsmith.bench import format_table, run_eval, save_outputs
 
     target, drafter, sampling = _setup(args)
     prompts = _load_prompts(args, target, drafter)
@@ -231,7 +233,7 @@ def cmd_generate(args) -> None:
         ids = tok(args.prompt, verbose=False)["input_ids"]  # a too-long prompt gets our one line, not its warning
     if not ids:
         raise DraftsmithError("the prompt is empty")
-    from draftsmith.infer.prompts import Prompt
+    from draftsmith.prompts import Prompt
 
     _context_fit(args, target, drafter)(Prompt(ids, args.prompt, "prompt"), "given")
     engine = Engine(target, drafter, args.num_speculative_tokens, tree=args.tree, verification=args.verification)

@@ -24,14 +24,16 @@ from __future__ import annotations
 import logging
 import pathlib
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from draftsmith.engines import EngineOutput
 from draftsmith.errors import DraftsmithError
+from draftsmith.train.kinds import KINDS
 
 log = logging.getLogger("draftsmith.crosscheck")
 
-ENGINE_KINDS = {"vllm": ("draft_lm", "medusa", "eagle", "eagle3"), "llamacpp": ("draft_lm", "eagle3")}
+ENGINES = ("vllm", "llamacpp")
+ENGINE_KINDS = {e: tuple(k for k, v in KINDS.items() if e in v.crosscheck) for e in ENGINES}  # train/kinds.py
 NEAR_TIE = 1e-3  # fp32 logits of two runtimes differ by ~1e-5: a gap under this can flip an argmax
 
 
@@ -256,9 +258,10 @@ def engine_runtimes(name: str, setup: Setup, stop_ids, max_model_len: int, token
 
 def crosscheck(checkpoint, engines: list[str], prompts_spec: str = "chat,code", k: int = 3, max_new_tokens: int = 64,
                num_prompts: int | None = None, workdir=None, dtype: str = "float32", progress: bool = True) -> dict:
-    from draftsmith.infer.bench import cpu_info
-    from draftsmith.infer.prompts import load_prompt_sets
-    from draftsmith.models import Target, load_drafter, read_drafter_meta
+    from draftsmith.bench import cpu_info
+    from draftsmith.prompts import load_prompt_sets
+    from draftsmith.models import Target, read_drafter_meta
+    from draftsmith.train.kinds import load_drafter
     from draftsmith.models.loading import resolve_model
 
     ckpt = pathlib.Path(checkpoint)
@@ -298,7 +301,7 @@ def crosscheck(checkpoint, engines: list[str], prompts_spec: str = "chat,code", 
         outputs = run_interleaved(runtimes, prompts, max_new_tokens, progress)
         wall = time.perf_counter() - t
         # The decodes are the expensive part: kept on disk before anything is computed from them.
-        from draftsmith.infer.bench import write_json
+        from draftsmith.bench import write_json
 
         write_json({n: [asdict(o) for o in outs] for n, outs in outputs.items()}, str(workdir / "outputs.json"))
     finally:
@@ -335,7 +338,7 @@ def crosscheck(checkpoint, engines: list[str], prompts_spec: str = "chat,code", 
 
 
 def format_crosscheck(result: dict) -> str:
-    from draftsmith.infer.bench import format_cpu
+    from draftsmith.bench import format_cpu
 
     lines = [f"{result['kind']} draft {result['checkpoint']} for {result['target']}: greedy, {result['dtype']}, "
              f"chain k={result['num_speculative_tokens']}, {result['num_prompts']} prompts ({result['prompts']}) x "
@@ -394,7 +397,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from draftsmith.infer.bench import check_output_path, write_json
+    from draftsmith.bench import check_output_path, write_json
 
     if args.num_speculative_tokens < 1:
         raise DraftsmithError("--num-speculative-tokens must be >= 1")

@@ -34,17 +34,10 @@ import tempfile
 import yaml
 
 from draftsmith.errors import DraftsmithError, run_command
+from draftsmith.train.kinds import KINDS
 
 log = logging.getLogger(__name__)
 
-# kind -> (what it is, Hub tag, reference)
-METHODS = {
-    "draft_lm": ("an independent draft model", "draft-model",
-                 "speculative decoding with a distilled draft LM (Leviathan et al. 2023; DistillSpec, Zhou et al. 2023)"),
-    "medusa": ("Medusa heads", "medusa", "Medusa (Cai et al. 2024)"),
-    "eagle": ("an EAGLE drafter", "eagle", "EAGLE (Li et al. 2024)"),
-    "eagle3": ("an EAGLE-3 drafter", "eagle3", "EAGLE-3 (Li et al. 2025)"),
-}
 LICENSES = {"smollm2-135m-instruct": "apache-2.0", "qwen2.5-coder-0.5b-instruct": "apache-2.0",
             "qwen2.5-coder-1.5b-instruct": "apache-2.0", "tiny-random": "apache-2.0"}
 NOT_PUBLISHED = {"training_state", "trainer_state.json", "__pycache__"}  # resume-only state
@@ -74,8 +67,9 @@ def _checkpoint(checkpoint) -> tuple[pathlib.Path, dict]:
     if meta is None:
         raise DraftsmithError(f"{checkpoint}: not a draftsmith checkpoint folder (no drafter.json); "
                               "pass a folder written by `draftsmith train`, e.g. runs/NAME/final")
-    if meta["kind"] not in METHODS:
-        raise DraftsmithError(f"{checkpoint}: a {meta['kind']!r} checkpoint; publish knows {', '.join(METHODS)}")
+    if meta["kind"] not in KINDS or not KINDS[meta["kind"]].trainable:
+        raise DraftsmithError(f"{checkpoint}: a {meta['kind']!r} checkpoint; publish knows "
+                              f"{', '.join(k for k, v in KINDS.items() if v.trainable)}")
     from draftsmith.export.common import check_complete, read_checkpoint
 
     check_complete(read_checkpoint(path))  # a truncated weights file is refused, not staged or uploaded
@@ -226,7 +220,7 @@ def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None) -> li
             lines += [PROVEN[fmt], ""]
     k = next((e["num_speculative_tokens"] for e in (exports or {}).values() if e.get("num_speculative_tokens")), 3)
     lines += ["### transformers", ""]
-    if kind == "draft_lm":
+    if KINDS[kind].causal_lm:
         lines += ["```python", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
                   f'tok = AutoTokenizer.from_pretrained("{base}")', f'target = AutoModelForCausalLM.from_pretrained("{base}")',
                   f'draft = AutoModelForCausalLM.from_pretrained("{repo_id}")',
@@ -238,7 +232,7 @@ def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None) -> li
                   'print(tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))', "```", "",
                   "Or with draftsmith, which also reports acceptance:", ""]
     else:
-        lines += [f"transformers' `generate()` cannot draft with {METHODS[kind][2].split(' (')[0]}; draftsmith runs "
+        lines += [f"transformers' `generate()` cannot draft with {KINDS[kind].paper.split(' (')[0]}; draftsmith runs "
                   "this folder beside the target on transformers:", ""]
     return lines + ["```bash",
                     f'draftsmith generate --draft drafter --chat --show-draft -k {k} "Hello!"   # the target named in drafter.json',
@@ -253,19 +247,19 @@ def build_card(checkpoint, results: list[dict], repo_id: str | None = None, *, l
 
     ckpt, meta = _checkpoint(checkpoint)
     kind = meta["kind"]
-    title, tag, paper = METHODS[kind]
+    title, tag, paper = KINDS[kind].title, KINDS[kind].tag, KINDS[kind].paper
     target = _target(meta)
     recipe_text, recipe = _recipe(ckpt)
     datasets, data_line = _dataset(recipe.get("data") or {})
     repo_id = repo_id or default_repo_name(ckpt)
 
     card_meta = {"base_model": target["hub_id"]} if target["hub_id"] else {}
-    card_meta["library_name"] = "transformers" if kind == "draft_lm" else "draftsmith"
+    card_meta["library_name"] = "transformers" if KINDS[kind].causal_lm else "draftsmith"
     card_meta["license"] = license or LICENSES.get(target["name"], "other")
     card_meta["tags"] = ["speculative-decoding", tag, "draftsmith"]
     if datasets:
         card_meta["datasets"] = datasets
-    if kind == "draft_lm":
+    if KINDS[kind].causal_lm:
         card_meta["pipeline_tag"] = "text-generation"
 
     base = f"[{target['hub_id']}](https://huggingface.co/{target['hub_id']})" if target["hub_id"] else f"`{target['name']}`"

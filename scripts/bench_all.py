@@ -9,7 +9,7 @@ Stages, each skipped when its output exists, so a killed run resumes where it st
    the budget across resumes) into RUNS/<target>-<kind>-<M>min; a finished checkpoint there is
    reused if its recipe.yaml has the same kind, data and optim.max_minutes, refused otherwise.
 2. bench: --repeats rounds; in each, plain decoding and every method run on the same prompts
-   interleaved prompt by prompt (infer/bench.py: run_compare), so the ratios share the
+   interleaved prompt by prompt (draftsmith/bench.py: run_compare), so the ratios share the
    machine's noise; each round is one file under OUT/repeats/.
 3. report: medians and [min-max] over rounds of the speedup (Spec-Bench: mean per-prompt
    tokens/s over plain's), τ (= mean_acceptance_length, counting the bonus token; greedy
@@ -23,7 +23,7 @@ Stages, each skipped when its output exists, so a killed run resumes where it st
                                                      # category (both turns) and 16 HumanEval problems
 
 MT-Bench and HumanEval come from pinned pip packages (scripts/setup.sh); MT-Bench's second turn
-follows the target's own greedy answer to the first, decoded once and cached (infer/prompt_sets.py).
+follows the target's own greedy answer to the first, decoded once and cached (draftsmith/prompts.py).
 The table has τ (speedup) per MT-Bench category, HumanEval and turn for every method, and the
 machine's CPU model and flags (avx512f, avx512_bf16, amx_bf16) in results.json and its header.
 
@@ -46,10 +46,10 @@ from pathlib import Path
 import yaml
 
 from draftsmith.errors import DraftsmithError, run_command
-from draftsmith.infer.bench import (GROUP_FIELDS, Method, check_output_path, cpu_info, format_compare, format_cpu, group_columns,
+from draftsmith.bench import (GROUP_FIELDS, Method, check_output_path, cpu_info, format_compare, format_cpu, group_columns,
                                     plot_acceptance, run_compare, write_json)
 from draftsmith.infer.engine import Engine
-from draftsmith.infer.prompts import ContextFit, check_limit, load_prompt_sets
+from draftsmith.prompts import ContextFit, check_limit, load_prompt_sets
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig
 
@@ -101,7 +101,7 @@ def resolved_data(recipe_path: Path, flags: list[str]) -> dict:
     """The data section the trainer will use: the recipe with the command-line flags applied."""
     import dataclasses
 
-    from draftsmith.train.config import load_recipe
+    from draftsmith.train.kinds import load_recipe
 
     return dataclasses.asdict(load_recipe(recipe_path, [f for f in flags if f.startswith("--data.")]).data)
 
@@ -166,7 +166,8 @@ def busy_cores(seconds: float = 1.0) -> float:
 
 def bench_round(args, name: str, target_name: str, dtype: str, methods: list[tuple], path: Path) -> None:
     """One round on one target: plain + methods [(name, draft, k, tree)], interleaved."""
-    from draftsmith.models import Target, load_drafter
+    from draftsmith.models import Target
+    from draftsmith.train.kinds import load_drafter
     from draftsmith.models.loading import cache_dir
 
     target = Target.load(target_name, dtype=dtype)

@@ -4,7 +4,7 @@
 Each --method is NAME=DRAFT[,k=K][,choices=FILE][,topk=N][,depth=N][,tokens=N][,children=sampled]
 where DRAFT is anything `--draft` takes (a checkpoint folder, truncated:N, prompt_lookup, a
 model). Plain decoding and every method run on the same prompts, interleaved prompt by prompt
-(infer/bench.py: run_compare), so the ratios share the machine's noise. Prints a table, writes
+(draftsmith/bench.py: run_compare), so the ratios share the machine's noise. Prints a table, writes
 results.json and a per-position acceptance plot.
 
     python scripts/bench_drafters.py --target smollm2-135m-instruct \\
@@ -19,12 +19,13 @@ import os
 import sys
 
 from draftsmith.errors import DraftsmithError, run_command
-from draftsmith.infer.bench import Method, check_output_path, format_compare, plot_acceptance, run_compare, write_json
+from draftsmith.bench import Method, check_output_path, format_compare, plot_acceptance, run_compare, write_json
 from draftsmith.infer.engine import Engine
-from draftsmith.infer.prompts import ContextFit, check_limit, load_prompt_sets
+from draftsmith.prompts import ContextFit, check_limit, load_prompt_sets
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig, load_choices
-from draftsmith.models import Target, load_drafter
+from draftsmith.models import Target
+from draftsmith.train.kinds import load_drafter
 from draftsmith.models.loading import cache_dir
 
 KEYS = {"k", "choices", "topk", "depth", "tokens", "children"}

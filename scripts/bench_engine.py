@@ -38,7 +38,7 @@ from bench_verify_cost import SHAPES, random_model  # noqa: E402
 
 from draftsmith.errors import DraftsmithError, run_command  # noqa: E402
 from draftsmith.infer import Engine  # noqa: E402
-from draftsmith.infer.bench import write_json  # noqa: E402
+from draftsmith.bench import write_json  # noqa: E402
 from draftsmith.infer.proposal import Proposal  # noqa: E402
 from draftsmith.infer.tree import Tree, TreeConfig, full_choices  # noqa: E402
 from draftsmith.models import DraftLM, Target  # noqa: E402

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark one target/draft pair over several K and prompt sets in one process.
 
-Loads the models once, runs `draftsmith bench`'s measurement (infer/bench.py: plain, ours,
+Loads the models once, runs `draftsmith bench`'s measurement (draftsmith/bench.py: plain, ours,
 transformers' plain and assisted generate, interleaved per prompt) for every (prompt set, K),
 prints one table and writes all results to one JSON (plus a per-position acceptance plot).
 
@@ -16,10 +16,11 @@ import sys
 import time
 
 from draftsmith.errors import run_command
-from draftsmith.infer.bench import environment, plot_acceptance, run_bench, write_json
-from draftsmith.infer.prompts import load_prompts
+from draftsmith.bench import environment, plot_acceptance, run_bench, write_json
+from draftsmith.prompts import load_prompts
 from draftsmith.infer.sampling import SamplingConfig
-from draftsmith.models import Target, load_drafter
+from draftsmith.models import Target
+from draftsmith.train.kinds import load_drafter
 
 
 def main() -> int:

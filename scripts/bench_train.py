@@ -31,8 +31,9 @@ def main(argv=None) -> int:
     p.add_argument("overrides", nargs="*", help="--section.key=value recipe overrides")
     args, extra = p.parse_known_args(argv)
 
-    from draftsmith.train.config import load_recipe
-    from draftsmith.train.trainer import Trainer, _shutdown
+    from draftsmith.train.kinds import load_recipe
+    from draftsmith.train.distributed import shutdown as _shutdown
+    from draftsmith.train.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
         recipe = load_recipe(args.recipe, list(args.overrides) + extra + [f"--data.max_rows={args.max_rows}", "--logging.progress=false"])

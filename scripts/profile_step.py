@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from draftsmith.infer.bench import cpu_info, format_cpu, write_json
+from draftsmith.bench import cpu_info, format_cpu, write_json
 from draftsmith.infer.engine import Engine
 from draftsmith.models import Target
 

@@ -440,10 +440,11 @@ def test_every_numeric_knob_has_a_range_that_is_enforced():
     refused naming the key (issue 16 item 7: eval_every=-5 was accepted)."""
     from draftsmith.errors import DraftsmithError
     from draftsmith.train import config as c
+    from draftsmith.train import kinds
 
     sections = [("model", c.ModelConfig, {}), ("data", c.DataConfig, {}), ("optim", c.OptimConfig, {}),
                 ("checkpoint", c.CheckpointConfig, {}), ("logging", c.LoggingConfig, {})]
-    for kind, cls in c.DRAFTER_CONFIGS.items():
+    for kind, cls in kinds.DRAFTER_CONFIGS.items():
         sections.append(("drafter", cls, {"kind": kind}))
         if "lora" in {f.name for f in dataclasses.fields(cls)}:
             sections.append(("drafter.lora", c.LoraConfig, {"kind": kind}))
@@ -461,6 +462,6 @@ def test_every_numeric_knob_has_a_range_that_is_enforced():
                 node = node.setdefault(part, {})
             node[name] = _just_outside(spec, hints[name])
             with pytest.raises(DraftsmithError, match=rf"config key '{prefix}.{name}' must be"):
-                c.recipe_from_dict(data)
+                kinds.recipe_from_dict(data)
             checked += 1
     assert checked >= 40

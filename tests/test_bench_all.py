@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from draftsmith.infer.bench import context_buckets
+from draftsmith.bench import context_buckets
 from draftsmith.infer.engine import Engine
-from draftsmith.models import load_drafter
+from draftsmith.train.kinds import load_drafter
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("bench_all", ROOT / "scripts" / "bench_all.py")
@@ -94,7 +94,7 @@ def test_a_round_on_mt_bench_and_humaneval(tiny_cache, tmp_path, monkeypatch):
     import gzip
     import hashlib
 
-    from draftsmith.infer import prompt_sets
+    from draftsmith import prompts as prompt_sets
 
     mt, he = tmp_path / "question.jsonl", tmp_path / "HumanEval.jsonl.gz"
     mt.write_text("".join(json.dumps({"question_id": i, "category": c, "turns": [f"tell {c}", "more"]}) + "\n"

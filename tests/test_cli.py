@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from draftsmith.cli import main
-from draftsmith.infer.prompts import load_prompts
+from draftsmith.prompts import load_prompts
 
 SUMMARY_KEYS = {
     "drafts", "drafted_tokens", "accepted_tokens", "draft_acceptance_rate", "mean_acceptance_length",
@@ -181,7 +181,7 @@ def test_finished_results_survive_an_output_that_fails_at_the_end(tiny_cache, tm
     end (disk full, folder removed meanwhile), the results go to a temporary file named in the error."""
     import os
 
-    from draftsmith.infer import bench
+    from draftsmith import bench
 
     real, out, png = bench.write_json, tmp_path / "r.json", tmp_path / "r.png"
 

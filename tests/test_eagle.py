@@ -13,10 +13,10 @@ from draftsmith.errors import DraftsmithError
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.sampling import GREEDY, SamplingConfig
 from draftsmith.infer.tree import TreeConfig
-from draftsmith.models import load_drafter
+from draftsmith.train.kinds import load_drafter
 from draftsmith.models.eagle import Eagle, EagleConfig, EagleModel
 from draftsmith.models.eagle3 import Eagle3, Eagle3Config, Eagle3Model, check_vocab, default_aux_layers, frequent_tokens, vocab_maps
-from draftsmith.train.config import load_recipe
+from draftsmith.train.kinds import load_recipe
 from draftsmith.train.eagle import Eagle3Task, simulated_acceptance_length
 from draftsmith.train.features import target_hidden_states
 
@@ -240,8 +240,8 @@ def test_eagle_checkpoint_errors_are_clear(tiny_target, trained, tmp_path):
 
 
 def test_side_by_side_bench_reports_each_domain(tiny_target, trained):
-    from draftsmith.infer.bench import Method, format_compare, run_compare
-    from draftsmith.infer.prompts import Prompt
+    from draftsmith.bench import Method, format_compare, run_compare
+    from draftsmith.prompts import Prompt
 
     drafter = load_drafter(str(trained["eagle"][0] / "final"), tiny_target)
     methods = [Method("eagle_k3", drafter, 3), Method("eagle2_tree", drafter, 3, TreeConfig(topk=2, depth=3, num_draft_tokens=6))]

@@ -6,7 +6,8 @@ from lawtest import chisquare_pvalue, engine_samples, exact_law
 
 from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.infer.cache import KVCache
-from draftsmith.models import DraftLM, PromptLookup, load_drafter
+from draftsmith.models import DraftLM, PromptLookup
+from draftsmith.train.kinds import load_drafter
 
 
 def random_prompts(n, vocab, seed=0, min_len=3, max_len=24):

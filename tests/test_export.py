@@ -22,8 +22,9 @@ from draftsmith.export import sglang as sglang_fmt
 from draftsmith.export import vllm as vllm_fmt
 from draftsmith.export.common import weight_shapes
 from draftsmith.infer import Engine
-from draftsmith.models import load_drafter, write_drafter_meta
-from draftsmith.train.config import load_recipe
+from draftsmith.models import write_drafter_meta
+from draftsmith.train.kinds import load_drafter
+from draftsmith.train.kinds import load_recipe
 
 KINDS = ("draft_lm", "medusa", "eagle", "eagle3")
 # gguf is written by llama.cpp's own converter (an engine install): tests/test_engines*.py cover it.
@@ -329,7 +330,7 @@ def test_errors_are_one_clear_line_and_leave_nothing_behind(tmp_path, ckpts):
     (busy / "x").write_text("keep me")
     refuses("not an empty folder", ckpts["eagle3"], "vllm", busy)
     assert (busy / "x").read_text() == "keep me"
-    refuses("has 4 heads: -k 9", ckpts["medusa"], "vllm", tmp_path / "o6", num_speculative_tokens=9)
+    refuses(r"drafts at most 4 tokens \(num_heads=4\): -k 9", ckpts["medusa"], "vllm", tmp_path / "o6", num_speculative_tokens=9)
     bad = tmp_path / "eagle-mid"
     shutil.copytree(ckpts["eagle"], bad)
     cfg = _config(bad)

@@ -16,7 +16,9 @@ from safetensors import safe_open
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.train import features as feat
-from draftsmith.train.config import DataConfig, load_recipe
+from draftsmith.train import features_cli
+from draftsmith.train.config import DataConfig
+from draftsmith.train.kinds import load_recipe
 from draftsmith.train.data import TokenRows, build_data, collate
 from draftsmith.train.features import OfflineFeatures, OnlineFeatures, extract, target_hidden_states
 
@@ -225,9 +227,9 @@ def test_row_index_survives_accelerate_prepare(packed, fresh_accelerate):
 def test_cli_refuses_a_drafter_without_features_and_bad_layers(tiny_cache, tmp_path, capsys, fresh_accelerate):
     medusa = str(ROOT / "configs" / "tiny" / "medusa.yaml")
     quick = ["--data.max_rows=3", "--data.max_length=64", "--logging.progress=false"]
-    assert feat.main([medusa, "--output", str(tmp_path), *quick]) == 2
+    assert features_cli.main([medusa, "--output", str(tmp_path), *quick]) == 2
     assert "drafter kind medusa does not read target hidden states; nothing to extract" in capsys.readouterr().err
-    assert feat.main([medusa, "--output", str(tmp_path), "--layers", "2,99", *quick]) == 2
+    assert features_cli.main([medusa, "--output", str(tmp_path), "--layers", "2,99", *quick]) == 2
     assert "hidden layer 99 but tiny-random has 9 hidden states" in capsys.readouterr().err
 
 

@@ -1,4 +1,4 @@
-"""The standard benchmarks (infer/prompt_sets.py) and the per-category results (infer/bench.py):
+"""The standard benchmarks (draftsmith/prompts.py) and the per-category results (draftsmith/bench.py):
 MT-Bench's two-turn protocol on tiny-random, HumanEval as the user message, the category
 sampler, cached answers, pinned data files, and per-group metrics that pool to the overall τ.
 
@@ -14,13 +14,13 @@ import json
 import pytest
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.infer import prompt_sets
-from draftsmith.infer.bench import breakdown, run_compare
+from draftsmith import prompts as prompt_sets
+from draftsmith.bench import breakdown, run_compare
 from draftsmith.infer.engine import Engine, GenerationResult
 from draftsmith.infer.metrics import SpecMetrics
-from draftsmith.infer.prompts import ContextFit, Prompt, load_prompt_sets, load_prompts
+from draftsmith.prompts import ContextFit, Prompt, load_prompt_sets, load_prompts
 from draftsmith.infer.sampling import GREEDY
-from draftsmith.models import load_drafter
+from draftsmith.train.kinds import load_drafter
 
 CATS = prompt_sets.MT_BENCH_CATEGORIES
 
@@ -169,7 +169,7 @@ def test_groups_pool_their_counts_to_the_overall_tau_exactly():
 def test_compare_by_category_and_turn_pools_to_overall(tiny_target):
     prompts = [Prompt([5, 40, 41, 42], "a", "writing", 1, "q1", "mt-bench"), Prompt([5, 40, 41, 42, 9, 9, 9], "b", "writing", 2, "q1", "mt-bench"),
                Prompt([7, 8, 9, 10, 11], "c", "math", 1, "q2", "mt-bench"), Prompt([60, 61, 62], "d", "humaneval", source="humaneval")]
-    from draftsmith.infer.bench import Method, format_compare
+    from draftsmith.bench import Method, format_compare
 
     result = run_compare(tiny_target, [Method("trunc_k3", load_drafter("truncated:4", tiny_target), 3)], prompts, 10, GREEDY,
                          progress=False)

@@ -31,7 +31,8 @@ def main(argv=None) -> int:
 
 
 def _run(args, rest: list[str]) -> int:
-    from .config import dump_recipe, load_recipe
+    from .config import dump_recipe
+    from .kinds import load_recipe
 
     recipe = load_recipe(args.recipe, rest)
     if args.output_dir:

@@ -10,8 +10,10 @@ something off (the note says what 0 means, and the trainer honours it), interval
 
     recipe = load_recipe("configs/tiny/draft_lm.yaml", ["--optim.lr=3e-4", "--data.max_length", "256"])
 
-The `drafter` section is polymorphic: its `kind` picks the dataclass from `DRAFTER_CONFIGS`
-(one entry per trainable drafter kind), so each drafter declares exactly the knobs it has.
+The `drafter` section is polymorphic: its `kind` picks the dataclass from the table of kinds
+(train/kinds.py, which calls `load_recipe` here with it), so each drafter declares exactly the
+knobs it has. A drafter dataclass may define `checks() -> [(ok, message)]` for rules that span
+several of its keys.
 """
 
 from __future__ import annotations
@@ -90,6 +92,9 @@ class MedusaTrainConfig:
         "num_heads": ">=1", "num_layers": ">=0 (0: no ResBlock, the LM head alone)", "decay": "(0, 1]",
         "heads_loss_weight": ">0", "heads_lr_multiplier": ">0"}
 
+    def checks(self) -> list[tuple[bool, str]]:
+        return [(self.mode != "medusa2" or self.lora.r > 0, "drafter.mode medusa2 trains the target through LoRA: drafter.lora.r must be > 0")]
+
 
 @dataclass
 class EagleTrainConfig:
@@ -107,6 +112,9 @@ class EagleTrainConfig:
     RANGES: typing.ClassVar[dict[str, str]] = {
         "noise": ">=0 (0: no noise)", "feature_loss_weight": ">=0 (0: no feature loss)",
         "cls_loss_weight": ">=0 (0: no cross-entropy)", "intermediate_size": ">=1"}
+
+    def checks(self) -> list[tuple[bool, str]]:
+        return [(self.feature_loss_weight + self.cls_loss_weight > 0, "drafter.feature_loss_weight and drafter.cls_loss_weight must not both be 0")]
 
 
 @dataclass
@@ -128,10 +136,8 @@ class Eagle3TrainConfig:
         "aux_layers": "any", "draft_vocab_size": ">=2", "ttt_steps": ">=1", "ttt_decay": "(0, 1]",
         "noise": ">=0 (0: no noise)", "intermediate_size": ">=1"}
 
-
-# One entry per trainable drafter kind.
-DRAFTER_CONFIGS: dict[str, type] = {"draft_lm": DraftLMConfig, "medusa": MedusaTrainConfig,
-                                    "eagle": EagleTrainConfig, "eagle3": Eagle3TrainConfig}
+    def checks(self) -> list[tuple[bool, str]]:
+        return [(self.aux_layers is None or len(self.aux_layers) >= 1, "drafter.aux_layers: give at least one layer (or null for the default)")]
 
 
 @dataclass
@@ -231,7 +237,7 @@ class LoggingConfig:
 @dataclass
 class Recipe:
     model: ModelConfig = field(default_factory=ModelConfig)
-    drafter: typing.Any = field(default_factory=DraftLMConfig)  # one of DRAFTER_CONFIGS
+    drafter: typing.Any = field(default_factory=DraftLMConfig)  # the kind's dataclass (train/kinds.py)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -320,14 +326,15 @@ def _convert(value, hint, where: str):
     raise DraftsmithError(f"config key '{where}': expected {getattr(hint, '__name__', hint)}, got {value!r}")
 
 
-def recipe_from_dict(data: dict) -> Recipe:
+def recipe_from_dict(data: dict, *, drafter_configs: dict[str, type]) -> Recipe:
+    """`drafter_configs`: kind -> its dataclass (train/kinds.py's DRAFTER_CONFIGS)."""
     data = dict(data or {})
     drafter = dict(data.pop("drafter", None) or {})
     kind = drafter.get("kind", "draft_lm")
-    if kind not in DRAFTER_CONFIGS:
-        raise DraftsmithError(f"config key 'drafter.kind': unknown drafter {kind!r}; trainable kinds: {', '.join(DRAFTER_CONFIGS)}")
+    if kind not in drafter_configs:
+        raise DraftsmithError(f"config key 'drafter.kind': unknown drafter {kind!r}; trainable kinds: {', '.join(drafter_configs)}")
     recipe = _build(Recipe, data, "")
-    recipe.drafter = _build(DRAFTER_CONFIGS[kind], drafter, "drafter")
+    recipe.drafter = _build(drafter_configs[kind], drafter, "drafter")
     for key, allowed in CHOICES.items():
         section, name = key.split(".")
         obj = getattr(recipe, section)
@@ -344,13 +351,8 @@ def _check_values(r: Recipe) -> None:
         (set(r.logging.trackers) <= {"tensorboard", "wandb"}, "logging.trackers: choose from tensorboard, wandb"),
         *r.data.endpoint_checks(),
     ]
-    d = r.drafter
-    if isinstance(d, MedusaTrainConfig):
-        checks.append((d.mode != "medusa2" or d.lora.r > 0, "drafter.mode medusa2 trains the target through LoRA: drafter.lora.r must be > 0"))
-    if isinstance(d, EagleTrainConfig):
-        checks.append((d.feature_loss_weight + d.cls_loss_weight > 0, "drafter.feature_loss_weight and drafter.cls_loss_weight must not both be 0"))
-    if isinstance(d, Eagle3TrainConfig):
-        checks.append((d.aux_layers is None or len(d.aux_layers) >= 1, "drafter.aux_layers: give at least one layer (or null for the default)"))
+    if hasattr(r.drafter, "checks"):
+        checks += r.drafter.checks()
     for ok, msg in checks:
         if not ok:
             raise DraftsmithError(msg)
@@ -438,7 +440,8 @@ def apply_overrides(data: dict, overrides: dict[str, object]) -> dict:
     return data
 
 
-def load_recipe(path: str | pathlib.Path, overrides: list[str] | dict | None = None) -> Recipe:
+def load_recipe(path: str | pathlib.Path, overrides: list[str] | dict | None = None, *,
+                drafter_configs: dict[str, type]) -> Recipe:
     path = pathlib.Path(path)
     if path.is_dir():
         inside = sorted(p.name for p in path.glob("*.yaml"))[:5]
@@ -461,7 +464,7 @@ def load_recipe(path: str | pathlib.Path, overrides: list[str] | dict | None = N
         raise DraftsmithError(f"recipe {path}: expected a mapping of sections at the top level")
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
-    return recipe_from_dict(apply_overrides(data, overrides or {}))
+    return recipe_from_dict(apply_overrides(data, overrides or {}), drafter_configs=drafter_configs)
 
 
 def _yaml_problem(e: yaml.YAMLError) -> str:

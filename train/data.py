@@ -24,7 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.infer.prompts import Prompt
+from draftsmith.prompts import Prompt
 from draftsmith.models.loading import cache_dir
 from draftsmith.train.config import DataConfig
 from draftsmith.train import corpora

@@ -1,6 +1,6 @@
 """One accelerate training loop for every drafter kind.
 
-The loop knows nothing of a drafter's internals: a task (`TASKS[kind]`) gives it the trainable
+The loop knows nothing of a drafter's internals: a task (`TASKS[kind]`, from train/kinds.py) gives it the trainable
 module, a loss over a batch, how to save a loadable drafter and how to run it in the engine.
 The frozen target is loaded once, outside DeepSpeed's `zero.Init`, never `prepare`d and never
 saved into a checkpoint; only the drafter is trained and sharded.
@@ -11,13 +11,9 @@ config the job is launched with (configs/accelerate/*.yaml). On CPU the process 
 
 from __future__ import annotations
 
-import contextlib
-import datetime
-import hashlib
 import json
 import logging
 import math
-import os
 import pathlib
 import signal
 import threading
@@ -30,15 +26,11 @@ from draftsmith.errors import DraftsmithError
 
 from . import checkpoint
 from .config import Recipe, dump_recipe
-from .draft_lm import DraftLMTask
-from .eagle import Eagle3Task, EagleTask
+from .distributed import fingerprint, is_zero3, load_target, make_accelerator, outside_zero_init, shutdown
+from .kinds import TASKS
 from .losses import expected_acceptance_length
-from .medusa import MedusaTask
 
 log = logging.getLogger("draftsmith.train")
-
-TASKS = {"draft_lm": DraftLMTask, "medusa": MedusaTask, "eagle": EagleTask, "eagle3": Eagle3Task}
-
 
 class EpochShuffle(torch.utils.data.Sampler):
     """A fresh permutation per epoch from (seed, epoch) alone, optionally skipping a prefix of
@@ -78,65 +70,6 @@ def lr_lambda(warmup: int, total: int, min_ratio: float):
     return f
 
 
-def make_accelerator(recipe: Recipe):
-    from accelerate import Accelerator
-    from accelerate.utils import InitProcessGroupKwargs, ProjectConfiguration
-
-    handlers = []
-    if not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        # CPU ranks talk over gloo; DeepSpeed would otherwise ask for its own CPU backend.
-        handlers.append(InitProcessGroupKwargs(backend="gloo", timeout=datetime.timedelta(minutes=30)))
-    out = pathlib.Path(recipe.checkpoint.output_dir)
-    trackers = list(recipe.logging.trackers)
-    if "wandb" in trackers:
-        _wandb_offline_unless_logged_in()
-    acc = Accelerator(
-        mixed_precision=recipe.optim.mixed_precision,
-        gradient_accumulation_steps=recipe.optim.grad_accum,
-        log_with=trackers or None,
-        project_config=ProjectConfiguration(project_dir=str(out), logging_dir=str(out / "logs")),
-        kwargs_handlers=handlers,
-        step_scheduler_with_optimizer=False,  # we step the schedule once per optimizer step
-    )
-    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and acc.distributed_type.name != "FSDP":
-        # accelerate quietly falls back to plain data parallel when FSDP has no GPUs to run on.
-        raise DraftsmithError("FSDP was requested but accelerate runs FSDP on GPUs only (here: "
-                              f"{acc.distributed_type.name}); on CPU use configs/accelerate/ddp.yaml, zero2.yaml or zero3.yaml")
-    return acc
-
-
-def _wandb_offline_unless_logged_in() -> None:
-    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
-        return
-    netrc = pathlib.Path("~/.netrc").expanduser()
-    if netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"):
-        return
-    os.environ["WANDB_MODE"] = "offline"
-    log.info("wandb: no API key found, logging offline (wandb sync later)")
-
-
-def _zero3(acc) -> bool:
-    plugin = acc.state.deepspeed_plugin
-    return plugin is not None and plugin.zero_stage == 3
-
-
-def load_target(recipe: Recipe, acc):
-    from draftsmith.models import Target
-
-    dtype = recipe.model.target_dtype
-    if dtype == "auto":
-        dtype = "bfloat16" if acc.device.type == "cuda" else "float32"
-    return Target.load(recipe.model.target, dtype=dtype, device=acc.device, compile=False)
-
-
-def fingerprint(model) -> str:
-    h = hashlib.sha256()
-    for name, p in sorted(model.named_parameters()):
-        h.update(name.encode())
-        h.update(p.detach().float().cpu().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
 class Trainer:
     def __init__(self, recipe: Recipe, resume: bool | None = None):
         self.recipe = r = recipe
@@ -169,7 +102,7 @@ class Trainer:
 
         # The target and the drafter's initial weights are built outside zero.Init: the target
         # must stay whole and unsharded; the drafter is partitioned by deepspeed.initialize.
-        with _outside_zero_init(acc):
+        with outside_zero_init(acc):
             self.target = load_target(r, acc)
             self.task = TASKS[r.drafter.kind](r.drafter, self.target, seed=r.optim.seed)
         with acc.main_process_first():  # regeneration/tokenising caches are written once
@@ -386,13 +319,13 @@ class Trainer:
         r, acc = self.recipe.logging, self.acc
         if r.acceptance_prompts <= 0 or not self.data.eval_prompts:
             return None
-        if _zero3(acc):
+        if is_zero3(acc):
             if self.main:
                 log.info("acceptance through the runtime is skipped under ZeRO-3 (weights are sharded); run draftsmith eval on the checkpoint")
             return None
         result = None
         if self.main:
-            from draftsmith.infer.bench import run_eval
+            from draftsmith.bench import run_eval
             from draftsmith.infer.sampling import GREEDY
 
             unwrapped = acc.unwrap_model(self.model)
@@ -424,7 +357,7 @@ class Trainer:
 
     def _finish(self, final: pathlib.Path, final_eval: dict, acceptance: dict | None) -> dict:
         acc = self.acc
-        prints = acc.gather_for_metrics([fingerprint(acc.unwrap_model(self.model))], use_gather_object=True) if not _zero3(acc) else []
+        prints = acc.gather_for_metrics([fingerprint(acc.unwrap_model(self.model))], use_gather_object=True) if not is_zero3(acc) else []
         summary = {
             "final_checkpoint": str(final),
             "steps": self.step,
@@ -470,24 +403,6 @@ def _param_groups(params, lr: float):
     return out
 
 
-@contextlib.contextmanager
-def _outside_zero_init(acc):
-    """Build models as plain tensors even under ZeRO-3. accelerate registers the DeepSpeed config
-    with transformers whatever `zero3_init_flag` says, and from_pretrained then partitions every
-    model it loads (the target too): unregister it meanwhile, then restore it."""
-    plugin = acc.state.deepspeed_plugin
-    if plugin is None:
-        yield
-        return
-    from transformers.integrations import unset_hf_deepspeed_config
-
-    unset_hf_deepspeed_config()
-    try:
-        yield
-    finally:
-        plugin.set_deepspeed_weakref()
-
-
 def _flat(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
@@ -512,13 +427,7 @@ def train(recipe: Recipe, resume: bool | None = None) -> dict:
         finally:
             trainer.close()
     finally:
-        _shutdown()
+        shutdown()
 
 
-def _shutdown() -> None:
-    # DeepSpeed on gloo hangs at interpreter exit unless the group is destroyed explicitly.
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
-
-
-__all__ = ["TASKS", "Trainer", "train"]
+__all__ = ["Trainer", "train"]

@@ -32,7 +32,7 @@ from draftsmith.errors import DraftsmithError
 
 from . import EngineOutput, require
 
-SPEC_TYPES = {"draft_lm": "draft-simple", "eagle3": "draft-eagle3"}
+SPEC_TYPES = {"draft_lm": "draft-simple", "eagle3": "draft-eagle3"}  # kind -> --spec-type (export/gguf.py reads it)
 STEP_LINE = re.compile(r"accepted (\d+)/(\d+) draft tokens, the last target token is: \((-?\d+)\)")
 TIMEOUT_S = 1800
 

@@ -20,19 +20,12 @@ import shutil
 import tempfile
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.train.kinds import KINDS
 
 from .common import DEFAULT_NUM_SPECULATIVE_TOKENS, check_complete, hub_id, read_checkpoint
 
 FORMATS = ("hf", "vllm", "sglang", "gguf")
-_APPLIES = {
-    "draft_lm": ("hf", "vllm", "gguf"),  # vllm: a plain causal LM folder, method "draft_model"; gguf: llama.cpp
-    "medusa": ("hf", "vllm"),
-    "eagle": ("hf", "vllm"),
-    "eagle3": ("hf", "vllm", "sglang", "gguf"),
-}
-# Repo-name suffixes: vLLM guesses the method from the draft's name when it is not given:
-# "eagle-" anywhere -> EAGLE-1 (so not "-eagle" at the end), "eagle3" -> EAGLE-3.
-METHOD_SUFFIX = {"draft_lm": "draft", "medusa": "medusa", "eagle": "eagle-draft", "eagle3": "eagle3"}
+# Which formats a kind has, its repo-name suffix and what caps its k: train/kinds.py (KINDS).
 EXPORT_META = "draftsmith_export.json"
 
 __all__ = ["EXPORT_META", "FORMATS", "add_arguments", "check", "default_repo_name", "export", "formats_for", "hub_id",
@@ -40,10 +33,11 @@ __all__ = ["EXPORT_META", "FORMATS", "add_arguments", "check", "default_repo_nam
 
 
 def formats_for(kind: str) -> list[str]:
-    """The export formats that apply to a drafter kind (draft_lm, medusa, eagle, eagle3)."""
-    if kind not in _APPLIES:
-        raise DraftsmithError(f"no export for {kind!r} drafters; exportable kinds: {', '.join(_APPLIES)}")
-    return list(_APPLIES[kind])
+    """The export formats that apply to a drafter kind (KINDS[kind].exports)."""
+    if kind not in KINDS or not KINDS[kind].exports:
+        exportable = [k for k, v in KINDS.items() if v.exports]
+        raise DraftsmithError(f"no export for {kind!r} drafters; exportable kinds: {', '.join(exportable)}")
+    return list(KINDS[kind].exports)
 
 
 def _module(fmt: str):
@@ -62,7 +56,7 @@ def default_repo_name(checkpoint) -> str:
     base = repo.split("/")[-1] if repo else pathlib.Path(target.rstrip("/")).name or "draft"
     if base.lower().endswith(".gguf"):
         base = base[: -len(".gguf")]
-    return f"{base}-{METHOD_SUFFIX[ckpt.kind]}"
+    return f"{base}-{KINDS[ckpt.kind].repo_suffix}"
 
 
 def export(checkpoint, fmt: str, output_dir, *, num_speculative_tokens: int | None = None,
@@ -70,7 +64,7 @@ def export(checkpoint, fmt: str, output_dir, *, num_speculative_tokens: int | No
     """Write the checkpoint as format `fmt` into `output_dir` (absent or empty). -> output_dir.
 
     num_speculative_tokens: tokens drafted per step recorded for the engine (vLLM's
-    speculative_tokens, SGLang's num-steps); default 3, for medusa all of its heads (vllm: only
+    speculative_tokens, SGLang's num-steps); default 3, for a kind with a k_limit (Medusa: its heads) all it drafts (vllm: only
     the first k heads are exported). verifier: the target the engine pairs the draft with;
     default the target's Hub id, else the target as the checkpoint names it.
     """
@@ -144,12 +138,14 @@ def _verifier(target: str) -> tuple[str, str | None]:
 
 
 def _num_tokens(ckpt, k: int | None) -> int:
-    if ckpt.kind == "medusa":
-        heads = int(ckpt.config.get("num_heads") or ckpt.meta.get("num_heads") or 0)
+    key = KINDS[ckpt.kind].k_limit  # Medusa: its heads, a block drafter: its block
+    if key:
+        limit = int(ckpt.config.get(key) or ckpt.meta.get(key) or 0)
         if k is None:
-            return heads
-        if k > heads:
-            raise DraftsmithError(f"this medusa checkpoint has {heads} heads: -k {k} is more than it can draft")
+            return limit  # all it drafts in its one pass (Medusa: every head; a block drafter: the block)
+        if k > limit:
+            raise DraftsmithError(f"this {ckpt.kind} checkpoint drafts at most {limit} tokens ({key}={limit}): "
+                                  f"-k {k} is more than it can draft")
     if k is None:
         return DEFAULT_NUM_SPECULATIVE_TOKENS
     if k < 1:

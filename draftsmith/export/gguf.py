@@ -22,13 +22,17 @@ import tempfile
 
 from draftsmith.errors import DraftsmithError
 
+from draftsmith.engines.llamacpp_engine import SPEC_TYPES  # one table: the engine serves what we write
+
 from .common import Checkpoint
 
 ENGINE = "llama.cpp"
 CHECKED_AGAINST = ("llama.cpp 0c1e570 (vendored by llama-cpp-python 0.3.36): convert_hf_to_gguf.py, conversion/llama.py, "
                    "common/speculative.cpp, examples/speculative-simple")
+# Which of our exports llama.cpp's convert_hf_to_gguf.py reads for a kind: a causal LM as is, an
+# EAGLE-3 draft in the speculators layout (layers.0.*, d2t offsets) with the target beside it.
+CONVERTER_READS = {"draft_lm": "hf", "eagle3": "vllm"}
 ARCHITECTURES = {"draft_lm": None, "eagle3": "eagle3"}  # None: whatever the LM is (llama, qwen2, ...)
-SPEC_TYPES = {"draft_lm": "draft-simple", "eagle3": "draft-eagle3"}
 GGUF_TYPES = ("f32", "f16", "bf16")
 
 
@@ -51,11 +55,10 @@ def write(ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, v
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".gguf-src-") as src:
         src = pathlib.Path(src)
         target_dir = None
-        if kind == "eagle3":
-            vllm.write(ckpt, src, num_speculative_tokens=num_speculative_tokens, verifier=verifier)
+        source = {"hf": hf, "vllm": vllm}[CONVERTER_READS[kind]]
+        source.write(ckpt, src, num_speculative_tokens=num_speculative_tokens, verifier=verifier)
+        if CONVERTER_READS[kind] == "vllm":  # an EAGLE-3 GGUF carries the target's embedding: the converter reads it
             target_dir = resolve_model(ckpt.target).path
-        else:
-            hf.write(ckpt, src, num_speculative_tokens=num_speculative_tokens, verifier=verifier)
         convert_to_gguf(src, out / file_name(kind, gguf_type), dtype, target_dir=target_dir, log_path=out / "convert.log")
     target_file = f"TARGET.gguf (the target {verifier} as GGUF, e.g. convert_hf_to_gguf.py --outtype {gguf_type})"
     serve = (f"llama-speculative-simple -m {target_file} -md DIR/{file_name(kind, gguf_type)} --spec-type {SPEC_TYPES[kind]} "

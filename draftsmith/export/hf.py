@@ -1,7 +1,7 @@
 """`hf`: the transformers-loadable layout (checked against transformers 5.x, the version this
 project runs on: `AutoModelForCausalLM.from_pretrained` and `generate(assistant_model=...)`).
 
-- draft_lm: a plain causal-LM folder (config.json of the LM itself, safetensors weights,
+- draft_lm (and every kind declared `causal_lm` in train/kinds.py): a plain causal-LM folder (config.json of the LM itself, safetensors weights,
   generation_config.json, tokenizer). It loads with `AutoModelForCausalLM.from_pretrained` and
   drafts for the target through `target.generate(..., assistant_model=draft)`.
 - medusa / eagle / eagle3: our own layout (config.json of MedusaConfig / EagleConfig /
@@ -18,6 +18,8 @@ from __future__ import annotations
 import pathlib
 import shutil
 
+from draftsmith.train.kinds import KINDS
+
 from .common import TRAINING_ONLY, Checkpoint, check_folder
 
 ENGINE = "transformers"
@@ -32,7 +34,8 @@ EAGLE_REQUIRED_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_at
                        "head_dim", "rms_norm_eps", "rope_parameters", "max_position_embeddings", "hidden_act",
                        "vocab_size", "target", "hidden_layers")
 EAGLE3_REQUIRED_KEYS = (*EAGLE_REQUIRED_KEYS, "draft_vocab_size", "target_hidden_size")
-REQUIRED_KEYS = {"draft_lm": DRAFT_LM_REQUIRED_KEYS, "medusa": MEDUSA_REQUIRED_KEYS, "eagle": EAGLE_REQUIRED_KEYS,
+REQUIRED_KEYS = {"draft_lm": DRAFT_LM_REQUIRED_KEYS, "pard": (*DRAFT_LM_REQUIRED_KEYS, "pard_token"),
+                 "medusa": MEDUSA_REQUIRED_KEYS, "eagle": EAGLE_REQUIRED_KEYS,
                  "eagle3": EAGLE3_REQUIRED_KEYS}
 MODEL_TYPES = {"medusa": "draftsmith_medusa", "eagle": "draftsmith_eagle", "eagle3": "draftsmith_eagle3"}
 
@@ -53,22 +56,21 @@ def medusa_weight_names(num_heads: int, num_layers: int, share_lm_head: bool) ->
 
 
 def expected_weights(kind: str, config: dict) -> dict | None:
-    """Name -> shape of the weights our loader reads for `config`; None for draft_lm (whatever
-    causal LM it is: transformers checks it)."""
-    if kind == "draft_lm":
-        return None
-    d = int(config["hidden_size"])
-    if kind == "medusa":
-        v, K, L = int(config["vocab_size"]), int(config["num_heads"]), int(config["num_layers"])
-        out = {}
-        for k in range(K):
-            for i in range(L):
-                out[f"blocks.{k}.{i}.linear.weight"] = (d, d)
-                out[f"blocks.{k}.{i}.linear.bias"] = (d,)
-            if not config.get("share_lm_head"):
-                out[f"lm_heads.{k}.weight"] = (v, d)
-        return out
-    return eagle_shapes(config, prefix="layers.0." if kind == "eagle" else "midlayer.", eagle3=kind == "eagle3")
+    """Name -> shape of the weights our loader reads for `config`; None for a causal-LM kind
+    (whatever LM it is: transformers checks it)."""
+    return SHAPES[kind](config) if kind in SHAPES else None
+
+
+def medusa_shapes(config: dict) -> dict:
+    d, v, K, L = int(config["hidden_size"]), int(config["vocab_size"]), int(config["num_heads"]), int(config["num_layers"])
+    out = {}
+    for k in range(K):
+        for i in range(L):
+            out[f"blocks.{k}.{i}.linear.weight"] = (d, d)
+            out[f"blocks.{k}.{i}.linear.bias"] = (d,)
+        if not config.get("share_lm_head"):
+            out[f"lm_heads.{k}.weight"] = (v, d)
+    return out
 
 
 def eagle_shapes(config: dict, prefix: str, eagle3: bool) -> dict:
@@ -107,6 +109,12 @@ def eagle_shapes(config: dict, prefix: str, eagle3: bool) -> dict:
     return out
 
 
+# Our own layouts, one per kind that is not a plain causal LM: name -> shape from its config.
+SHAPES = {"medusa": medusa_shapes,
+          "eagle": lambda config: eagle_shapes(config, prefix="layers.0.", eagle3=False),
+          "eagle3": lambda config: eagle_shapes(config, prefix="midlayer.", eagle3=True)}
+
+
 def write(ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, verifier: str) -> dict:
     """Copy the loadable part of the checkpoint into `out` (an empty folder). -> notes for
     draftsmith_export.json."""
@@ -117,8 +125,7 @@ def write(ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, v
             shutil.copytree(item, out / item.name)
         else:
             shutil.copy2(item, out / item.name)
-    kind = ckpt.kind
-    if kind == "draft_lm":
+    if KINDS[ckpt.kind].causal_lm:
         serve = ("from transformers import AutoModelForCausalLM; "
                  "draft = AutoModelForCausalLM.from_pretrained('DIR'); "
                  f"target.generate(**inputs, assistant_model=draft, num_assistant_tokens={num_speculative_tokens})")
@@ -132,7 +139,7 @@ def check(folder, kind: str) -> list[str]:
     import json
 
     folder = pathlib.Path(folder)
-    problems = check_folder(folder, REQUIRED_KEYS[kind], None)
+    problems = check_folder(folder, REQUIRED_KEYS.get(kind, DRAFT_LM_REQUIRED_KEYS if KINDS[kind].causal_lm else ()), None)
     if problems:
         return problems
     config = json.loads((folder / "config.json").read_text())

@@ -64,8 +64,19 @@ def aux_layer_ids(hf_ids: list[int]) -> list[int]:
 
 
 def write(ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, verifier: str) -> dict:
-    if ckpt.kind != "eagle3":
-        raise DraftsmithError(f"the sglang format is for eagle3 checkpoints; this one is {ckpt.kind}")
+    if ckpt.kind not in LAYOUTS:
+        raise DraftsmithError(f"the sglang format is for {', '.join(LAYOUTS)} checkpoints; this one is {ckpt.kind}")
+    return LAYOUTS[ckpt.kind][0](ckpt, out, num_speculative_tokens, verifier)
+
+
+def check(folder, kind: str = "eagle3") -> list[str]:
+    """Problems with an sglang export of a `kind` checkpoint ([] when it matches the contract)."""
+    if kind not in LAYOUTS:
+        return [f"no sglang layout for {kind} drafts"]
+    return LAYOUTS[kind][1](pathlib.Path(folder))
+
+
+def _eagle3(ckpt: Checkpoint, out: pathlib.Path, num_speculative_tokens: int, verifier: str) -> dict:
     cfg = ckpt.config
     tensors, ids, _ = eagle3_tensors(ckpt, prefix="midlayer.")
     save_weights(tensors, out)
@@ -98,9 +109,7 @@ def expected_weights(config: dict) -> dict:
     return hf.eagle_shapes(config, prefix="midlayer.", eagle3=True)
 
 
-def check(folder, kind: str = "eagle3") -> list[str]:
-    """Problems with an sglang export ([] when it matches the contract)."""
-    folder = pathlib.Path(folder)
+def _check_eagle3(folder: pathlib.Path) -> list[str]:
     problems = check_folder(folder, REQUIRED_KEYS, None)
     if problems:
         return problems
@@ -117,3 +126,7 @@ def check(folder, kind: str = "eagle3") -> list[str]:
     if problems:
         return problems
     return check_folder(folder, (), expected_weights(config))
+
+
+# kind -> (writer, checker): the layouts SGLang loads.
+LAYOUTS = {"eagle3": (_eagle3, _check_eagle3)}

@@ -49,7 +49,7 @@ ENGINE = "vLLM"
 CHECKED_AGAINST = ("vLLM main, late 2026: model_executor/models/{llama_eagle,llama_eagle3,medusa,llama}.py, "
                    "transformers_utils/config.py, transformers_utils/configs/{medusa,eagle}.py, "
                    "transformers_utils/configs/speculators/{base,algos}.py, v1/worker/gpu_model_runner.py, "
-                   "config/speculative.py")
+                   "config/speculative.py, v1/spec_decode/{draft_model,llm_base_proposer,utils}.py")
 SPECULATORS_VERSION = "0.9.0"  # the speculators release FORMATS.md describes; vLLM does not read it
 
 # --- EAGLE-3: the speculators format -----------------------------------------------------------
@@ -89,10 +89,20 @@ MEDUSA_REQUIRED_KEYS = ("model_type", "architectures", "hidden_size", "vocab_siz
 
 DRAFT_LM_REQUIRED_KEYS = ("architectures", "model_type", "vocab_size", "hidden_size", "num_hidden_layers")
 
-REQUIRED_KEYS = {"draft_lm": DRAFT_LM_REQUIRED_KEYS, "medusa": MEDUSA_REQUIRED_KEYS, "eagle": EAGLE_REQUIRED_KEYS,
+# --- pard: a causal LM with the mask token (method "draft_model" + parallel_drafting) ----------------
+# vllm/v1/spec_decode/llm_base_proposer.py `_init_parallel_drafting_params` reads the mask id from
+# (in order) dflash_config.mask_token_id, mask_token_id, dspark_noise_token_id, pard_token: a stray
+# `mask_token_id` would win over pard_token, so the check refuses one that disagrees. Parallel
+# drafting is switched on by the speculative_config (`parallel_drafting: true`), not by the folder.
+PARD_REQUIRED_KEYS = (*DRAFT_LM_REQUIRED_KEYS, "pard_token")
+
+REQUIRED_KEYS = {"draft_lm": DRAFT_LM_REQUIRED_KEYS, "pard": PARD_REQUIRED_KEYS, "medusa": MEDUSA_REQUIRED_KEYS,
+                 "eagle": EAGLE_REQUIRED_KEYS,
                  "eagle3": EAGLE3_REQUIRED_KEYS}
 FORBIDDEN_KEYS = {"eagle3": EAGLE3_FORBIDDEN_KEYS}
-METHODS = {"draft_lm": "draft_model", "medusa": "medusa", "eagle": "eagle", "eagle3": "eagle3"}
+# speculative_config keys a kind needs beyond method/model/num_speculative_tokens.
+SPEC_EXTRA = {"pard": {"parallel_drafting": True}}  # config/speculative.py: "PARD  draft_model  Parallel: Yes"
+METHODS = {"draft_lm": "draft_model", "pard": "draft_model", "medusa": "medusa", "eagle": "eagle", "eagle3": "eagle3"}
 
 
 def medusa_weight_names(num_heads: int, num_layers: int, original_lm_head: bool) -> list[str]:
@@ -102,25 +112,32 @@ def medusa_weight_names(num_heads: int, num_layers: int, original_lm_head: bool)
 
 def expected_weights(kind: str, config: dict) -> dict | None:
     """Name -> shape of what vLLM's loader reads for this engine `config` (None: any causal LM)."""
-    if kind == "draft_lm":
-        return None
-    if kind == "medusa":
-        d, v = int(config["hidden_size"]), int(config["truncated_vocab_size"])
-        K, L = int(config["num_heads"]), int(config["num_hidden_layers"])
-        out = {}
-        for k in range(K):
-            for i in range(L):
-                out[f"blocks.{k}.layers.{i}.weight"] = (d, d)
-                if config.get("medusa_fc_bias"):
-                    out[f"blocks.{k}.layers.{i}.bias"] = (d,)
-        heads = [0] if config.get("original_lm_head") else range(K)
-        out.update({f"lm_heads.{k}.weight": (v, d) for k in heads})
-        return out
-    if kind == "eagle":
-        return hf.eagle_shapes(config, prefix="layers.0.", eagle3=False)
+    return SHAPES[kind](config) if kind in SHAPES else None
+
+
+def medusa_shapes(config: dict) -> dict:
+    d, v = int(config["hidden_size"]), int(config["truncated_vocab_size"])
+    K, L = int(config["num_heads"]), int(config["num_hidden_layers"])
+    out = {}
+    for k in range(K):
+        for i in range(L):
+            out[f"blocks.{k}.layers.{i}.weight"] = (d, d)
+            if config.get("medusa_fc_bias"):
+                out[f"blocks.{k}.layers.{i}.bias"] = (d,)
+    heads = [0] if config.get("original_lm_head") else range(K)
+    out.update({f"lm_heads.{k}.weight": (v, d) for k in heads})
+    return out
+
+
+def eagle3_shapes(config: dict) -> dict:
     layer = dict(config["transformer_layer_config"])
     layer.update(draft_vocab_size=config["draft_vocab_size"], target_hidden_size=config.get("target_hidden_size"))
     return hf.eagle_shapes(layer, prefix="layers.0.", eagle3=True)
+
+
+# vLLM's own layouts, one per kind that is not a plain causal LM: name -> shape from the engine config.
+SHAPES = {"medusa": medusa_shapes, "eagle": lambda config: hf.eagle_shapes(config, prefix="layers.0.", eagle3=False),
+          "eagle3": eagle3_shapes}
 
 
 def aux_layer_ids(hidden_layers, num_layers: int | None) -> list[int]:
@@ -134,12 +151,12 @@ def aux_layer_ids(hidden_layers, num_layers: int | None) -> list[int]:
 
 
 def write(ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, verifier: str) -> dict:
-    writer = {"draft_lm": _draft_lm, "medusa": _medusa, "eagle": _eagle, "eagle3": _eagle3}[ckpt.kind]
+    writer = {"draft_lm": _draft_lm, "pard": _draft_lm, "medusa": _medusa, "eagle": _eagle, "eagle3": _eagle3}[ckpt.kind]
     notes = writer(ckpt, out, num_speculative_tokens, verifier)
     copy_tokenizer(ckpt, out)
     method = METHODS[ckpt.kind]
     k = notes.pop("k", num_speculative_tokens)
-    spec = json.dumps({"method": method, "model": "DIR", "num_speculative_tokens": k})
+    spec = json.dumps({"method": method, "model": "DIR", "num_speculative_tokens": k, **SPEC_EXTRA.get(ckpt.kind, {})})
     explicit = f"vllm serve {notes.pop('serve_target', verifier)} --speculative-config '{spec}'"
     if notes.setdefault("serve", explicit) != explicit:
         notes["serve_explicit"] = explicit
@@ -281,6 +298,42 @@ def eagle3_tensors(ckpt: Checkpoint, prefix: str):
     return tensors, sorted(ids), target_cfg
 
 
+def _check_eagle3(config: dict) -> list[str]:
+    spec = config["speculators_config"]
+    problems = [f"speculators_config lacks {k!r}" for k in SPECULATORS_CONFIG_KEYS if k not in spec]
+    methods = spec.get("proposal_methods") or [{}]
+    problems += [f"proposal_methods[0] lacks {k!r}" for k in PROPOSAL_METHOD_KEYS if k not in methods[0]]
+    problems += [f"verifier lacks {k!r}" for k in VERIFIER_KEYS if k not in spec.get("verifier", {})]
+    layer = config["transformer_layer_config"]
+    problems += [f"transformer_layer_config lacks {k!r}" for k in TRANSFORMER_LAYER_KEYS if k not in layer]
+    if layer.get("num_hidden_layers") != 1:
+        problems.append("transformer_layer_config.num_hidden_layers must be 1")
+    if config.get("norm_before_residual") is not False:
+        problems.append("norm_before_residual must be false (vLLM defaults it to true)")
+    return problems
+
+
+def _check_medusa(config: dict) -> list[str]:
+    renamed = [k for k in config if "num" in k and (("heads" in k and k != "num_heads") or
+                                                      ("layers" in k and k != "num_hidden_layers"))]
+    return [f"vLLM's MedusaConfig would rename {renamed} onto num_heads/num_hidden_layers"] if renamed else []
+
+
+def _check_pard(config: dict) -> list[str]:
+    token, vocab = config.get("pard_token"), config.get("vocab_size")
+    problems = []
+    if not isinstance(token, int) or isinstance(token, bool) or not isinstance(vocab, int) or not 0 <= token < vocab:
+        problems.append(f"pard_token {token!r} must be an id inside the vocabulary [0, {vocab})")
+    if config.get("mask_token_id") not in (None, token):
+        problems.append(f"mask_token_id {config['mask_token_id']} would override pard_token {token} in vLLM")
+    return problems
+
+
+# What a layout must satisfy beyond its required keys and weight shapes, per kind.
+CHECKS = {"pard": _check_pard, "eagle3": _check_eagle3, "medusa": _check_medusa,
+          "eagle": lambda config: [] if config.get("num_hidden_layers") == 1 else ["num_hidden_layers must be 1"]}
+
+
 def check(folder, kind: str) -> list[str]:
     """Problems with a vllm export of a `kind` checkpoint ([] when it matches the contract)."""
     folder = pathlib.Path(folder)
@@ -288,25 +341,7 @@ def check(folder, kind: str) -> list[str]:
     if problems:
         return problems
     config = json.loads((folder / "config.json").read_text())
-    if kind == "eagle3":
-        spec = config["speculators_config"]
-        problems += [f"speculators_config lacks {k!r}" for k in SPECULATORS_CONFIG_KEYS if k not in spec]
-        methods = spec.get("proposal_methods") or [{}]
-        problems += [f"proposal_methods[0] lacks {k!r}" for k in PROPOSAL_METHOD_KEYS if k not in methods[0]]
-        problems += [f"verifier lacks {k!r}" for k in VERIFIER_KEYS if k not in spec.get("verifier", {})]
-        layer = config["transformer_layer_config"]
-        problems += [f"transformer_layer_config lacks {k!r}" for k in TRANSFORMER_LAYER_KEYS if k not in layer]
-        if layer.get("num_hidden_layers") != 1:
-            problems.append("transformer_layer_config.num_hidden_layers must be 1")
-        if config.get("norm_before_residual") is not False:
-            problems.append("norm_before_residual must be false (vLLM defaults it to true)")
-    if kind == "eagle" and config.get("num_hidden_layers") != 1:
-        problems.append("num_hidden_layers must be 1")
-    if kind == "medusa":
-        renamed = [k for k in config if "num" in k and (("heads" in k and k != "num_heads") or
-                                                          ("layers" in k and k != "num_hidden_layers"))]
-        if renamed:
-            problems.append(f"vLLM's MedusaConfig would rename {renamed} onto num_heads/num_hidden_layers")
+    problems += CHECKS[kind](config) if kind in CHECKS else []
     if problems:
         return problems
     return check_folder(folder, (), expected_weights(kind, config))

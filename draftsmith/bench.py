@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -29,10 +28,11 @@ from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
 
-from .engine import Engine, GenerationResult, predicted_speedup
-from .metrics import SpecMetrics
-from .sampling import SamplingConfig
-from .tree import TreeConfig
+from draftsmith.infer.hardware import cpu_info, format_cpu  # noqa: F401 (format_cpu: the scripts import it from here)
+from draftsmith.infer.engine import Engine, GenerationResult, predicted_speedup
+from draftsmith.infer.metrics import SpecMetrics
+from draftsmith.infer.sampling import SamplingConfig
+from draftsmith.infer.tree import TreeConfig
 
 
 def _hf_generate(model, ids, max_new_tokens, sampling: SamplingConfig, eos, pad, seed, assistant=None):
@@ -64,34 +64,6 @@ def configure_hf_assistant(draft_model, k: int) -> None:
     gc.assistant_confidence_threshold = 0.0
 
 
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")  # what decides bf16 speed and verify cost
-
-
-def cpu_info() -> dict:
-    """The CPU's model name and the flags that change its figures (OFFLINE.md: bf16 pays on a
-    Xeon with AMX; without AVX-512, verifying K+1 tokens costs 2-4.6x a step), from /proc/cpuinfo."""
-    model, flags = None, None
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and model is None:
-                    model = value.strip()
-                elif key.strip() == "flags" and flags is None:
-                    flags = set(value.split())
-    except OSError:  # not Linux: the model name only
-        pass
-    return {"model": model or platform.processor() or platform.machine(),
-            "flags": None if flags is None else {f: f in flags for f in CPU_FLAGS}, "cores": os.cpu_count(),
-            "threads": torch.get_num_threads()}
-
-
-def format_cpu(cpu: dict) -> str:
-    flags = cpu.get("flags")
-    listed = ", ".join(f"{f} {'yes' if v else 'no'}" for f, v in flags.items() if f != "amx_tile") if flags else "flags unknown"
-    return f"{cpu['model']} ({listed}; {cpu['threads']} threads of {cpu['cores']} cores)"
-
-
 def environment(target, drafter, engine=None) -> dict:
     import transformers
 
@@ -108,6 +80,7 @@ def environment(target, drafter, engine=None) -> dict:
         "verification": engine.verification if engine is not None else "lossless",
         "drafter_kind": getattr(drafter, "kind", None),
         "dtype": str(target.dtype).replace("torch.", ""),
+        "dtype_reason": getattr(target, "dtype_reason", None),
         "device": str(dev),
         "hardware": torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{cpu['model']}, {torch.get_num_threads()} threads",
         "cpu": cpu,

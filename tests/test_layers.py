@@ -1,0 +1,129 @@
+"""The dependency rules of ARCHITECTURE.md, read from the source (every import, lazy ones too):
+layers import only downwards, no two modules import each other in a loop, infer/ names no
+drafter kind, and outside train/kinds.py no module spells a kind in an `if`."""
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FOLDERS = {"draftsmith": ROOT / "draftsmith", "draftsmith.infer": ROOT / "infer", "draftsmith.models": ROOT / "models",
+           "draftsmith.train": ROOT / "train"}
+# Lowest first. The bench and the prompt sets are tools on the runtime (beside the CLI on disk);
+# the trainer's periodic evaluation uses them, so they sit below train/.
+LAYERS = [
+    {"draftsmith", "draftsmith.errors"},
+    {"draftsmith.infer"},
+    {"draftsmith.models"},
+    {"draftsmith.bench", "draftsmith.prompts"},
+    {"draftsmith.train"},
+    {"draftsmith.export", "draftsmith.engines", "draftsmith.hub", "draftsmith.crosscheck"},
+    {"draftsmith.cli", "draftsmith.__main__"},
+]
+KIND_NAMES = ("draft_lm", "medusa", "eagle", "eagle3", "dflash", "pard")
+
+
+def modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for package, folder in FOLDERS.items():
+        for path in folder.rglob("*.py"):
+            if "__pycache__" in path.parts or (package == "draftsmith" and path.parts[len(folder.parts)] in FOLDERS):
+                continue
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            name = ".".join([package, *parts])
+            if package == "draftsmith" and parts and parts[0] in ("infer", "models", "train"):
+                continue
+            out[name] = path
+    return out
+
+
+def imports(name: str, path: pathlib.Path, known: set[str]) -> set[str]:
+    """Every draftsmith module `name` imports, at any depth of the file (lazy imports count)."""
+    tree = ast.parse(path.read_text())
+    is_pkg = path.name == "__init__.py"
+    base = name if is_pkg else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                pkg = base.rsplit(".", node.level - 1)[0] if node.level > 1 else base
+                mod = f"{pkg}.{node.module}" if node.module else pkg
+            else:
+                mod = node.module or ""
+            # `from pkg import sub` imports pkg.sub (the package's __init__ runs first, as for any
+            # submodule: not an edge); `from pkg import name` imports pkg
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t.startswith("draftsmith") and t != name:
+                found.add(t)
+    return found
+
+
+def layer(mod: str) -> int:
+    for i, group in enumerate(LAYERS):
+        for g in sorted(group, key=len, reverse=True):
+            if mod == g or mod.startswith(g + "."):
+                if g == "draftsmith" and mod != "draftsmith":
+                    continue
+                return i
+    raise AssertionError(f"{mod} is in no layer")
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {m: imports(m, p, known) for m, p in mods.items()}
+
+
+def test_layers_import_only_downwards():
+    bad = [f"{m} (layer {layer(m)}) imports {d} (layer {layer(d)})"
+           for m, deps in graph().items() for d in deps if layer(d) > layer(m)]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_loops():
+    g = graph()
+    # the `python -m draftsmith.train.features` shim imports its CLI module under __main__ only
+    g["draftsmith.train.features"].discard("draftsmith.train.features_cli")
+    state, loops = {}, []
+
+    def visit(m, stack):
+        state[m] = 1
+        for d in sorted(g.get(m, ())):
+            if state.get(d) == 1:
+                loops.append(" -> ".join(stack[stack.index(d):] + [d]))
+            elif d not in state:
+                visit(d, stack + [d])
+        state[m] = 2
+
+    for m in sorted(g):
+        if m not in state:
+            visit(m, [m])
+    assert not loops, "\n".join(loops)
+
+
+def test_infer_names_no_drafter_kind():
+    for path in (ROOT / "infer").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert node.value not in KIND_NAMES, f"{path.name} names the drafter kind {node.value!r}"
+
+
+def test_no_kind_is_spelled_in_an_if_outside_the_declaration():
+    """`if kind == "medusa"` anywhere but train/kinds.py means a new kind must touch that file too."""
+    offenders = []
+    for m, path in modules().items():
+        if m in ("draftsmith.train.kinds",):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.If, ast.IfExp)) and isinstance(node.test, ast.Compare):
+                consts = [c.value for c in ast.walk(node.test) if isinstance(c, ast.Constant)]
+                if any(c in KIND_NAMES for c in consts):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, "kind names in conditions: " + ", ".join(offenders)

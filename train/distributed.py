@@ -1,0 +1,105 @@
+"""accelerate helpers shared by the trainer and the feature extraction: the Accelerator for a
+recipe, the frozen target loaded outside DeepSpeed's `zero.Init`, a parameter fingerprint, and a
+clean process-group shutdown. Its own module so that train/features.py (which the EAGLE tasks
+import) does not import the trainer (which imports the tasks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import logging
+import os
+import pathlib
+
+import torch
+
+from draftsmith.errors import DraftsmithError
+
+from .config import Recipe
+
+log = logging.getLogger("draftsmith.train")
+
+
+def make_accelerator(recipe: Recipe):
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs, ProjectConfiguration
+
+    handlers = []
+    if not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # CPU ranks talk over gloo; DeepSpeed would otherwise ask for its own CPU backend.
+        handlers.append(InitProcessGroupKwargs(backend="gloo", timeout=datetime.timedelta(minutes=30)))
+    out = pathlib.Path(recipe.checkpoint.output_dir)
+    trackers = list(recipe.logging.trackers)
+    if "wandb" in trackers:
+        _wandb_offline_unless_logged_in()
+    acc = Accelerator(
+        mixed_precision=recipe.optim.mixed_precision,
+        gradient_accumulation_steps=recipe.optim.grad_accum,
+        log_with=trackers or None,
+        project_config=ProjectConfiguration(project_dir=str(out), logging_dir=str(out / "logs")),
+        kwargs_handlers=handlers,
+        step_scheduler_with_optimizer=False,  # we step the schedule once per optimizer step
+    )
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and acc.distributed_type.name != "FSDP":
+        # accelerate quietly falls back to plain data parallel when FSDP has no GPUs to run on.
+        raise DraftsmithError("FSDP was requested but accelerate runs FSDP on GPUs only (here: "
+                              f"{acc.distributed_type.name}); on CPU use configs/accelerate/ddp.yaml, zero2.yaml or zero3.yaml")
+    return acc
+
+
+def _wandb_offline_unless_logged_in() -> None:
+    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+        return
+    netrc = pathlib.Path("~/.netrc").expanduser()
+    if netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"):
+        return
+    os.environ["WANDB_MODE"] = "offline"
+    log.info("wandb: no API key found, logging offline (wandb sync later)")
+
+
+def is_zero3(acc) -> bool:
+    plugin = acc.state.deepspeed_plugin
+    return plugin is not None and plugin.zero_stage == 3
+
+
+def load_target(recipe: Recipe, acc):
+    from draftsmith.models import Target
+
+    dtype = recipe.model.target_dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if acc.device.type == "cuda" else "float32"
+    return Target.load(recipe.model.target, dtype=dtype, device=acc.device, compile=False)
+
+
+def fingerprint(model) -> str:
+    h = hashlib.sha256()
+    for name, p in sorted(model.named_parameters()):
+        h.update(name.encode())
+        h.update(p.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def outside_zero_init(acc):
+    """Build models as plain tensors even under ZeRO-3. accelerate registers the DeepSpeed config
+    with transformers whatever `zero3_init_flag` says, and from_pretrained then partitions every
+    model it loads (the target too): unregister it meanwhile, then restore it."""
+    plugin = acc.state.deepspeed_plugin
+    if plugin is None:
+        yield
+        return
+    from transformers.integrations import unset_hf_deepspeed_config
+
+    unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        plugin.set_deepspeed_weakref()
+
+
+def shutdown() -> None:
+    # DeepSpeed on gloo hangs at interpreter exit unless the group is destroyed explicitly.
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
