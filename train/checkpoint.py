@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import fcntl  # POSIX file locks: draftsmith trains on Linux/macOS
 import json
+import logging
 import os
 import pathlib
 import shutil
@@ -32,6 +33,8 @@ import sys
 import time
 
 from draftsmith.errors import DraftsmithError
+
+log = logging.getLogger("draftsmith.train")
 
 TRAINER_STATE = "trainer_state.json"
 TRAINING_STATE_DIR = "training_state"
@@ -273,6 +276,8 @@ def save(accelerator, task, model, root: pathlib.Path, name: str, trainer_state:
         else:
             os.replace(tmp, final)
         _fsync_dir(root)
+        # one line per checkpoint over all machines: the multi-machine test counts them
+        log.info("checkpoint %s written by process %d of %d", name, accelerator.process_index, accelerator.num_processes)
     accelerator.wait_for_everyone()
     return final
 

@@ -15,7 +15,9 @@ import json
 import logging
 import math
 import pathlib
+import os
 import signal
+import socket
 import threading
 import time
 
@@ -358,12 +360,17 @@ class Trainer:
     def _finish(self, final: pathlib.Path, final_eval: dict, acceptance: dict | None) -> dict:
         acc = self.acc
         prints = acc.gather_for_metrics([fingerprint(acc.unwrap_model(self.model))], use_gather_object=True) if not is_zero3(acc) else []
+        # which machine each process ran on (torchrun's GROUP_RANK is the machine's rank)
+        where = {"rank": acc.process_index, "machine_rank": int(os.environ.get("GROUP_RANK", 0)), "host": socket.gethostname()}
+        processes = acc.gather_for_metrics([where], use_gather_object=True) if acc.num_processes > 1 else [where]
         summary = {
             "final_checkpoint": str(final),
             "steps": self.step,
             "tokens": self.tokens,
             "train_seconds": round(self.train_seconds + time.monotonic() - self._t_start, 1),
             "world_size": acc.num_processes,
+            "num_machines": len({p["machine_rank"] for p in processes}),
+            "processes": processes,
             "distributed_type": str(acc.distributed_type),
             "mixed_precision": acc.mixed_precision,
             "param_fingerprints": prints,
