@@ -234,13 +234,13 @@ def engine_runtimes(name: str, setup: Setup, stop_ids, max_model_len: int, token
     """(runtimes, info) an engine contributes: its plain decoding and the draft's."""
     if name == "vllm":
         from draftsmith.engines.vllm_engine import VLLMEngine
-        from draftsmith.export.vllm import METHODS
+        from draftsmith.export.vllm import METHODS, SPEC_EXTRA
 
         draft_dir = _export(setup, "vllm")
         common = dict(dtype=setup.dtype, max_model_len=max_model_len)
         plain = VLLMEngine(setup.target_dir, log_path=setup.workdir / "vllm-plain.log", **common)
         spec = VLLMEngine(setup.target_dir, draft_dir=draft_dir, method=METHODS[setup.kind], num_speculative_tokens=setup.k,
-                          log_path=setup.workdir / "vllm-draft.log", **common)
+                          speculative_extra=SPEC_EXTRA.get(setup.kind), log_path=setup.workdir / "vllm-draft.log", **common)
         info = {"versions": spec.versions, "export": str(draft_dir), "method": METHODS[setup.kind],
                 "load_s": {"plain": plain.load_s, "draft": spec.load_s}}
         return {"vllm plain": EngineRuntime(plain, stop_ids), "vllm": EngineRuntime(spec, stop_ids, True)}, info

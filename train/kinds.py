@@ -19,6 +19,7 @@ import pathlib
 from dataclasses import dataclass
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.models.dflash import DFlash
 from draftsmith.models.draft_lm import DraftLM
 from draftsmith.models.eagle import Eagle
 from draftsmith.models.eagle3 import Eagle3
@@ -29,6 +30,7 @@ from draftsmith.models.prompt_lookup import PromptLookup
 
 from . import config
 from .config import DraftLMConfig, Eagle3TrainConfig, EagleTrainConfig, MedusaTrainConfig
+from .dflash import DFlashTask, DFlashTrainConfig
 from .draft_lm import DraftLMTask
 from .eagle import Eagle3Task, EagleTask
 from .medusa import MedusaTask
@@ -51,6 +53,7 @@ class Kind:
     k_limit:  the checkpoint config key that caps the tokens drafted per step (Medusa: its heads;
               a parallel drafter: its block), or None.
     crosscheck: the real engines `draftsmith crosscheck` decodes its exports in (vllm, llamacpp).
+    card_note: a line the model card adds under its transformers usage.
     """
 
     name: str
@@ -65,6 +68,7 @@ class Kind:
     causal_lm: bool = False
     k_limit: str | None = None
     crosscheck: tuple[str, ...] = ()
+    card_note: str = ""
 
     @property
     def trainable(self) -> bool:
@@ -89,7 +93,14 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("pard", Pard, PardTrainConfig, PardTask, exports=("hf", "vllm"), repo_suffix="pard",
          title="a PARD parallel draft model", tag="pard",
          paper="PARD: parallel draft model adaptation (An et al. 2025, arXiv 2504.18583)",
-         causal_lm=True, k_limit="pard_num_speculative_tokens"),
+         causal_lm=True, k_limit="pard_num_speculative_tokens", crosscheck=("vllm",),
+         card_note="transformers' `assistant_model` drafts with this model one token at a time (no mask tokens): "
+                   "correct, but not PARD's one-forward drafting, which vLLM (`parallel_drafting`) and draftsmith run."),
+    # One forward fills a block of masks; vLLM: method "dflash" (also guessed from "dflash" in the name).
+    Kind("dflash", DFlash, DFlashTrainConfig, DFlashTask, exports=("hf", "vllm", "sglang"), repo_suffix="dflash",
+         title="a DFlash block-diffusion drafter", tag="dflash",
+         paper="DFlash: block diffusion for flash speculative decoding (z-lab 2026)", k_limit="num_speculative_tokens",
+         crosscheck=("vllm",)),
     Kind("prompt_lookup", PromptLookup, title="prompt lookup", tag="prompt-lookup",
          paper="prompt lookup decoding (Saxena 2023)"),
 )}

@@ -26,12 +26,14 @@ class VLLMEngine:
     name = "vllm"
 
     def __init__(self, target_dir, *, draft_dir=None, method: str | None = None, num_speculative_tokens: int | None = None,
-                 dtype: str = "float32", max_model_len: int = 2048, log_path="vllm.log", threads: int | None = None):
+                 dtype: str = "float32", max_model_len: int = 2048, log_path="vllm.log", threads: int | None = None,
+                 speculative_extra: dict | None = None):
+        # speculative_extra: further speculative_config keys (PARD: {"parallel_drafting": true}).
         folder = require("vllm")
         python = folder / "bin" / "python"
         spec = None
         if method is not None:
-            spec = {"method": method, "num_speculative_tokens": int(num_speculative_tokens)}
+            spec = {"method": method, "num_speculative_tokens": int(num_speculative_tokens), **(speculative_extra or {})}
             if draft_dir is not None:
                 spec["model"] = str(draft_dir)
         threads = threads or len(os.sched_getaffinity(0))

@@ -36,8 +36,9 @@ EAGLE_REQUIRED_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_at
 EAGLE3_REQUIRED_KEYS = (*EAGLE_REQUIRED_KEYS, "draft_vocab_size", "target_hidden_size")
 REQUIRED_KEYS = {"draft_lm": DRAFT_LM_REQUIRED_KEYS, "pard": (*DRAFT_LM_REQUIRED_KEYS, "pard_token"),
                  "medusa": MEDUSA_REQUIRED_KEYS, "eagle": EAGLE_REQUIRED_KEYS,
-                 "eagle3": EAGLE3_REQUIRED_KEYS}
-MODEL_TYPES = {"medusa": "draftsmith_medusa", "eagle": "draftsmith_eagle", "eagle3": "draftsmith_eagle3"}
+                 "eagle3": EAGLE3_REQUIRED_KEYS,
+                 "dflash": (*EAGLE_REQUIRED_KEYS, "num_hidden_layers", "block_size", "mask_token_id", "target_hidden_size")}
+MODEL_TYPES = {"medusa": "draftsmith_medusa", "eagle": "draftsmith_eagle", "eagle3": "draftsmith_eagle3", "dflash": "draftsmith_dflash"}
 
 # Our own weight names (models/medusa.py, models/eagle.py, models/eagle3.py).
 ATTN = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight")
@@ -109,10 +110,32 @@ def eagle_shapes(config: dict, prefix: str, eagle3: bool) -> dict:
     return out
 
 
+def dflash_shapes(config: dict) -> dict:
+    """A DFlash draft's weights (models/dflash.py; the names vLLM's and SGLang's DFlash loaders
+    read, the same in our checkpoint and in the engine folders): FC over the fused target layers,
+    hidden_norm, Qwen3-style layers (q_norm/k_norm over head_dim), the final norm. The embedding
+    and LM head are the target's."""
+    d, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    kv, hd = int(config.get("num_key_value_heads") or heads), int(config.get("head_dim") or d // heads)
+    inter, target = int(config["intermediate_size"]), int(config.get("target_hidden_size") or d)
+    fused = len(config["hidden_layers"]) if "hidden_layers" in config else len(config["dflash_config"]["target_layer_ids"])
+    out = {"fc.weight": (d, fused * target), "hidden_norm.weight": (d,), "norm.weight": (d,)}
+    for i in range(int(config["num_hidden_layers"])):
+        p = f"layers.{i}."
+        out.update({
+            f"{p}input_layernorm.weight": (d,), f"{p}post_attention_layernorm.weight": (d,),
+            f"{p}self_attn.q_proj.weight": (heads * hd, d), f"{p}self_attn.k_proj.weight": (kv * hd, d),
+            f"{p}self_attn.v_proj.weight": (kv * hd, d), f"{p}self_attn.o_proj.weight": (d, heads * hd),
+            f"{p}self_attn.q_norm.weight": (hd,), f"{p}self_attn.k_norm.weight": (hd,),
+            f"{p}mlp.gate_proj.weight": (inter, d), f"{p}mlp.up_proj.weight": (inter, d), f"{p}mlp.down_proj.weight": (d, inter),
+        })
+    return out
+
+
 # Our own layouts, one per kind that is not a plain causal LM: name -> shape from its config.
 SHAPES = {"medusa": medusa_shapes,
           "eagle": lambda config: eagle_shapes(config, prefix="layers.0.", eagle3=False),
-          "eagle3": lambda config: eagle_shapes(config, prefix="midlayer.", eagle3=True)}
+          "eagle3": lambda config: eagle_shapes(config, prefix="midlayer.", eagle3=True), "dflash": dflash_shapes}
 
 
 def write(ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, verifier: str) -> dict:

@@ -34,6 +34,7 @@ from draftsmith.errors import DraftsmithError
 
 from . import hf
 from .common import Checkpoint, check_folder, copy_tokenizer, dtype_name, llama_layer_config, save_weights, write_json
+from . import vllm
 from .vllm import eagle3_tensors
 
 ENGINE = "SGLang"
@@ -128,5 +129,22 @@ def _check_eagle3(folder: pathlib.Path) -> list[str]:
     return check_folder(folder, (), expected_weights(config))
 
 
+def _dflash(ckpt: Checkpoint, out: pathlib.Path, num_speculative_tokens: int, verifier: str) -> dict:
+    """SGLang's DFlashDraftModel (srt/models/dflash.py, srt/speculative/dflash_utils.py
+    parse_dflash_draft_config) reads vLLM's DFlash folder as it is: block_size at the top level,
+    dflash_config.{target_layer_ids, mask_token_id}, weights fc/hidden_norm/layers.*/norm with no
+    embedding or LM head (the target's). One layout, written by export/vllm.py."""
+    notes = vllm.dflash_folder(ckpt, out, num_speculative_tokens, verifier)
+    copy_tokenizer(ckpt, out)
+    k = notes.pop("k")
+    serve = (f"python -m sglang.launch_server --model-path {verifier} --speculative-algorithm DFLASH "
+             f"--speculative-draft-model-path DIR --speculative-num-draft-tokens {k + 1}")  # the pending token + k
+    return {"serve": serve, "num_speculative_tokens": k, **notes}
+
+
+def _check_dflash(folder: pathlib.Path) -> list[str]:
+    return vllm.check(folder, "dflash")
+
+
 # kind -> (writer, checker): the layouts SGLang loads.
-LAYOUTS = {"eagle3": (_eagle3, _check_eagle3)}
+LAYOUTS = {"eagle3": (_eagle3, _check_eagle3), "dflash": (_dflash, _check_dflash)}

@@ -1,0 +1,334 @@
+"""`dflash`: DFlash block-diffusion drafting (Chen, Liang and Liu, z-lab 2026, "DFlash: Block
+Diffusion for Flash Speculative Decoding"; reference code github.com/z-lab/dflash).
+
+The draft fills a whole block of masked positions in ONE forward, conditioned on the target's
+hidden features. With p the position of the pending token x_p (sampled by the target, not yet
+consumed by it) and K = block_size - 1:
+
+    c_t  = hidden_norm(FC([h^(l1)_t; ...; h^(ln)_t]))        context, t < p   (n*d_target -> d)
+    block = [x_p, m, m, ..., m] at positions p .. p+K            (m = mask_token_id)
+    every draft layer i: keys/values = [W_k,v^i c_{<p} ; W_k,v^i x^i_block]   ("KV injection")
+                         queries     = the block only, attending to ALL of them (non-causal)
+    q_j = softmax(LMHead(norm(o_{p+j})))  for j = 1..K    (position p+j predicts token x_{p+j})
+
+so the K draft tokens are conditionally independent given the context: a chain that lossless
+verification (infer/verify.py) checks like any other. The context features are the outputs of
+several target layers (like EAGLE-3's fused low/mid/high ones), projected once by FC and
+hidden_norm and then by each draft layer's k/v projections (with k_norm and RoPE at their own
+positions); only real target features ever enter the context cache, so accept() has nothing to
+roll back. The embedding (block tokens, the mask token's row included) and the LM head are the
+target's, borrowed and never saved, as vLLM shares them when a checkpoint lacks them.
+
+Layout and weight names follow what vLLM loads (model_executor/models/qwen3_dflash.py,
+DFlashQwen3ForCausalLM.load_weights; same as z-lab's DFlashDraftModel): fc, hidden_norm,
+layers.{i}.{input_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
+post_attention_layernorm, mlp.{gate,up,down}_proj}, norm. Qwen3-style decoder layers (per-head
+RMSNorm on q and k, NeoX RoPE), whatever the target's family.
+
+Layer indices: `hidden_layers` are indices into transformers' `hidden_states` tuple, as for every
+drafter here (i = output of decoder layer i-1). DFlash's own `target_layer_ids` count decoder
+layer outputs from 0, so target_layer_ids = hidden_layers - 1 (vLLM adds the 1 back,
+v1/worker/gpu/spec_decode/eagle/eagle3_utils.py, get_eagle3_aux_layers_from_config).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.infer.proposal import Proposal
+from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
+from draftsmith.infer.tree import TreeConfig
+
+from .eagle import MLP, EagleConfig, RMSNorm, _rotate_half, expand_kv
+from .loading import check_draft_sizes, load_draft_weights, register_config
+
+
+class DFlashConfig(EagleConfig):
+    """An EagleConfig's layer shape (copied from the target) plus DFlash's block fields."""
+
+    model_type = "draftsmith_dflash"
+
+    def __init__(self, num_hidden_layers: int = 1, block_size: int = 8, mask_token_id: int = 0,
+                 target_hidden_size: int | None = None, causal: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.num_hidden_layers = num_hidden_layers  # draft layers
+        self.block_size = block_size  # pending token + block_size - 1 masks
+        self.mask_token_id = mask_token_id
+        self.target_hidden_size = target_hidden_size or self.hidden_size
+        self.causal = causal  # False (DFlash): the block attends to itself in both directions
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return self.block_size - 1
+
+    @property
+    def target_layer_ids(self) -> list[int]:
+        """DFlash's convention (decoder-layer outputs from 0): what vLLM's dflash_config holds."""
+        return [i - 1 for i in self.hidden_layers]
+
+
+def default_target_layers(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """z-lab's `build_target_layer_ids` (layer outputs spread from layer 1 to L-3), at least three
+    of them as EAGLE-3 fuses, as indices into hidden_states (+1)."""
+    n, L = max(num_draft_layers, 3), num_target_layers
+    start, end = 1, max(L - 3, 1)
+    ids = sorted({int(round(start + i * (end - start) / (n - 1))) for i in range(n)})
+    return [min(i, L - 2) + 1 for i in ids]
+
+
+def _rope(x, cos, sin):
+    return x * cos + _rotate_half(x) * sin
+
+
+class DFlashAttention(nn.Module):
+    def __init__(self, c: DFlashConfig):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        d = c.hidden_size
+        self.q_proj = nn.Linear(d, self.heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(d, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(d, self.kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, d, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, c.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, c.rms_norm_eps)
+
+    def kv(self, x, cos, sin):
+        """Keys (k_norm, RoPE) and values [B, KV, S, hd] of inputs x [B, S, d]: how both the
+        context (vLLM's precompute_and_store_context_kv) and the block are projected."""
+        B, S, _ = x.shape
+        k = self.k_norm(self.k_proj(x).view(B, S, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(B, S, self.kv_heads, self.head_dim).transpose(1, 2)
+        return _rope(k, cos.unsqueeze(1), sin.unsqueeze(1)), v
+
+    def forward(self, x, cos, sin, ctx_k, ctx_v, mask):
+        B, Q, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, Q, self.heads, self.head_dim)).transpose(1, 2)
+        q = _rope(q, cos.unsqueeze(1), sin.unsqueeze(1))
+        k, v = self.kv(x, cos, sin)
+        keys, values = torch.cat([ctx_k, k], 2), torch.cat([ctx_v, v], 2)
+        out = F.scaled_dot_product_attention(q, expand_kv(keys, self.heads), expand_kv(values, self.heads), attn_mask=mask)
+        return self.o_proj(out.transpose(1, 2).reshape(B, Q, self.heads * self.head_dim))
+
+
+class DFlashLayer(nn.Module):
+    """A Qwen3 decoder layer whose attention also sees the injected context keys/values."""
+
+    def __init__(self, c: DFlashConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.self_attn = DFlashAttention(c)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.mlp = MLP(c)
+
+    def forward(self, h, cos, sin, ctx_k, ctx_v, mask):
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, ctx_k, ctx_v, mask)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class ContextCache:
+    """Per draft layer, the context keys/values of every position whose real target feature is
+    known: preallocated, appended to, never rolled back (the block's own keys are not stored)."""
+
+    def __init__(self, config: DFlashConfig, max_length: int, dtype, device):
+        shape = (1, config.num_key_value_heads, max_length, config.head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)]
+        self.length = 0
+
+    def append(self, kvs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        m = kvs[0][0].shape[2]
+        if self.length + m > self.k[0].shape[2]:
+            grow = self.length + m + 64 - self.k[0].shape[2]
+            self.k = [torch.cat([t, t.new_zeros(*t.shape[:2], grow, t.shape[3])], 2) for t in self.k]
+            self.v = [torch.cat([t, t.new_zeros(*t.shape[:2], grow, t.shape[3])], 2) for t in self.v]
+        for i, (k, v) in enumerate(kvs):
+            self.k[i][:, :, self.length : self.length + m] = k
+            self.v[i][:, :, self.length : self.length + m] = v
+        self.length += m
+        return [(k[:, :, : self.length], v[:, :, : self.length]) for k, v in zip(self.k, self.v)]
+
+
+class DFlashModel(PreTrainedModel):
+    config_class = DFlashConfig
+    base_model_prefix = "dflash"
+    main_input_name = "input_ids"
+
+    def __init__(self, config: DFlashConfig):
+        super().__init__(config)
+        d = config.hidden_size
+        self.fc = nn.Linear(len(config.hidden_layers) * config.target_hidden_size, d, bias=False)
+        self.hidden_norm = RMSNorm(d, config.rms_norm_eps)
+        self.layers = nn.ModuleList([DFlashLayer(config) for _ in range(config.num_hidden_layers)])
+        self.norm = RMSNorm(d, config.rms_norm_eps)
+        self.rotary = LlamaRotaryEmbedding(config.llama_config())  # inv_freq: non-persistent
+        self.__dict__["_embed"] = self.__dict__["_lm_head"] = None
+        self.post_init()
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, 0.0, 0.02)
+        elif isinstance(module, RMSNorm):
+            nn.init.ones_(module.weight)
+        elif isinstance(module, LlamaRotaryEmbedding):
+            super()._init_weights(module)  # recompute inv_freq (from_pretrained leaves it empty)
+
+    def get_input_embeddings(self):
+        return None
+
+    def get_output_embeddings(self):
+        return None
+
+    def attach_target(self, target_model) -> None:
+        """Borrow the target's embedding and LM head: never registered, so never trained or saved."""
+        want = (self.config.vocab_size, self.config.hidden_size)
+        emb, head = target_model.get_input_embeddings(), target_model.get_output_embeddings()
+        for name, module in (("embedding", emb), ("LM head", head)):
+            if tuple(module.weight.shape) != want:
+                raise DraftsmithError(f"the target's {name} is {tuple(module.weight.shape)}, this dflash draft needs {want}")
+        self.__dict__["_embed"], self.__dict__["_lm_head"] = emb, head
+
+    def _borrowed(self, name: str):
+        module = self.__dict__[name]
+        if module is None:
+            raise DraftsmithError("this dflash draft borrows the target's embedding and LM head: call attach_target(target model) first")
+        return module.weight.detach()
+
+    def context_kv(self, features: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Target features [B, S, n*d_target] at positions [B, S] -> per layer (k, v) [B, KV, S, hd]."""
+        c = self.hidden_norm(self.fc(features.to(self.fc.weight.dtype)))
+        cos, sin = self.rotary(c, positions)
+        return [layer.self_attn.kv(c, cos, sin) for layer in self.layers]
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, features: torch.Tensor,
+                feature_positions: torch.Tensor, cache: ContextCache | None = None,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """ONE draft forward: block tokens input_ids [B, Q] at positions [B, Q] over the context.
+
+        features [B, S, n*d_target] at feature_positions [B, S] are the context rows new to this
+        call: appended to `cache` when given (inference), else the whole context (training).
+        attention_mask [B, 1, Q, context + Q] (True = may attend) or None (every query sees
+        every key: inference's one non-causal block). Returns the final-norm outputs [B, Q, d].
+        """
+        kvs = self.context_kv(features, feature_positions)
+        if cache is not None:
+            kvs = cache.append(kvs)
+        h = F.embedding(input_ids, self._borrowed("_embed")).to(self.fc.weight.dtype)
+        cos, sin = self.rotary(h, positions)
+        for layer, (k, v) in zip(self.layers, kvs):
+            h = layer(h, cos, sin, k, v, attention_mask)
+        return self.norm(h)
+
+    def logits(self, out: torch.Tensor) -> torch.Tensor:
+        return F.linear(out, self._borrowed("_lm_head").to(out.dtype))
+
+
+class DFlash:
+    """The runtime drafter: one forward per step drafts a chain of up to block_size - 1 tokens."""
+
+    kind = "dflash"
+    model_class = DFlashModel
+    needs_hidden_states = True
+    supports_trees = False
+
+    def __init__(self, model: DFlashModel, target, name: str, freeze: bool = True):
+        self.model = model.eval().requires_grad_(False) if freeze else model
+        check_config(model.config, target, f"the dflash draft {name}")
+        model.attach_target(target.model)
+        self.target, self.name = target, name
+        self.hidden_layers = tuple(model.config.hidden_layers)
+        self.max_speculative_tokens = model.config.num_speculative_tokens  # the trainer caps K by it
+        self._cache: ContextCache | None = None
+        self._pending: torch.Tensor | None = None  # target features not yet in the cache
+
+    @classmethod
+    def from_pretrained(cls, folder, target) -> "DFlash":
+        what = f"the dflash draft in {folder}"
+        model = load_draft_weights(cls.model_class, folder, target, what, lambda c: check_config(c, target, what))
+        return cls(model, target, str(folder))
+
+    def start(self, prompt: torch.Tensor, max_length: int, hidden: torch.Tensor | None = None) -> None:
+        if hidden is None:
+            raise DraftsmithError("dflash drafts read the target's hidden states: run them through draftsmith's Engine")
+        p = self.model.fc.weight
+        self._cache = ContextCache(self.model.config, max_length + 1, p.dtype, p.device)
+        self._pending = hidden
+
+    def accept(self, num_accepted: int, hidden: torch.Tensor | None = None) -> None:
+        self._pending = hidden  # the root and the accepted tokens, with the target's real features
+
+    def propose(self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None,
+                tree: TreeConfig | None = None) -> Proposal:
+        if tree is not None:
+            raise DraftsmithError("dflash drafts one block per step, a chain: it defines no token trees")
+        cache, n = self._cache, seq.shape[1]
+        m = 0 if self._pending is None else self._pending.shape[0]
+        if cache is None or cache.length + m != n - 1 or m == 0:
+            raise DraftsmithError(f"dflash drafter out of step with the engine ({0 if cache is None else cache.length} "
+                                  f"context rows + {m} features for {n} tokens)")
+        k = min(k, self.model.config.num_speculative_tokens)
+        device = self.model.fc.weight.device
+        block = torch.full((1, k + 1), self.model.config.mask_token_id, dtype=torch.long, device=device)
+        block[0, 0] = seq[0, n - 1]
+        positions = torch.arange(n - 1, n + k, device=device).unsqueeze(0)
+        feature_positions = torch.arange(cache.length, n - 1, device=device).unsqueeze(0)
+        mask = block_mask(n - 1, k + 1, device) if self.model.config.causal else None
+        with torch.no_grad():
+            out = self.model(block, positions, self._pending.to(device).unsqueeze(0), feature_positions, cache=cache,
+                             attention_mask=mask)
+            logits = self.model.logits(out[0, 1:])  # position p+j predicts token p+j
+        self._pending = None
+        if sampling.greedy:
+            return Proposal(logits.argmax(-1).to(self.target.device))
+        probs = logits_to_probs(logits, sampling)  # the same processing as the target's
+        return Proposal(sample(probs, generator).to(self.target.device), probs)
+
+
+def block_mask(context: int, q: int, device) -> torch.Tensor:
+    """[1, 1, q, context + q] for a causal block (dflash_config.causal): all the context, and
+    the block's own keys up to each query."""
+    mask = torch.ones(q, context + q, dtype=torch.bool, device=device)
+    mask[:, context:] = torch.ones(q, q, dtype=torch.bool, device=device).tril()
+    return mask.view(1, 1, q, context + q)
+
+
+def check_config(config, target, what: str) -> None:
+    """Sizes, and hidden layers a vLLM export can name: the outputs of decoder layers 0..L-2
+    (hidden_states 1..L-1; hidden_states[L] is after the final norm, which vLLM never captures)."""
+    check_draft_sizes(config, target, what)
+    layers = target.config.num_hidden_layers
+    bad = [i for i in config.hidden_layers if not 1 <= i <= layers - 1]
+    if bad or not config.hidden_layers:
+        raise DraftsmithError(f"{what} reads hidden layers {list(config.hidden_layers)}, but dflash reads the outputs of "
+                              f"{target.name}'s decoder layers: hidden states 1..{layers - 1} ({bad} out of range)")
+    if not 0 <= config.mask_token_id < target.vocab_size:
+        raise DraftsmithError(f"{what}: mask token id {config.mask_token_id} is outside the target's vocabulary of {target.vocab_size}")
+    if config.block_size < 2:
+        raise DraftsmithError(f"{what}: block_size {config.block_size} drafts nothing (the block is the pending token + block_size-1 masks)")
+
+
+def resolve_mask_token(tokenizer, vocab_size: int, explicit: int | None = None) -> int:
+    """The mask token id, without growing the target's embedding (SpecForge's
+    resolve_mask_token_id order): explicit, the tokenizer's mask token, the first embedding row
+    no token uses, then pad, eos, unk."""
+    size = len(tokenizer) if tokenizer is not None else vocab_size
+    candidates = [explicit, getattr(tokenizer, "mask_token_id", None), size if size < vocab_size else None,
+                  *(getattr(tokenizer, a, None) for a in ("pad_token_id", "eos_token_id", "unk_token_id"))]
+    for i, c in enumerate(candidates):
+        if c is None:
+            continue
+        if not 0 <= int(c) < vocab_size:
+            if i == 0:
+                raise DraftsmithError(f"drafter.mask_token_id {c} is outside the target's vocabulary of {vocab_size}")
+            continue
+        return int(c)
+    raise DraftsmithError("no mask token: the tokenizer has no mask, pad, eos or unk token; set drafter.mask_token_id")
+
+
+register_config(DFlashConfig)
+
+__all__ = ["ContextCache", "DFlash", "DFlashConfig", "DFlashModel", "check_config", "default_target_layers", "resolve_mask_token"]
