@@ -275,6 +275,7 @@ def run_compare(target, methods: list[Method], prompts, max_new_tokens, sampling
             n = names[(i + j) % len(names)]
             outputs[n].append(run[n](p, seed + i))
     tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in outs]) for n, outs in outputs.items()}
+    in_loop = {n: in_loop_times(outs) for n, outs in outputs.items()}
     rows = {}
     for n in names:
         m = SpecMetrics()
@@ -289,11 +290,27 @@ def run_compare(target, methods: list[Method], prompts, max_new_tokens, sampling
             costs = e.measure_step_costs(prompts[0].ids)
             row.update(environment(target, e.drafter, e), num_speculative_tokens=e.k, step_costs_s=costs,
                        predicted_speedup=predicted_speedup(m.mean_acceptance_length, costs["t_step"], costs["t_draft_k"], costs["t_verify"]))
+            if in_loop[n] and in_loop["plain"]:
+                # the same costs as the loop really ran them: plain's verify is its decode step
+                t = {"t_step": in_loop["plain"]["verify"], "t_draft": in_loop[n]["draft"], "t_verify": in_loop[n]["verify"]}
+                row.update(step_costs_in_loop_s=t, predicted_speedup_in_loop=predicted_speedup(
+                    m.mean_acceptance_length, t["t_step"], t["t_draft"], t["t_verify"]))
         rows[n] = row
     env = environment(target, None)
     env.pop("draft"), env.pop("drafter_kind"), env.pop("tree"), env.pop("verification")
     return {**env, "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p, "seed": seed,
             "max_new_tokens": max_new_tokens, "num_prompts": len(prompts), "methods": rows}
+
+
+def in_loop_times(results: list[GenerationResult]) -> dict | None:
+    """Median seconds per step of drafting and of verifying over every step of `results`, as the
+    engine timed them inside its loop (GenerationResult.extra["step_times_s"]); None if untimed."""
+    times = [r.extra.get("step_times_s") for r in results]
+    if not times or any(t is None for t in times):
+        return None
+    draft = [x for t in times for x in t["draft"]]
+    verify = [x for t in times for x in t["verify"]]
+    return {"draft": statistics.median(draft), "verify": statistics.median(verify)} if verify else None
 
 
 def format_compare(result: dict) -> str:
@@ -309,6 +326,16 @@ def format_compare(result: dict) -> str:
         lines.append(f"{name:<22}{per_step:>11.1f}{r['mean_acceptance_length']:>7.2f}{fmt(r['draft_acceptance_rate'], '.2f'):>8}"
                      f"{r['tokens_per_s']:>10.2f}{r['speedup']:>8.2f}x{fmt(r.get('predicted_speedup'), '.2f'):>9}x{match:>7}  "
                      + " ".join(f"{a:.2f}" for a in r["per_position_acceptance"]))
+    costed = {n: r for n, r in result["methods"].items() if r.get("step_costs_s")}
+    if costed:  # the same step costs measured alone (measure_step_costs) and inside the loop
+        lines.append(f"{'step costs, x a decode step':<28}{'draft alone':>12}{'in loop':>9}{'verify alone':>13}{'in loop':>9}"
+                     f"{'predicted alone':>16}{'in loop':>9}{'measured':>10}")
+        for name, r in costed.items():
+            c, t = r["step_costs_s"], r.get("step_costs_in_loop_s")
+            loop = (lambda key: f"{t[key] / t['t_step']:.2f}x") if t else (lambda key: "-")
+            lines.append(f"{name:<28}{c['t_draft_k'] / c['t_step']:>11.2f}x{loop('t_draft'):>9}{c['t_verify'] / c['t_step']:>12.2f}x"
+                         f"{loop('t_verify'):>9}{r['predicted_speedup']:>15.2f}x"
+                         f"{(format(r['predicted_speedup_in_loop'], '.2f') + 'x') if t else '-':>9}{r['speedup']:>9.2f}x")
     lines += group_table(result["methods"])
     return "\n".join(lines)
 

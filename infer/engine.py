@@ -95,6 +95,7 @@ class Engine:
         # as llama.cpp's speculative examples do (vLLM, like our default, samples it from the
         # prefill). Same output; the steps, and so the acceptance counts, differ by that one step.
         self.draft_first = draft_first and drafter is not None
+        self.time_steps = False  # CUDA: time every step inside the loop too (synchronises each step)
         self.hidden_layers = tuple(drafter.hidden_layers) if drafter is not None and getattr(drafter, "needs_hidden_states", False) else None
 
     @property
@@ -148,6 +149,11 @@ class Engine:
         n_seq = prompt.shape[1]
         metrics, tokens, from_draft, steps = SpecMetrics(), [], [], []
         forwards = 0
+        # Where each step's time goes, measured inside this loop (not in isolation as
+        # measure_step_costs does): drafting (propose + accept) and verifying (the target forward
+        # + verification). On CUDA only with `time_steps`, which synchronises every step.
+        timed = device.type != "cuda" or self.time_steps
+        t_draft, t_verify = [], []
 
         _sync(device)
         t_start = time.perf_counter()
@@ -175,7 +181,13 @@ class Engine:
                     break
             if reason:
                 break
+            if timed:
+                _sync(device)
+                t0 = time.perf_counter()
             proposal = drafter.propose(seq[:, :n_seq], k, sampling, generator, tree=self.tree) if drafter else None
+            if timed:
+                _sync(device)
+                t1 = time.perf_counter()
             n = len(proposal) if proposal is not None else 0
             tree = (proposal.tree or _chain(n)) if n else _chain(0)
             drafted = proposal.tokens if n else seq[0, :0]
@@ -195,6 +207,9 @@ class Engine:
                 q = proposal.probs if n else None
                 path, nxt = tree_speculative_sampling(tree, drafted, q, logits_to_probs(logits, sampling), generator)
             n_acc = len(path)
+            if timed:
+                _sync(device)
+                t2 = time.perf_counter()
             if tree.is_chain:  # pending + accepted drafts stay; rejected ones go
                 cache.crop(valid + 1 + n_acc)
                 kept = slice(0, n_acc + 1)  # rows of the root and the accepted nodes
@@ -205,6 +220,11 @@ class Engine:
                 accepted = drafted[kept[1:] - 1]
             if drafter is not None:
                 drafter.accept(n_acc, hidden=None if hidden is None else hidden[kept])
+            if timed:
+                _sync(device)
+                t3 = time.perf_counter()
+                t_draft.append(t1 - t0 + t3 - t2)  # the cache roll-back sits with accept: bookkeeping of a step
+                t_verify.append(t2 - t1)
             metrics.update(n, n_acc, tree.depth if n else None)
             if n:
                 steps.append((valid + 1, n_acc))
@@ -215,12 +235,14 @@ class Engine:
             new_src = [True] * n_acc + [False]
         _sync(device)
         elapsed = time.perf_counter() - t_start
-        return GenerationResult(tokens, from_draft, reason, metrics, elapsed, forwards, prompt.shape[1], steps=steps)
+        extra = {"step_times_s": {"draft": t_draft, "verify": t_verify}} if timed else {}
+        return GenerationResult(tokens, from_draft, reason, metrics, elapsed, forwards, prompt.shape[1], extra=extra, steps=steps)
 
     @torch.inference_mode()
     def measure_step_costs(self, prompt_ids, repeats: int = 7) -> dict:
         """Median seconds of: one plain target step, one verify of the drafted tokens (k+1, or
-        the tree's n+1 with its mask), one `propose` call (t_draft_k).
+        the tree's n+1 with its mask), one drafting step in steady state (t_draft_k: accept()
+        of a step that kept nothing, then propose(); the drafter's prefill excluded).
 
         Inputs to predicted_speedup = τ·t_step / (t_draft_k + t_verify); measured at the
         prompt's context length.
@@ -256,17 +278,26 @@ class Engine:
 
         costs = {"t_step": timed(step(_chain(0)))}
         if self.drafter is not None:
-            def draft_start():
-                self.drafter.start(prompt[:, :-1], max_length, hidden=hidden)
+            d = self.drafter
+            # Steady state, as inside the loop: start() and a first propose() take the prompt in
+            # (a drafter may do its prefill lazily, at the first propose); each timed call is then
+            # one step that accepted nothing: accept() hands the drafter the root's row and
+            # propose() drafts after one more token. Timing start+propose instead counted a lazy
+            # drafter's whole prefill as drafting.
+            n0 = prompt.shape[1]
+            longer = torch.cat([prompt, prompt[:, -1:].expand(1, repeats + 2)], 1)
+            d.start(prompt[:, :-1], n0 + repeats + 4 + self.max_draft_tokens, hidden=hidden)
+            proposal = d.propose(prompt, self.k, GREEDY, None, tree=self.tree)
+            root = None if hidden is None else hidden[-1:]
+            grown = [n0]
 
             def draft():
-                draft_start()
-                return self.drafter.propose(prompt, self.k, GREEDY, None, tree=self.tree)
+                d.accept(0, hidden=root)
+                grown[0] += 1
+                d.propose(longer[:, : grown[0]], self.k, GREEDY, None, tree=self.tree)
 
-            proposal = draft()
             costs["t_verify"] = timed(step(proposal.tree or _chain(len(proposal)), self.hidden_layers))
-            # start() prefills the drafter; subtract it so t_draft_k is the drafting alone.
-            costs["t_draft_k"] = max(timed(draft) - timed(draft_start), 0.0)
+            costs["t_draft_k"] = timed(draft)
         return costs
 
 

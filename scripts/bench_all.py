@@ -53,19 +53,23 @@ from draftsmith.prompts import ContextFit, check_limit, load_prompt_sets
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig
 
-KINDS = ("draft_lm", "medusa", "eagle", "eagle3")
+KINDS = ("draft_lm", "medusa", "eagle", "eagle3", "dflash", "pard")
 # Optimizer steps per training minute measured on a 2-core AMD EPYC without AVX-512 (README
 # "Training", "Medusa results", "EAGLE results"): they size the cosine schedule so that the time
 # budget, not the step count, ends training. 2x head-room: the machines of this kind differ (an
 # Intel Xeon with AMX trains the draft LM at 5 steps/min, 1.5x this table), and a run that stops
 # at its step count before its budget would compare kinds at unequal budgets; more head-room
 # would leave the cosine schedule far from its floor when the budget ends.
-STEPS_PER_MINUTE = {"draft_lm": 3.3, "medusa": 2.7, "eagle": 6.0, "eagle3": 3.3}
+# DFlash 9.1 and PARD 1.4 steps/min measured on a 2-core AMD EPYC with AVX-512 (its recipe: a row
+# becomes ~3.4x its tokens in mask queries, each through the 49k-row LM head).
+STEPS_PER_MINUTE = {"draft_lm": 3.3, "medusa": 2.7, "eagle": 6.0, "eagle3": 3.3, "dflash": 9.1, "pard": 1.4}
 TRAIN_FLAGS = {  # per kind, beside the recipe: the settings the earlier measured runs used
     "draft_lm": ["--optim.lr=1e-3", "--optim.warmup_steps=10"],
     "medusa": ["--optim.grad_accum=1", "--optim.warmup_steps=4"],
     "eagle": ["--optim.warmup_steps=10"],
     "eagle3": ["--optim.warmup_steps=10"],
+    "dflash": ["--optim.warmup_steps=10"],
+    "pard": ["--optim.warmup_steps=10"],
 }
 TREE = TreeConfig(topk=4, depth=4, num_draft_tokens=17)  # 16 drafted nodes per step for every tree
 METHODS = {  # kind -> the shapes benchmarked: each kind's best on this CPU in the earlier runs
@@ -73,6 +77,9 @@ METHODS = {  # kind -> the shapes benchmarked: each kind's best on this CPU in t
     "medusa": [("medusa_tree16", 4, TREE)],
     "eagle": [("eagle1_k3", 3, None), ("eagle2_tree16", 4, TREE)],
     "eagle3": [("eagle3_k3", 3, None), ("eagle3_tree16", 4, TREE)],
+    # one draft forward per step whatever k: the block's full length and a short chain
+    "dflash": [("dflash_k3", 3, None), ("dflash_k7", 7, None)],
+    "pard": [("pard_k3", 3, None), ("pard_k7", 7, None)],
 }
 PAIR = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct", 4)  # target, draft, k
 
@@ -223,6 +230,19 @@ def aggregate(rounds: list[dict]) -> dict:
         if name != "plain":
             row["per_position_acceptance"] = [statistics.median(v) for v in zip(*[x["per_position_acceptance"] for x in rows])]
             row["draft"], row["drafter_kind"] = rows[0].get("draft"), rows[0].get("drafter_kind")
+            costs = [x["step_costs_s"] for x in rows if x.get("step_costs_s")]
+            if costs:  # what one step costs, as a multiple of one plain decode step (medians over rounds)
+                row["step_costs"] = {"t_step_ms": statistics.median(c["t_step"] for c in costs) * 1e3,
+                                     "draft_over_step": statistics.median(c["t_draft_k"] / c["t_step"] for c in costs),
+                                     "verify_over_step": statistics.median(c["t_verify"] / c["t_step"] for c in costs),
+                                     "predicted_speedup": statistics.median(x["predicted_speedup"] for x in rows)}
+            loop = [x for x in rows if x.get("step_costs_in_loop_s")]
+            if loop and costs:  # the same, as the engine timed them inside its loop
+                row["step_costs"].update(
+                    t_step_in_loop_ms=statistics.median(x["step_costs_in_loop_s"]["t_step"] for x in loop) * 1e3,
+                    draft_over_step_in_loop=statistics.median(x["step_costs_in_loop_s"]["t_draft"] / x["step_costs_in_loop_s"]["t_step"] for x in loop),
+                    verify_over_step_in_loop=statistics.median(x["step_costs_in_loop_s"]["t_verify"] / x["step_costs_in_loop_s"]["t_step"] for x in loop),
+                    predicted_speedup_in_loop=statistics.median(x["predicted_speedup_in_loop"] for x in loop))
         for field in GROUP_FIELDS:  # τ, acceptance and speedup per category / set / MT-Bench turn
             groups = list(dict.fromkeys(g for x in rows for g in x.get(field, {})))
             if groups:
@@ -257,6 +277,17 @@ def markdown(report: dict) -> str:
                   "cells: τ (speedup)", ""]
         head = (["method", "trained", "τ"] + [f"τ {g}" for _, g in cols] + [f"τ ctx {b}" for b in buckets]
                 + ["speedup median [min–max]", "= plain"])
+        costed = {n: r for n, r in rows.items() if r.get("step_costs")}
+        if costed:  # the drafting cost first: it, not the acceptance, decides whether speculation pays here
+            lines += ["| method | drafting / step | verify / step | step ms | τ | predicted | in the loop: drafting / step | "
+                      "verify / step | predicted | measured speedup |", "|---|---|---|---|---|---|---|---|---|---|"]
+            for name, r in costed.items():
+                c = r["step_costs"]
+                loop = (f"{c['draft_over_step_in_loop']:.2f}× | {c['verify_over_step_in_loop']:.2f}× | {c['predicted_speedup_in_loop']:.2f}×"
+                        if "draft_over_step_in_loop" in c else "— | — | —")
+                lines.append(f"| {name} | {c['draft_over_step']:.2f}× | {c['verify_over_step']:.2f}× | {c['t_step_ms']:.1f} | "
+                             f"{r['mean_acceptance_length']['median']:.2f} | {c['predicted_speedup']:.2f}× | {loop} | {fmt(r['speedup'])}× |")
+            lines.append("")
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for name, r in rows.items():
             if name == "plain":

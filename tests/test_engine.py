@@ -196,3 +196,26 @@ def test_kv_cache_bridges_the_gpu_images_transformers(tiny_target, monkeypatch):
     got = engine.generate(prompt, 24, eos_token_ids=())
     assert got.tokens == want
     assert got.metrics.drafts > 0 and got.metrics.accepted_tokens < got.metrics.drafted_tokens  # rejections: crops ran
+
+
+def test_the_loop_times_each_steps_drafting_and_verifying(tiny_target):
+    """Issue 17: where a step's time goes, measured inside Engine.generate (what the loop really
+    runs, not measure_step_costs' isolated calls): one draft and one verify time per step, and the
+    bench turns them into the in-loop costs and prediction."""
+    from draftsmith.bench import in_loop_times
+
+    ids = tiny_target.tokenizer("Hello world, this is", add_special_tokens=False)["input_ids"]
+    plain = Engine(tiny_target).generate(ids, 12)
+    spec = Engine(tiny_target, load_drafter("truncated:1", tiny_target), 3).generate(ids, 12)
+    for r in (plain, spec):
+        t = r.extra["step_times_s"]
+        assert len(t["draft"]) == len(t["verify"]) == r.target_forwards
+        assert all(x > 0 for x in t["verify"]) and all(x >= 0 for x in t["draft"])
+    assert max(plain.extra["step_times_s"]["draft"]) < min(spec.extra["step_times_s"]["draft"])  # plain drafts nothing
+    import statistics
+
+    loop = in_loop_times([plain, spec])  # medians over every step of every result
+    t = plain.extra["step_times_s"], spec.extra["step_times_s"]
+    assert loop["verify"] == statistics.median(t[0]["verify"] + t[1]["verify"])
+    assert loop["draft"] == statistics.median(t[0]["draft"] + t[1]["draft"])
+    assert in_loop_times([]) is None
