@@ -28,23 +28,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(config: str, out: pathlib.Path, machine_rank: int | None, port: int, env_extra: dict, extra=()):
+def _launch(config: str, out: pathlib.Path, machine_rank: int | None, port: int, env_extra: dict, extra=(), log=None):
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "configs" / "accelerate" / config)]
     if machine_rank is not None:
         cmd += ["--machine_rank", str(machine_rank), "--main_process_ip", "127.0.0.1", "--main_process_port", str(port)]
     cmd += ["-m", "draftsmith.train", str(TINY), "--output-dir", str(out), *ARGS, *extra]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env_extra})
+    # Output to a file, not a pipe: a machine whose pipe nobody reads would block on a full one
+    # while the other waits for it at a barrier.
+    log = log or out.parent / f"{out.name}-launch.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env_extra})
+    proc.log = log
+    return proc
 
 
 def two_machines(config: str, out: pathlib.Path, env_extra=None, extra=()) -> tuple[dict, str]:
     """Both machines' launches at once -> (train_summary.json, both machines' logs)."""
     port = _free_port()
-    procs = [_launch(config, out, r, port, env_extra or {}, extra) for r in (0, 1)]
-    logs = []
+    procs = [_launch(config, out, r, port, env_extra or {}, extra, log=out.parent / f"{out.name}-machine{r}.log") for r in (0, 1)]
     for p in procs:
-        _, err = p.communicate(timeout=900)
-        logs.append(err)
-        assert p.returncode == 0, err[-3000:]
+        p.wait(timeout=900)
+    logs = [p.log.read_text() for p in procs]
+    for r, (p, err) in enumerate(zip(procs, logs)):
+        assert p.returncode == 0, f"machine {r} failed:\n{err[-3000:]}\n--- the other machine:\n{logs[1 - r][-3000:]}"
     return json.loads((out / "train_summary.json").read_text()), "\n".join(logs)
 
 
@@ -56,8 +62,8 @@ def losses(summary):
 def single_machine_ddp(tiny_target, tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp")
     p = _launch("ddp.yaml", out, None, 0, {"ACCELERATE_USE_CPU": "1"})
-    _, err = p.communicate(timeout=900)
-    assert p.returncode == 0, err[-3000:]
+    p.wait(timeout=900)
+    assert p.returncode == 0, p.log.read_text()[-3000:]
     return json.loads((out / "train_summary.json").read_text())
 
 

@@ -277,7 +277,8 @@ def save(accelerator, task, model, root: pathlib.Path, name: str, trainer_state:
             os.replace(tmp, final)
         _fsync_dir(root)
         # one line per checkpoint over all machines: the multi-machine test counts them
-        log.info("checkpoint %s written by process %d of %d", name, accelerator.process_index, accelerator.num_processes)
+        log.info("checkpoint %s written by process %d of %d", name, getattr(accelerator, "process_index", 0),
+                 getattr(accelerator, "num_processes", 1))
     accelerator.wait_for_everyone()
     return final
 
