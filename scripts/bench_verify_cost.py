@@ -15,6 +15,7 @@ drafter's propose (untrained weights: same cost as trained ones; EAGLE-3 with dy
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -161,6 +162,7 @@ def main() -> int:
             print(f"{shape:<13} {row['dtype']:<9} {'compiled' if compile else 'eager':<9} step {t1 * 1e3:7.2f} ms | verify/step: " + "  ".join(cells), flush=True)
     env = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "dtypes": [str(d) for d in dtypes],
            "auto": reasons, "cpu": cpu_info(), "torch": torch.__version__}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"environment": env, "rows": rows}, f, indent=2)
     print(f"wrote {args.out}")
