@@ -44,21 +44,8 @@ class DraftLMTask:
     # --- building ------------------------------------------------------------------------------
 
     def _init_model(self):
-        init, target = self.cfg.init, self.target
-        if init.startswith("truncated:"):
-            arg = init.partition(":")[2]
-            if not arg.isdigit():
-                raise DraftsmithError(f"drafter.init {init!r}: expected truncated:N with N a number of layers")
-            model = truncate_model(target.model, int(arg), target.name)
-        else:
-            meta = read_drafter_meta(init) if pathlib.Path(init).is_dir() else None
-            if meta is not None and meta["kind"] != self.kind:
-                raise DraftsmithError(
-                    f"drafter.init {init}: a {meta['kind']!r} checkpoint, but this recipe trains a {self.kind!r} drafter")
-            check_same_tokenizer(load_tokenizer(init), target.tokenizer, init, target.name)
-            model = load_causal_lm(init, dtype=torch.float32, device="cpu")
-        # Master weights in fp32 whatever the target's dtype: mixed precision casts the compute.
-        return model.float().train().requires_grad_(True)
+        return init_causal_lm(self.cfg.init, self.target, accepts=(self.kind,),
+                              what=f"but this recipe trains a {self.kind!r} drafter")
 
     def trainable_parameters(self):
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -140,3 +127,21 @@ def _zero3() -> bool:
 
     return bool(is_deepspeed_zero3_enabled()) and torch.distributed.is_initialized()
 
+
+def init_causal_lm(init: str, target, accepts: tuple[str, ...], what: str):
+    """The fp32 trainable causal LM a draft-LM-like task starts from: `truncated:N` (the target's
+    first N layers), a draftsmith checkpoint of one of the kinds in `accepts`, or any causal LM
+    with the target's tokenizer. `what` ends the error for a checkpoint of another kind."""
+    if init.startswith("truncated:"):
+        arg = init.partition(":")[2]
+        if not arg.isdigit():
+            raise DraftsmithError(f"drafter.init {init!r}: expected truncated:N with N a number of layers")
+        model = truncate_model(target.model, int(arg), target.name)
+    else:
+        meta = read_drafter_meta(init) if pathlib.Path(init).is_dir() else None
+        if meta is not None and meta["kind"] not in accepts:
+            raise DraftsmithError(f"drafter.init {init}: a {meta['kind']!r} checkpoint, {what}")
+        check_same_tokenizer(load_tokenizer(init), target.tokenizer, init, target.name)
+        model = load_causal_lm(init, dtype=torch.float32, device="cpu")
+    # Master weights in fp32 whatever the target's dtype: mixed precision casts the compute.
+    return model.float().train().requires_grad_(True)

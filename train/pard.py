@@ -33,12 +33,11 @@ from dataclasses import dataclass
 import torch
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.models import read_drafter_meta, write_drafter_meta
-from draftsmith.models.draft_lm import truncate_model
-from draftsmith.models.loading import check_same_tokenizer, load_causal_lm, load_tokenizer
+from draftsmith.models import write_drafter_meta
 from draftsmith.models.pard import MASK_KEY, Pard, check_mask_token, choose_mask_token
 
 from . import losses
+from .draft_lm import init_causal_lm
 
 K_KEY = "pard_num_speculative_tokens"  # config.json: the K the masks were trained for
 
@@ -120,22 +119,10 @@ class PardTask:
 
     def _init_model(self):
         """(fp32 trainable causal LM, the pard_token of a PARD init or None)."""
-        init, target = self.cfg.init, self.target
-        if init.startswith("truncated:"):
-            arg = init.partition(":")[2]
-            if not arg.isdigit():
-                raise DraftsmithError(f"drafter.init {init!r}: expected truncated:N with N a number of layers")
-            model = truncate_model(target.model, int(arg), target.name)
-        else:
-            meta = read_drafter_meta(init) if pathlib.Path(init).is_dir() else None
-            if meta is not None and meta["kind"] not in ("draft_lm", self.kind):
-                raise DraftsmithError(f"drafter.init {init}: a {meta['kind']!r} checkpoint; PARD starts from a draft_lm "
-                                      "or pard checkpoint, truncated:N, or a causal LM with the target's tokenizer")
-            check_same_tokenizer(load_tokenizer(init), target.tokenizer, init, target.name)
-            model = load_causal_lm(init, dtype=torch.float32, device="cpu")
-        inherited = getattr(model.config, MASK_KEY, None)
-        # Master weights in fp32 whatever the target's dtype: mixed precision casts the compute.
-        return model.float().train().requires_grad_(True), inherited
+        model = init_causal_lm(self.cfg.init, self.target, accepts=("draft_lm", self.kind),
+                               what="PARD starts from a draft_lm or pard checkpoint, truncated:N, or a causal LM "
+                                    "with the target's tokenizer")
+        return model, getattr(model.config, MASK_KEY, None)
 
     def trainable_parameters(self):
         return [p for p in self.model.parameters() if p.requires_grad]
