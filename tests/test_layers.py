@@ -26,14 +26,10 @@ def modules() -> dict[str, pathlib.Path]:
     out = {}
     for package, folder in FOLDERS.items():
         for path in folder.rglob("*.py"):
-            if "__pycache__" in path.parts or (package == "draftsmith" and path.parts[len(folder.parts)] in FOLDERS):
+            if "__pycache__" in path.parts:
                 continue
-            rel = path.relative_to(folder).with_suffix("")
-            parts = [p for p in rel.parts if p != "__init__"]
-            name = ".".join([package, *parts])
-            if package == "draftsmith" and parts and parts[0] in ("infer", "models", "train"):
-                continue
-            out[name] = path
+            parts = [p for p in path.relative_to(folder).with_suffix("").parts if p != "__init__"]
+            out[".".join([package, *parts])] = path
     return out
 
 

@@ -32,10 +32,8 @@ import pathlib
 
 from draftsmith.errors import DraftsmithError
 
-from . import hf
+from . import hf, vllm
 from .common import Checkpoint, check_folder, copy_tokenizer, dtype_name, llama_layer_config, save_weights, write_json
-from . import vllm
-from .vllm import eagle3_tensors
 
 ENGINE = "SGLang"
 CHECKED_AGAINST = ("SGLang main, late 2026: srt/models/llama_eagle3.py, srt/models/llama.py "
@@ -79,7 +77,7 @@ def check(folder, kind: str = "eagle3") -> list[str]:
 
 def _eagle3(ckpt: Checkpoint, out: pathlib.Path, num_speculative_tokens: int, verifier: str) -> dict:
     cfg = ckpt.config
-    tensors, ids, _ = eagle3_tensors(ckpt, prefix="midlayer.")
+    tensors, ids, _ = vllm.eagle3_tensors(ckpt, prefix="midlayer.")
     save_weights(tensors, out)
     dtype = dtype_name(tensors)
     config = llama_layer_config(cfg, vocab_size=int(cfg["vocab_size"]), dtype=dtype)
