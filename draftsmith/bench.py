@@ -187,8 +187,9 @@ def run_bench(
     for r in spec:
         metrics = metrics.merge(r.metrics)
     tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in outs]) for n, outs in outputs.items()}
-    costs = engine.measure_step_costs(prompts[0].ids)
+    costs = engine.measure_step_costs(prompts[0].ids, per_position_acceptance=metrics.per_position_acceptance)
     tau = metrics.mean_acceptance_length
+    loop = {n: in_loop_times(outs) for n, outs in outputs.items()}
 
     def ratio(a, b):
         return tps[a] / tps[b] if tps.get(a) and tps.get(b) else None
@@ -213,6 +214,7 @@ def run_bench(
         "plain_vs_hf_plain": ratio("plain", "hf_plain"),
         "greedy_outputs_match": same("speculative", "plain") if sampling.greedy else None,
         "step_costs_s": costs,
+        **_in_loop_prediction(tau, loop.get("plain"), loop.get("speculative")),
         **breakdown(prompts, spec, outputs["plain"]),  # the speculative method's, speedup vs plain per group
         "methods": {
             n: {
@@ -287,19 +289,24 @@ def run_compare(target, methods: list[Method], prompts, max_new_tokens, sampling
         if n != "plain":
             row["by_context"] = context_buckets(outputs[n], context_edges)
             e = engines[n]
-            costs = e.measure_step_costs(prompts[0].ids)
+            costs = e.measure_step_costs(prompts[0].ids, per_position_acceptance=m.per_position_acceptance)
             row.update(environment(target, e.drafter, e), num_speculative_tokens=e.k, step_costs_s=costs,
                        predicted_speedup=predicted_speedup(m.mean_acceptance_length, costs["t_step"], costs["t_draft_k"], costs["t_verify"]))
-            if in_loop[n] and in_loop["plain"]:
-                # the same costs as the loop really ran them: plain's verify is its decode step
-                t = {"t_step": in_loop["plain"]["verify"], "t_draft": in_loop[n]["draft"], "t_verify": in_loop[n]["verify"]}
-                row.update(step_costs_in_loop_s=t, predicted_speedup_in_loop=predicted_speedup(
-                    m.mean_acceptance_length, t["t_step"], t["t_draft"], t["t_verify"]))
+            row.update(_in_loop_prediction(m.mean_acceptance_length, in_loop["plain"], in_loop[n]))
         rows[n] = row
     env = environment(target, None)
     env.pop("draft"), env.pop("drafter_kind"), env.pop("tree"), env.pop("verification")
     return {**env, "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p, "seed": seed,
             "max_new_tokens": max_new_tokens, "num_prompts": len(prompts), "methods": rows}
+
+
+def _in_loop_prediction(tau: float, plain: dict | None, spec: dict | None) -> dict:
+    """The step costs as the loop really ran them (plain's verify is its decode step) and the
+    speedup they predict; {} when either run was untimed."""
+    if not plain or not spec:
+        return {}
+    t = {"t_step": plain["verify"], "t_draft": spec["draft"], "t_verify": spec["verify"]}
+    return {"step_costs_in_loop_s": t, "predicted_speedup_in_loop": predicted_speedup(tau, t["t_step"], t["t_draft"], t["t_verify"])}
 
 
 def in_loop_times(results: list[GenerationResult]) -> dict | None:
@@ -392,6 +399,12 @@ def format_table(result: dict) -> str:
             f"speedup {fmt(result['speedup'])}   predicted {fmt(result['predicted_speedup'])}   "
             f"vs hf_assisted {fmt(result['speedup_vs_hf_assisted'])}   plain vs hf_plain {fmt(result['plain_vs_hf_plain'])}"
         )
+    c, t = result.get("step_costs_s"), result.get("step_costs_in_loop_s")
+    if c and "t_draft_k" in c:  # alone (measure_step_costs) vs as the loop ran them, in ms
+        ms = lambda v: f"{v * 1e3:.1f}"  # noqa: E731
+        lines.append(f"step costs alone: t_step {ms(c['t_step'])} ms  t_draft {ms(c['t_draft_k'])} ms  t_verify {ms(c['t_verify'])} ms"
+                     + (f"   in loop: {ms(t['t_step'])} / {ms(t['t_draft'])} / {ms(t['t_verify'])} ms, predicted "
+                        f"{fmt(result['predicted_speedup_in_loop'])}" if t else ""))
     for field in GROUP_FIELDS:
         for g, m in result.get(field, {}).items():
             rate, speed = m["draft_acceptance_rate"], m.get("speedup")

@@ -114,9 +114,11 @@ def target_gap(target, prompt_ids: list[int], output_ids: list[int], position: i
     """Top-1 minus top-2 logit of the target (our fp32 forward) for output token `position`."""
     import torch
 
+    from draftsmith.models.target import last_rows
+
     ids = torch.tensor([list(prompt_ids) + list(output_ids[:position])], device=target.device)
     with torch.inference_mode():
-        logits = target.model(input_ids=ids, logits_to_keep=1).logits[0, -1].float()
+        logits = target.model(input_ids=ids, logits_to_keep=last_rows(1, ids.shape[1], ids.device)).logits[0, -1].float()
     top = torch.topk(logits, 2).values
     return float(top[0] - top[1])
 

@@ -239,10 +239,17 @@ class Engine:
         return GenerationResult(tokens, from_draft, reason, metrics, elapsed, forwards, prompt.shape[1], extra=extra, steps=steps)
 
     @torch.inference_mode()
-    def measure_step_costs(self, prompt_ids, repeats: int = 7) -> dict:
-        """Median seconds of: one plain target step, one verify of the drafted tokens (k+1, or
-        the tree's n+1 with its mask), one drafting step in steady state (t_draft_k: accept()
-        of a step that kept nothing, then propose(); the drafter's prefill excluded).
+    def measure_step_costs(self, prompt_ids, repeats: int = 7, per_position_acceptance=None) -> dict:
+        """Median seconds of: one plain target step (t_step), one verify of the drafted tokens
+        (t_verify: k+1, or the tree's n+1 with its mask) and one drafting step in steady state
+        for every number n of drafts the previous step kept (t_draft_by_accepted[n]: accept(n),
+        then propose() after the n tokens and the target's own; the drafter's prefill excluded).
+
+        What a drafting step costs depends on n: a draft LM catches up on 1 token, or on 2 when
+        every draft was kept; EAGLE and DFlash take n+1 rows of the target's features. Timing
+        n = 0 only hid a shape-dependent slow path that made the loop's drafting 2x dearer
+        (issue 17). t_draft_k is the mean over the acceptance histogram that
+        `per_position_acceptance` (a run's, as SpecMetrics reports it) implies, uniform without it.
 
         Inputs to predicted_speedup = τ·t_step / (t_draft_k + t_verify); measured at the
         prompt's context length.
@@ -278,27 +285,45 @@ class Engine:
 
         costs = {"t_step": timed(step(_chain(0)))}
         if self.drafter is not None:
-            d = self.drafter
+            d, n0 = self.drafter, prompt.shape[1]
             # Steady state, as inside the loop: start() and a first propose() take the prompt in
-            # (a drafter may do its prefill lazily, at the first propose); each timed call is then
-            # one step that accepted nothing: accept() hands the drafter the root's row and
-            # propose() drafts after one more token. Timing start+propose instead counted a lazy
-            # drafter's whole prefill as drafting.
-            n0 = prompt.shape[1]
-            longer = torch.cat([prompt, prompt[:, -1:].expand(1, repeats + 2)], 1)
-            d.start(prompt[:, :-1], n0 + repeats + 4 + self.max_draft_tokens, hidden=hidden)
-            proposal = d.propose(prompt, self.k, GREEDY, None, tree=self.tree)
-            root = None if hidden is None else hidden[-1:]
-            grown = [n0]
+            # (a drafter may prefill lazily, at its first propose); each timed call is then one
+            # step that kept n drafts: accept(n) with the n+1 rows of features the engine hands
+            # over, then propose() on a sequence n+1 tokens longer.
+            proposal = None
+            by_accepted = []
+            for n in range(self.max_draft_tokens + 1):
+                longer = torch.cat([prompt, prompt[:, -1:].expand(1, (repeats + 1) * (n + 1))], 1)
+                d.start(prompt[:, :-1], longer.shape[1] + self.max_draft_tokens + 2, hidden=hidden)
+                proposal = d.propose(prompt, self.k, GREEDY, None, tree=self.tree)
+                depth = proposal.tree.depth if proposal.tree is not None else len(proposal)
+                if n > depth:  # a path cannot keep more drafts than the proposal is deep
+                    break
+                rows = None if hidden is None else hidden[-1:].expand(n + 1, -1)
+                grown = [n0]
 
-            def draft():
-                d.accept(0, hidden=root)
-                grown[0] += 1
-                d.propose(longer[:, : grown[0]], self.k, GREEDY, None, tree=self.tree)
+                def draft(n=n, rows=rows, longer=longer, grown=grown):
+                    d.accept(n, hidden=rows)
+                    grown[0] += n + 1
+                    d.propose(longer[:, : grown[0]], self.k, GREEDY, None, tree=self.tree)
 
+                by_accepted.append(timed(draft))
             costs["t_verify"] = timed(step(proposal.tree or _chain(len(proposal)), self.hidden_layers))
-            costs["t_draft_k"] = timed(draft)
+            costs["t_draft_by_accepted"] = by_accepted
+            costs["t_draft_k"] = expected_draft_cost(by_accepted, per_position_acceptance)
         return costs
+
+
+def expected_draft_cost(by_accepted: list[float], per_position_acceptance=None) -> float:
+    """Σ_n P(the step before kept n drafts) · t_draft(n). P comes from per-position acceptance
+    (a[i]: share of steps that kept position i): P(n) = a[n-1] - a[n], with a[-1] = 1 and a = 0
+    past the end; uniform over n without it."""
+    if not per_position_acceptance:
+        return statistics.mean(by_accepted)
+    a = [1.0] + [float(x) for x in per_position_acceptance] + [0.0] * len(by_accepted)
+    p = [max(a[n] - a[n + 1], 0.0) for n in range(len(by_accepted))]
+    p[-1] += max(1.0 - sum(p), 0.0)  # a deeper proposal than was timed: charge it the deepest cost
+    return sum(w * t for w, t in zip(p, by_accepted)) / sum(p)
 
 
 def predicted_speedup(tau: float, t_step: float, t_draft_k: float, t_verify: float) -> float:
@@ -310,4 +335,4 @@ def predicted_speedup(tau: float, t_step: float, t_draft_k: float, t_verify: flo
     return tau * t_step / (t_draft_k + t_verify)
 
 
-__all__ = ["Engine", "GenerationResult", "predicted_speedup"]
+__all__ = ["Engine", "GenerationResult", "expected_draft_cost", "predicted_speedup"]

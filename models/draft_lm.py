@@ -19,6 +19,7 @@ from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 
 from .loading import check_same_tokenizer, load_causal_lm, load_tokenizer
+from .target import compile_decode, last_rows
 
 
 def truncate_model(model, num_layers: int, name: str = "the target"):
@@ -51,6 +52,9 @@ class DraftLM:
         self.target_vocab = target.vocab_size
         self.cache: KVCache | None = None
         self._context = 0  # context length at the last propose(): where accepted drafts start
+        # Compiled with the target (CUDA): propose() feeds 1 or 2 tokens per forward, two shapes
+        # over a static cache, each captured once as a CUDA graph; start()'s prefill stays eager.
+        self._compiled = compile_decode(self.model.forward) if getattr(target, "compiled", False) else None
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, target) -> "DraftLM":
@@ -72,13 +76,18 @@ class DraftLM:
 
     def start(self, prompt: torch.Tensor, max_length: int, hidden=None) -> None:
         self.cache = KVCache(self.model.config, max_length)
-        self._forward(prompt)
+        self._forward(prompt, decode=False)
 
-    def _forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, decode: bool = True) -> torch.Tensor:
         """Feed ids [1, q] into the draft's cache; next-token logits after the last one."""
         q = ids.shape[1]
         pos = torch.arange(self.cache.length, self.cache.length + q, device=ids.device).unsqueeze(0)
-        out = self.model(input_ids=ids, **self.cache.forward_kwargs(self.model), position_ids=pos, use_cache=True, logits_to_keep=1)
+        if decode and self._compiled is not None:  # all q (<= 2) rows' logits: one fixed shape per q
+            forward, keep = self._compiled, 0
+        else:
+            forward, keep = self.model, last_rows(1, q, ids.device)
+        out = forward(input_ids=ids, **self.cache.forward_kwargs(self.model), position_ids=pos, use_cache=True,
+                      logits_to_keep=keep)
         self.cache.advance(q)
         logits = out.logits[0, -1]
         # Same tokenizer, but the embedding matrices may be padded differently: align to the target's.

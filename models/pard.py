@@ -37,6 +37,7 @@ from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 
 from .loading import check_same_tokenizer, load_causal_lm, load_tokenizer, require_config
+from .target import compile_decode, last_rows
 
 MASK_KEY = "pard_token"  # config.json key: PARD's reference and vLLM's parallel drafting
 
@@ -122,6 +123,9 @@ class Pard:
         self.mask_token_id = int(mask_token_id)
         self.cache: KVCache | None = None
         self.forwards = 0  # draft forwards since construction (one per propose, plus start's prefill)
+        # Compiled with the target (CUDA): a propose() forward feeds the n+1 tokens the last step
+        # kept plus k-1 masks, k..2k shapes over a static cache (one CUDA graph each); prefill eager.
+        self._compiled = compile_decode(self.model.forward) if getattr(target, "compiled", False) else None
 
     @classmethod
     def from_pretrained(cls, folder: str, target) -> "Pard":
@@ -151,13 +155,18 @@ class Pard:
 
     def start(self, prompt: torch.Tensor, max_length: int, hidden=None) -> None:
         self.cache = KVCache(self.model.config, max_length)
-        self._forward(prompt, 1)
+        self._forward(prompt, 1, decode=False)
 
-    def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, keep: int, decode: bool = True) -> torch.Tensor:
         """Feed ids [1, q] into the draft's cache; logits [keep, V_target] of the last `keep` positions."""
         q = ids.shape[1]
         pos = torch.arange(self.cache.length, self.cache.length + q, device=ids.device).unsqueeze(0)
-        out = self.model(input_ids=ids, **self.cache.forward_kwargs(self.model), position_ids=pos, use_cache=True, logits_to_keep=keep)
+        if decode and self._compiled is not None:  # every row's logits: one fixed shape per q
+            forward, rows = self._compiled, 0
+        else:
+            forward, rows = self.model, last_rows(keep, q, ids.device)
+        out = forward(input_ids=ids, **self.cache.forward_kwargs(self.model), position_ids=pos, use_cache=True,
+                      logits_to_keep=rows)
         self.cache.advance(q)
         self.forwards += 1
         logits = out.logits[0, -keep:]

@@ -31,6 +31,26 @@ def parse_dtype(dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def last_rows(keep: int, q: int, device) -> torch.Tensor | int:
+    """transformers' `logits_to_keep` for the last `keep` of q positions, as row indices.
+
+    An int makes transformers slice `hidden[:, -keep:, :]`: a view whose batch stride is still
+    q·d. torch 2.13's CPU bf16 linear takes a slow path on such 3-D inputs: the LM head of
+    Qwen2.5-0.5B (151,936 × 896) costs ~700 ms instead of ~20 ms for q >= 2, which made
+    DraftLM.propose 2-8x dearer inside the loop than alone (issue 17). Indices make it gather
+    the rows into a fresh tensor (standard strides), fast on every dtype. 0 (all rows) stays 0.
+    """
+    if keep <= 0 or keep >= q:
+        return 0
+    return torch.arange(q - keep, q, device=device)
+
+
+def compile_decode(forward):
+    """`forward` compiled for decoding: CUDA graphs, one per input shape (dynamic=False). For the
+    few fixed shapes of decode/verify/drafting steps over a static cache, never for prefill."""
+    return torch.compile(forward, mode="reduce-overhead", dynamic=False)
+
+
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -66,7 +86,7 @@ class Target:
         if self.compiled:
             # Decode/verify shapes are few and fixed (q = 1 and q = k+1) with a static cache:
             # what CUDA graphs need. Prefill stays eager (see forward()).
-            self._forward = torch.compile(model.forward, mode="reduce-overhead", dynamic=False)
+            self._forward = compile_decode(model.forward)
 
     @classmethod
     def load(cls, name_or_path: str, dtype="float32", device=None, compile: bool | None = None) -> "Target":
@@ -124,13 +144,14 @@ class Target:
         # Only decode/verify forwards (all logits kept) take the compiled path: prefill shapes vary
         # with every prompt and would recompile.
         fwd = self._forward if logits_to_keep == 0 and cache.layout == "static" else self.model.forward
+        keep = last_rows(logits_to_keep, q, input_ids.device)
         out = fwd(
             input_ids=input_ids,
             **cache.forward_kwargs(self.model),
             position_ids=position_ids,
             attention_mask=attention_mask,
             use_cache=True,
-            logits_to_keep=logits_to_keep,
+            logits_to_keep=keep,
             output_hidden_states=bool(hidden_layers),
         )
         cache.advance(q)

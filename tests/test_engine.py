@@ -219,3 +219,73 @@ def test_the_loop_times_each_steps_drafting_and_verifying(tiny_target):
     assert loop["verify"] == statistics.median(t[0]["verify"] + t[1]["verify"])
     assert loop["draft"] == statistics.median(t[0]["draft"] + t[1]["draft"])
     assert in_loop_times([]) is None
+
+
+def test_last_rows_hands_transformers_standard_strided_rows(tiny_target):
+    """Issue 17: `logits_to_keep=1` made transformers slice hidden[:, -1:, :], a view whose batch
+    stride is q*d; torch's CPU bf16 linear took a ~30x slower path on it (Qwen2.5-0.5B's LM head:
+    ~700 ms instead of ~20 ms), so a draft LM's 2-token catch-up cost 8x its 1-token one. Row
+    indices gather instead: the same logits, in a tensor with standard strides."""
+    from draftsmith.models.target import last_rows
+
+    m = tiny_target.model
+    ids = torch.tensor([[5, 40, 41, 42, 43]])
+    with torch.inference_mode():
+        want = m(input_ids=ids, logits_to_keep=2).logits
+        got = m(input_ids=ids, logits_to_keep=last_rows(2, 5, ids.device)).logits
+        hidden = m.model(input_ids=ids).last_hidden_state
+    assert torch.equal(got, want)
+    idx = last_rows(2, 5, ids.device)
+    assert idx.tolist() == [3, 4]
+    assert hidden[:, idx, :].stride(0) == 2 * hidden.shape[-1]  # what the LM head now gets
+    assert hidden[:, -2:, :].stride(0) == 5 * hidden.shape[-1]  # what it got before
+    assert last_rows(1, 1, ids.device) == 0 and last_rows(0, 5, ids.device) == 0  # all rows: no gather
+
+
+def test_measure_step_costs_times_a_drafting_step_for_every_accepted_count(tiny_target):
+    """Issue 17: the loop's drafting step depends on how many drafts the step before kept (a draft
+    LM catches up on 1 token, or 2 when all k were kept); measure_step_costs times each n = 0..k as
+    the loop runs it (accept(n), then propose on a sequence n+1 longer) and weights them by the
+    run's acceptance."""
+    from draftsmith.infer.engine import expected_draft_cost
+
+    draft = load_drafter("truncated:1", tiny_target)
+    fed, accepted = [], []
+    forward, accept = draft._forward, draft.accept
+    draft._forward = lambda ids, decode=True: (fed.append(ids.shape[1]), forward(ids, decode))[1]
+    draft.accept = lambda n, hidden=None: (accepted.append(n), accept(n, hidden))[1]
+    ids = tiny_target.tokenizer("Hello world, this is", add_special_tokens=False)["input_ids"]
+    costs = Engine(tiny_target, draft, 3).measure_step_costs(ids, repeats=2)
+    assert len(costs["t_draft_by_accepted"]) == 4 and all(t > 0 for t in costs["t_draft_by_accepted"])
+    assert costs["t_draft_k"] == pytest.approx(sum(costs["t_draft_by_accepted"]) / 4)
+    assert sorted(set(accepted)) == [0, 1, 2, 3]
+    assert 2 in fed  # the all-kept step's catch-up (d_k and the target's token): the case timing n=0 missed
+    assert expected_draft_cost([1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0]) == 4.0  # every step kept all 3
+    assert expected_draft_cost([1.0, 2.0, 3.0, 4.0], [0.5, 0.25, 0.0]) == pytest.approx(0.5 * 1 + 0.25 * 2 + 0.25 * 3)
+    assert expected_draft_cost([1.0, 3.0], [1.0, 1.0, 1.0]) == 3.0  # deeper than timed: the deepest cost
+
+
+def test_compiled_draft_lm_routes_only_its_two_decode_shapes(tiny_target, monkeypatch):
+    """Issue 17 (GPU): with a compiled (CUDA) target the draft LM's propose() forwards go through
+    its compiled forward with 1 or 2 tokens (two CUDA graphs), every row's logits; start()'s
+    prefill stays eager. `compile_decode` is a recorder here (CPU)."""
+    import draftsmith.models.draft_lm as draft_lm
+
+    shapes = []
+
+    def record(forward):
+        def run(**kw):
+            shapes.append((kw["input_ids"].shape[1], kw["logits_to_keep"]))
+            return forward(**kw)
+        return run
+
+    monkeypatch.setattr(draft_lm, "compile_decode", record)
+    monkeypatch.setattr(tiny_target, "compiled", True, raising=False)
+    drafter = DraftLM.truncated(tiny_target, 2)
+    monkeypatch.setattr(tiny_target, "compiled", False)  # the target itself stays eager here
+    engine = Engine(tiny_target, drafter, 3)
+    prompt = [5, 40, 41, 42, 43, 9, 12]
+    got = engine.generate(prompt, 24, eos_token_ids=())
+    assert got.tokens == engine.generate(prompt, 24, speculative=False, eos_token_ids=()).tokens
+    assert len(shapes) == 3 * got.metrics.drafts  # k forwards per propose, all compiled
+    assert {q for q, _ in shapes} <= {1, 2} and all(keep == 0 for _, keep in shapes)
