@@ -164,20 +164,27 @@ def ttt_attention(q: torch.Tensor, past: list[tuple[torch.Tensor, torch.Tensor]]
     keys. At step j row t sees step 0's rows <= t (causal) and its own keys of steps 1..j -- what
     the draft at position t+j sees at inference after drafting j tokens past row t. The diagonal
     blocks are computed as row-wise dot products, so memory stays O(T^2) whatever j.
+
+    Grouped-query attention without repeating keys: the G = H/KV query heads of a KV head are
+    viewed as one [G*T] block (H = KV*G, heads grouped as repeat_interleave groups them). Each
+    of the unrolled steps used to copy every earlier step's keys and values out to H heads
+    (O(j) copies at step j, O(n^2) per forward and again in backward); now none is copied.
     """
-    heads = q.shape[1]
-    scale = q.shape[-1] ** -0.5
-    k0, v0 = expand_kv(past[0][0], heads), expand_kv(past[0][1], heads)
-    T = q.shape[2]
-    scores = (q @ k0.transpose(-1, -2)) * scale  # [B, H, T, T]
+    B, H, T, hd = q.shape
+    KV = past[0][0].shape[1]
+    G = H // KV
+    scale = hd**-0.5
+    k0, v0 = past[0]
+    scores = (q.reshape(B, KV, G * T, hd) @ k0.transpose(-1, -2)).view(B, KV, G, T, T) * scale
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     scores = scores.masked_fill(~causal, float("-inf"))
-    diag = [(q * expand_kv(k, heads)).sum(-1, keepdim=True) * scale for k, _ in past[1:]]  # [B, H, T, 1] each
+    qg = q.view(B, KV, G, T, hd)
+    diag = [(qg * k.unsqueeze(2)).sum(-1, keepdim=True) * scale for k, _ in past[1:]]  # [B, KV, G, T, 1] each
     probs = torch.cat([scores, *diag], dim=-1).float().softmax(-1).to(q.dtype)
-    out = probs[..., :T] @ v0
+    out = (probs[..., :T].reshape(B, KV, G * T, T) @ v0).view(B, KV, G, T, hd)
     for i, (_, v) in enumerate(past[1:]):
-        out = out + probs[..., T + i : T + i + 1] * expand_kv(v, heads)
-    return out
+        out = out + probs[..., T + i : T + i + 1] * v.unsqueeze(2)
+    return out.reshape(B, H, T, hd)
 
 
 # --- the draft model ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ draft forward + backward, optimizer step), and report medians and their ratio.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import pathlib
 import statistics
@@ -20,6 +21,17 @@ import time
 
 import torch
 
+from draftsmith.infer.hardware import cpu_info, format_cpu
+
+
+def print_profile(prof, tokens: int) -> None:
+    events = sorted((e for e in prof.key_averages() if e.self_cpu_time_total > 0), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in events)
+    print(f"profiled step: {total / 1e3:.0f} ms of operator time ({tokens} tokens); top operators by self CPU time")
+    print(f"{'operator':<44}{'ms':>9}{'calls':>8}{'share':>8}")
+    for e in events[:15]:
+        print(f"{e.key[:43]:<44}{e.self_cpu_time_total / 1e3:>9.1f}{e.count:>8}{100 * e.self_cpu_time_total / total:>7.1f}%")
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -28,6 +40,7 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--max-rows", type=int, default=200, help="dataset rows to tokenise (enough for the batches)")
     p.add_argument("--json", default=None)
+    p.add_argument("--profile", action="store_true", help="profile one more step: operators by self CPU time")
     p.add_argument("overrides", nargs="*", help="--section.key=value recipe overrides")
     args, extra = p.parse_known_args(argv)
 
@@ -42,23 +55,56 @@ def main(argv=None) -> int:
         acc, task, model, opt = trainer.acc, trainer.task, trainer.model, trainer.optimizer
         target = task.target.model
         batches = iter(trainer.loader)
-        fwd, step = [], []
-        for i in range(args.warmup + args.steps):
+        inside = []  # seconds spent in the target's forward during the current training step
+        forward = target.forward
+
+        def timed_forward(*a, **k):
+            t = time.perf_counter()
+            out = forward(*a, **k)
+            inside.append(time.perf_counter() - t)
+            return out
+
+        fwd, step, parts = [], [], []
+        for i in range(args.warmup + args.steps + (1 if args.profile else 0)):
             batch = next(batches)
             n = batch["input_ids"].numel()
             t0 = time.perf_counter()
             with torch.no_grad():
                 target(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
             t1 = time.perf_counter()
-            loss, _ = task.loss(model, batch, step=i)
-            acc.backward(loss)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            profiling = args.profile and i == args.warmup + args.steps  # one extra step, untimed
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if profiling else contextlib.nullcontext()
+            inside.clear()
+            target.forward = timed_forward
+            with prof:
+                loss, _ = task.loss(model, batch, step=i)
+                target.forward = forward
+                ta = time.perf_counter()
+                acc.backward(loss)
+                tb = time.perf_counter()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
             t2 = time.perf_counter()
-            if i >= args.warmup:
+            if profiling:
+                print_profile(prof, n)
+            elif i >= args.warmup:
                 fwd.append(n / (t1 - t0))
                 step.append(n / (t2 - t1))
+                parts.append({"target_forward": sum(inside), "draft_forward_and_loss": ta - t1 - sum(inside),
+                              "backward": tb - ta, "optimizer": t2 - tb})
             print(f"batch {i}: target forward {n / (t1 - t0):8.0f} tok/s   train step {n / (t2 - t1):8.0f} tok/s", file=sys.stderr)
+        # The same quantities counted in FLOPs (torch's FlopCounterMode, one more batch): the
+        # ratio the step's arithmetic allows, before any overhead.
+        from torch.utils.flop_counter import FlopCounterMode
+
+        batch = next(batches)
+        with FlopCounterMode(display=False) as floor_flops, torch.no_grad():
+            target(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
+        with FlopCounterMode(display=False) as step_flops:
+            loss, _ = task.loss(model, batch, step=args.warmup + args.steps + 1)
+            acc.backward(loss)
+        opt.zero_grad(set_to_none=True)
+        flops = {"target_forward": floor_flops.get_total_flops(), "train_step": step_flops.get_total_flops()}
         _shutdown()
 
     d = recipe.drafter
@@ -76,11 +122,23 @@ def main(argv=None) -> int:
         "steps": args.steps,
         "target_forward_tokens_per_s": statistics.median(fwd),
         "train_tokens_per_s": statistics.median(step),
+        "target_forward_ms": statistics.median(n / x for x in fwd) * 1e3,
+        # where one training step's time goes (medians, ms): the target's forward inside it, the
+        # draft's forward and loss, backward, optimizer
+        "flops_per_batch": flops,
+        "flop_bound": flops["target_forward"] / flops["train_step"],  # train/forward-only if every FLOP ran at one speed
+        "step_parts_ms": {key: statistics.median(p[key] for p in parts) * 1e3 for key in parts[0]},
+        "cpu": cpu_info(),
     }
     result["train_over_forward"] = result["train_tokens_per_s"] / result["target_forward_tokens_per_s"]
     print(f"{'what':<28}{'tokens/s':>10}")
     print(f"{'target forward only':<28}{result['target_forward_tokens_per_s']:>10.0f}")
     print(f"{'training step':<28}{result['train_tokens_per_s']:>10.0f}")
+    print("one step, ms: " + ", ".join(f"{k} {v:.0f}" for k, v in result["step_parts_ms"].items())
+          + f"   (target forward alone {result['target_forward_ms']:.0f})")
+    print(f"FLOPs per batch: target forward {flops['target_forward'] / 1e12:.2f} T, training step {flops['train_step'] / 1e12:.2f} T:"
+          f" at equal speed training could reach {result['flop_bound']:.2f}x the forward-only rate")
+    print(f"on {format_cpu(result['cpu'])}")
     print(f"training / forward-only: {result['train_over_forward']:.2f}x   ({result['batch_tokens']} tokens per batch, {result['device']}, {result['threads']} threads)")
     if args.json:
         pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)

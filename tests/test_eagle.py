@@ -254,3 +254,24 @@ def test_side_by_side_bench_reports_each_domain(tiny_target, trained):
     assert result["methods"]["plain"]["by_domain"]["code"]["speedup"] == pytest.approx(1.0)
     assert result["methods"]["eagle2_tree"]["drafted_tokens"] == 5 * result["methods"]["eagle2_tree"]["drafts"]
     assert "by domain" in format_compare(result)
+
+
+def test_ttt_attention_equals_dense_attention_over_its_key_sets():
+    """The grouped (no key copies) training-time-test attention == plain softmax attention in
+    which query t at step j sees step 0's keys 0..t and its own keys of steps 1..j, with each KV
+    head repeated for its G query heads (GQA)."""
+    from draftsmith.models.eagle import ttt_attention
+
+    torch.manual_seed(0)
+    B, H, KV, T, hd, steps = 2, 6, 2, 5, 4, 3
+    past = [(torch.randn(B, KV, T, hd), torch.randn(B, KV, T, hd)) for _ in range(steps)]
+    q = torch.randn(B, H, T, hd)
+    got = ttt_attention(q, past)
+    rep = lambda x: x.repeat_interleave(H // KV, dim=1)  # noqa: E731
+    want = torch.empty_like(got)
+    for t in range(T):
+        keys = torch.cat([rep(past[0][0])[:, :, : t + 1]] + [rep(k)[:, :, t : t + 1] for k, _ in past[1:]], 2)
+        vals = torch.cat([rep(past[0][1])[:, :, : t + 1]] + [rep(v)[:, :, t : t + 1] for _, v in past[1:]], 2)
+        w = (q[:, :, t : t + 1] @ keys.transpose(-1, -2) * hd**-0.5).softmax(-1)
+        want[:, :, t] = (w @ vals)[:, :, 0]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -260,3 +260,22 @@ def test_two_processes_write_shards_that_one_manifest_joins(tiny_cache, tiny_tar
     assert sorted(a) == sorted(b)
     for k in a:
         torch.testing.assert_close(a[k].float(), b[k].float(), rtol=1 / 64, atol=1e-3)
+
+
+def test_logit_rows_compute_the_target_head_on_those_positions_only(tiny_target):
+    """Issue 17: EAGLE training reads the target's law at the rows its steps are scored on;
+    the LM head runs there only, online and from an offline cache alike (logits [N, V] and
+    an index from (b, t) to its row)."""
+    from draftsmith.train.features import OnlineFeatures, row_index
+
+    g = torch.Generator().manual_seed(1)
+    batch = {"input_ids": torch.randint(0, 200, (2, 10), generator=g), "attention_mask": torch.ones(2, 10, dtype=torch.long)}
+    rows = torch.zeros(2, 10, dtype=torch.bool)
+    rows[0, [1, 4]] = rows[1, 9] = True
+    feats = OnlineFeatures(tiny_target, (1, -1))
+    full, some = feats(batch, want_logits=True), feats(batch, want_logits=True, logit_rows=rows)
+    torch.testing.assert_close(some.hidden, full.hidden)
+    torch.testing.assert_close(some.logits, full.logits[rows])
+    assert some.logit_index.tolist() == row_index(rows).tolist()
+    assert row_index(rows)[0].tolist() == [-1, 0, -1, -1, 1, -1, -1, -1, -1, -1] and row_index(rows)[1, 9] == 2
+    assert full.logit_index is None

@@ -273,3 +273,41 @@ def test_training_a_tiny_draft_reduces_loss(kind: str) -> None:
     first, last = history[0], history[-1]
     assert last["loss"] < 0.7 * first["loss"], (first, last)
     assert last["token_acceptance"] > first["token_acceptance"] + 0.3, (first, last)
+
+
+def test_heads_on_counted_rows_only_give_the_full_logits_loss_and_gradients(tiny_target):
+    """Issue 17 (training throughput): the draft LM task runs both LM heads on the counted rows
+    only (head_on_rows); loss, stats and gradients equal distillation_loss over full logits."""
+    from draftsmith.train.config import DraftLMConfig
+    from draftsmith.train.draft_lm import DraftLMTask
+    from draftsmith.train.losses import head_on_rows
+
+    task = DraftLMTask(DraftLMConfig(init="truncated:1", loss="fkl"), tiny_target)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 200, (3, 16), generator=g)
+    mask = (torch.rand(3, 16, generator=g) < 0.6).long()
+    attn = torch.ones_like(ids)
+    attn[2, 12:] = 0
+    mask[2, 12:] = 0
+    batch = {"input_ids": ids, "loss_mask": mask, "attention_mask": attn}
+    loss, stats = task.loss(task.model, batch, step=0)
+    loss.backward()
+    fast = {n: p.grad.clone() for n, p in task.model.named_parameters() if p.grad is not None}
+    task.model.zero_grad(set_to_none=True)
+    full = task.model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+    with torch.no_grad():
+        target = tiny_target.model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+    want, want_stats = distillation_loss(full, target, ids, mask, "fkl")
+    want.backward()
+    torch.testing.assert_close(loss, want)
+    assert stats.keys() == want_stats.keys() and all(stats[k] == pytest.approx(want_stats[k], rel=1e-5) for k in stats)
+    for n, p in task.model.named_parameters():
+        if p.grad is not None:
+            torch.testing.assert_close(fast[n], p.grad, rtol=1e-4, atol=1e-6)
+    rows = torch.zeros(3, 16, dtype=torch.bool)
+    rows[0, 3] = rows[2, 0] = True
+    with torch.no_grad(), head_on_rows(tiny_target.model, rows):
+        got = tiny_target.model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+    assert got.shape == (1, 2, target.shape[-1])
+    torch.testing.assert_close(got[0], target[rows])
+    assert tiny_target.model.get_output_embeddings()._forward_pre_hooks == {}  # removed on exit

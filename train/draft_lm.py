@@ -18,6 +18,7 @@ import pathlib
 import random
 
 import torch
+import torch.nn.functional as F
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.models import DraftLM, read_drafter_meta, write_drafter_meta
@@ -63,13 +64,18 @@ class DraftLMTask:
         input_ids, loss_mask, attention_mask = batch["input_ids"], batch["loss_mask"], batch["attention_mask"]
         if self.is_on_policy(step):
             input_ids, loss_mask, attention_mask = self._on_policy_batch(model, input_ids, attention_mask, step)
-        draft_logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-        target_logits = None
+        # Both LM heads compute only the rows the loss counts (position t when token t+1 is a
+        # training token): the other rows' logits were computed, then dropped.
+        counted = loss_mask[:, 1:] != 0
+        rows = F.pad(counted, (0, 1))
+        with losses.head_on_rows(model, rows):
+            draft_rows = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[0]
+        target_rows = None
         if self.cfg.loss != "ce":
-            with torch.no_grad():
-                target_logits = self.target.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+            with torch.no_grad(), losses.head_on_rows(self.target.model, rows):
+                target_rows = self.target.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[0]
         c = self.cfg
-        return losses.distillation_loss(draft_logits, target_logits, input_ids, loss_mask, c.loss, c.temperature, c.jsd_beta)
+        return losses.rows_loss(draft_rows, target_rows, input_ids[:, 1:][counted], c.loss, c.temperature, c.jsd_beta)
 
     @torch.no_grad()
     def _on_policy_batch(self, model, input_ids, attention_mask, step: int):

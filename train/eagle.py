@@ -99,27 +99,32 @@ class EagleTask:
     def loss(self, model, batch: dict, step: int | None = None):
         training = step is not None
         ids, loss_mask, attn = batch["input_ids"], batch["loss_mask"], batch["attention_mask"]
-        feats = (self.features if training else self.online)(batch, want_logits=True)
+        steps = self.train_steps if training else max(self.train_steps, self.acceptance_k)
+        counted = label_positions(loss_mask, attn, steps)  # [S, B, T]: row t at step j is scored on token t+2+j
+        # The target's law is read at rows t+1+j only: its LM head runs there and nowhere else.
+        need = torch.zeros_like(counted[0])
+        for j in range(steps):
+            need[:, 1 + j :] |= counted[j, :, : need.shape[1] - 1 - j]
+        feats = (self.features if training else self.online)(batch, want_logits=True, logit_rows=need)
         hidden = feats.hidden.float()
         draft_in = self._draft_features(hidden)
         if training and self.cfg.noise > 0:
             draft_in = draft_in + (torch.rand_like(draft_in) * 2 - 1) * self.cfg.noise
-        steps = self.train_steps if training else max(self.train_steps, self.acceptance_k)
-        counted = label_positions(loss_mask, attn, steps)  # [S, B, T]: row t at step j is scored on token t+2+j
         outs = model(input_ids=ids, features=draft_in, num_steps=steps)
         unwrapped = getattr(model, "module", model)
         total = hidden.new_zeros(())
         stats: dict[str, float] = {}
         correct = torch.zeros_like(counted)
-        # Per position, once (not per step): the target's argmax and the law each step is scored on.
+        # Per needed row, once (not per step): the target's argmax and the law each step is scored on.
         with torch.no_grad():
-            target_top1 = feats.logits.argmax(-1)
-            target_probs = self._target_probs(unwrapped, feats.logits)
+            target_top1 = feats.logits.argmax(-1)  # [N]
+            target_probs = self._target_probs(unwrapped, feats.logits)  # [N, V or draft vocab]
         for j in range(steps):
             b, t = counted[j].nonzero(as_tuple=True)
             n = b.numel()
             pred = outs[j][b, t]
-            step_loss, top1, parts = self._step_loss(unwrapped, pred, hidden, b, t + 1 + j, target_probs[b, t + 1 + j], target_top1[b, t + 1 + j])
+            r = feats.logit_index[b, t + 1 + j]
+            step_loss, top1, parts = self._step_loss(unwrapped, pred, hidden, b, t + 1 + j, target_probs[r], target_top1[r])
             if j < self.train_steps:
                 total = total + self._weight(j) * step_loss
                 for key, value in parts.items():
@@ -141,7 +146,7 @@ class EagleTask:
         return hidden
 
     def _target_probs(self, model, target_logits):
-        """[B, T, V] the target's next-token law, float32."""
+        """[N, V] the target's next-token law, float32."""
         return target_logits.float().softmax(-1)
 
     def _step_loss(self, model, pred, hidden, b, t_next, target_probs, target_top1):
@@ -231,7 +236,7 @@ class Eagle3Task(EagleTask):
         return hidden[..., : len(self._aux) * self.target.config.hidden_size]
 
     def _target_probs(self, model, target_logits):
-        """The target's law restricted to the draft vocabulary and renormalised: [B, T, draft vocab]."""
+        """The target's law restricted to the draft vocabulary and renormalised: [N, draft vocab]."""
         return target_logits[..., model.draft_to_target].float().softmax(-1)
 
     def _step_loss(self, model, pred, hidden, b, t_next, target_probs, target_top1):

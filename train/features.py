@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import hashlib
 import inspect
 import json
@@ -36,6 +37,7 @@ from tqdm.auto import tqdm
 from draftsmith.errors import DraftsmithError
 
 from .distributed import fingerprint
+from .losses import head_on_rows
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,13 @@ CACHE_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32":
 @dataclass
 class Features:
     hidden: torch.Tensor  # [B, T, len(layers) * d], target dtype, the layers in the order asked for
-    logits: torch.Tensor | None = None  # [B, T, V], target dtype, when asked for
+    logits: torch.Tensor | None = None  # [B, T, V], target dtype, when asked for; [N, V] with logit_rows
+    logit_index: torch.Tensor | None = None  # with logit_rows: [B, T] long, (b, t) -> its row of logits (-1: none)
+
+
+def row_index(rows: torch.Tensor) -> torch.Tensor:
+    """[B, T] bool -> [B, T] long: the index of each selected position among the selected, -1 elsewhere."""
+    return torch.where(rows, rows.flatten().cumsum(0).view(rows.shape) - 1, -1)
 
 
 def num_hidden_states(config) -> int:
@@ -67,17 +75,26 @@ def check_layers(layers, n_states: int, name: str) -> None:
 # no_grad, not inference_mode: the features feed a drafter whose forward autograd records, and
 # inference tensors cannot be saved for backward.
 @torch.no_grad()
-def target_hidden_states(target_model, input_ids, attention_mask, layers, want_logits=False, name=None) -> Features:
+def target_hidden_states(target_model, input_ids, attention_mask, layers, want_logits=False, name=None,
+                         logit_rows=None) -> Features:
     """Entries `layers` of transformers' `hidden_states` tuple (0: embeddings, i: the input of
-    decoder layer i, -1: the last layer after the final norm = the LM head's input), concatenated."""
+    decoder layer i, -1: the last layer after the final norm = the LM head's input), concatenated.
+    logit_rows ([B, T] bool): the LM head runs on those positions only (logits [N, V])."""
     extra = {}
     if not want_logits and "logits_to_keep" in inspect.signature(target_model.forward).parameters:
         extra["logits_to_keep"] = 1  # skip the [B, T, V] LM head nobody reads
-    out = target_model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                       use_cache=False, **extra)
+    rows = head_on_rows(target_model, logit_rows) if want_logits and logit_rows is not None else contextlib.nullcontext()
+    with rows:
+        out = target_model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                           use_cache=False, **extra)
     states = out.hidden_states
     check_layers(tuple(layers), len(states), name or target_model.config.name_or_path)
-    return Features(torch.cat([states[i] for i in layers], dim=-1), out.logits if want_logits else None)
+    hidden = torch.cat([states[i] for i in layers], dim=-1)
+    if not want_logits:
+        return Features(hidden)
+    if logit_rows is None:
+        return Features(hidden, out.logits)
+    return Features(hidden, out.logits[0], row_index(logit_rows))
 
 
 class OnlineFeatures:
@@ -87,9 +104,9 @@ class OnlineFeatures:
         self.target, self.layers = target, tuple(layers)
         check_layers(self.layers, num_hidden_states(target.config), target.name)
 
-    def __call__(self, batch: dict, want_logits: bool = False) -> Features:
+    def __call__(self, batch: dict, want_logits: bool = False, logit_rows=None) -> Features:
         return target_hidden_states(self.target.model, batch["input_ids"], batch["attention_mask"], self.layers,
-                                    want_logits, name=self.target.name)
+                                    want_logits, name=self.target.name, logit_rows=logit_rows)
 
 
 # --- what a cache is for -------------------------------------------------------------------------
@@ -291,7 +308,7 @@ class OfflineFeatures:
         self.last = next((j for j, layer in enumerate(self.layers) if layer % n_states == n_states - 1), None)
         self.open: collections.OrderedDict = collections.OrderedDict()
 
-    def __call__(self, batch: dict, want_logits: bool = False) -> Features:
+    def __call__(self, batch: dict, want_logits: bool = False, logit_rows=None) -> Features:
         if want_logits and self.last is None:
             raise DraftsmithError(f"feature cache {self.dir} holds layers {list(self.layers)}, not the last layer (-1) "
                                   f"the logits are computed from: extract with -1 among the layers, or use online features")
@@ -309,11 +326,12 @@ class OfflineFeatures:
             d = self.width // len(self.layers)
             with torch.no_grad():
                 head = self.target.model.get_output_embeddings()
-                logits = head(hidden[..., self.last * d : (self.last + 1) * d])
+                last = hidden[..., self.last * d : (self.last + 1) * d]
+                logits = head(last if logit_rows is None else last[logit_rows])
                 cap = getattr(self.target.config.get_text_config(), "final_logit_softcapping", None)
                 if cap:  # Gemma-2/3 squash logits after the head; the model's forward would too
                     logits = torch.tanh(logits / cap) * cap
-        return Features(hidden, logits)
+        return Features(hidden, logits, None if logit_rows is None else row_index(logit_rows))
 
     def _row(self, row: int) -> torch.Tensor:
         k = bisect.bisect_right(self.starts, row) - 1

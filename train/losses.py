@@ -18,6 +18,7 @@ over a 100k-entry vocabulary.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -37,9 +38,13 @@ def _check_kind(kind: str) -> None:
 
 
 def _log_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Floored log-softmax in float32; floored entries (exactly -inf) get no gradient."""
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    return logp.clamp(min=_LOG_FLOOR)
+    """Floored log-softmax in float32; floored entries (exactly -inf) get no gradient.
+
+    Each full pass over [N, V] costs: at T = 1 there is no division, and the floor is applied
+    only when some logit is -inf (one min-reduction decides; nothing else can make -inf)."""
+    logits = logits.float()
+    logp = torch.log_softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)
+    return logp.clamp(min=_LOG_FLOOR) if logits.numel() and bool(torch.isneginf(logits.detach().min())) else logp
 
 
 def divergence(
@@ -86,11 +91,14 @@ def divergence(
             f"expected two [N, V] tensors of one shape, got {tuple(draft_logits.shape)} and "
             f"{tuple(target_logits.shape)}"
         )
-    logq = _log_probs(draft_logits, temperature)
-    logp = _log_probs(target_logits, temperature)
+    return _divergence(_log_probs(draft_logits, temperature), _log_probs(target_logits, temperature), kind, beta)
+
+
+def _divergence(logq: torch.Tensor, logp: torch.Tensor, kind: str, beta: float) -> torch.Tensor:
+    """`divergence` from the (floored) log-probabilities of the draft and the target."""
+    if kind == "fkl":  # q itself is not needed: one exp pass fewer
+        return (logp.exp() * (logp - logq)).sum(-1)
     p, q = logp.exp(), logq.exp()
-    if kind == "fkl":
-        return (p * (logp - logq)).sum(-1)
     if kind == "rkl":
         return (q * (logq - logp)).sum(-1)
     if kind == "tvd":
@@ -109,14 +117,16 @@ def cross_entropy(draft_logits: torch.Tensor, labels: torch.Tensor) -> torch.Ten
 
 
 @torch.no_grad()
-def _acceptance_stats(draft_rows: torch.Tensor, target_rows: torch.Tensor) -> tuple[float, float]:
+def _acceptance_stats(draft_rows: torch.Tensor, target_rows: torch.Tensor, logs=None) -> tuple[float, float]:
     """Sums over rows of sum_x min(p, q) at T = 1 (Leviathan et al. 2023, sec. 3: the
     probability that one token drafted from q is accepted) and of argmax agreement (greedy
-    acceptance)."""
-    p = torch.softmax(target_rows.float(), dim=-1)
-    q = torch.softmax(draft_rows.float(), dim=-1)
-    accept = torch.minimum(p, q).sum(-1).sum()
-    top1 = (p.argmax(-1) == q.argmax(-1)).sum()
+    acceptance). logs: (log q, log p) at T = 1 when the loss already computed them."""
+    if logs is None:
+        logs = (torch.log_softmax(draft_rows.float(), -1), torch.log_softmax(target_rows.float(), -1))
+    logq, logp = logs
+    # min(p, q) = exp(min(log p, log q)): one exp pass instead of two softmaxes
+    accept = torch.minimum(logp, logq).exp_().sum(-1).sum()
+    top1 = (logp.argmax(-1) == logq.argmax(-1)).sum()
     return float(accept), float(top1)
 
 
@@ -158,28 +168,66 @@ def distillation_loss(
 
     # Select the counted rows before any softmax: only N x V is ever materialised in float32.
     counted = loss_mask[:, 1:] != 0  # [B, T-1]; row t of the logits is scored on token t+1
-    num = int(counted.sum())
     draft_rows = draft_logits[:, :-1][counted]  # [N, V_d]
-    target_rows = None
-    vocab = draft_logits.shape[-1]
-    if target_logits is not None:
-        vocab = min(draft_logits.shape[-1], target_logits.shape[-1])
-        target_rows = target_logits[:, :-1, :vocab][counted]
+    target_rows = None if target_logits is None else target_logits[:, :-1][counted]
+    return rows_loss(draft_rows, target_rows, input_ids[:, 1:][counted], kind, temperature, beta)
 
+
+def rows_loss(draft_rows: torch.Tensor, target_rows: torch.Tensor | None, labels: torch.Tensor, kind: str = "fkl",
+              temperature: float = 1.0, beta: float = 0.5) -> tuple[torch.Tensor, dict[str, float]]:
+    """distillation_loss on rows already selected: draft_rows [N, V_d], target_rows [N, V_t] (or
+    None for ``ce``), labels [N] (the next tokens, for ``ce``). What a task calls when the LM
+    heads only ever computed the counted rows (`head_on_rows`)."""
+    _check_kind(kind)
+    if target_rows is None and kind != "ce":
+        raise ValueError(f"loss kind {kind!r} needs target rows (only 'ce' works without)")
+    num = draft_rows.shape[0]
+    vocab = draft_rows.shape[-1] if target_rows is None else min(draft_rows.shape[-1], target_rows.shape[-1])
+    if target_rows is not None:
+        target_rows = target_rows[:, :vocab]
+    logs = None  # (log q, log p) at T = 1, reused by the acceptance stats
     if kind == "ce":
-        per_row = cross_entropy(draft_rows, input_ids[:, 1:][counted])
+        per_row = cross_entropy(draft_rows, labels)
     else:
-        assert target_rows is not None
-        per_row = divergence(draft_rows[:, :vocab], target_rows, kind, temperature, beta)
+        divergence(draft_rows[:0, :vocab], target_rows[:0], kind, temperature, beta)  # argument checks only
+        logq = _log_probs(draft_rows[:, :vocab], temperature)
+        with torch.no_grad():
+            logp = _log_probs(target_rows, temperature)
+        per_row = _divergence(logq, logp, kind, beta)
+        logs = (logq.detach(), logp) if temperature == 1.0 else None
     # sum / max(N, 1) instead of mean(): an empty selection gives 0 (not NaN) with a grad_fn.
     loss = per_row.sum() / max(num, 1)
 
     stats = {"loss": float(loss.detach()), "num_tokens": float(num)}
     if target_rows is not None:
-        accept, top1 = _acceptance_stats(draft_rows[:, :vocab], target_rows)
+        accept, top1 = _acceptance_stats(draft_rows[:, :vocab], target_rows, logs)
         stats["token_acceptance"] = accept / max(num, 1)
         stats["top1_agreement"] = top1 / max(num, 1)
     return loss, stats
+
+
+@contextlib.contextmanager
+def head_on_rows(model, rows: torch.Tensor):
+    """Inside the block, `model`'s LM head computes logits for the positions `rows` ([B, T] bool)
+    only: its input [B, T, d] becomes [1, N, d], so the forward returns logits [1, N, V].
+
+    A distillation loss reads the rows it counts (assistant tokens) and nothing else; computing
+    the other rows' logits through a 49k-152k-row head, forward and backward, then dropping them
+    was a large part of a training step. A forward pre-hook rather than a call of the head
+    outside the model: the head still runs inside the model's own forward, where DDP, FSDP and
+    ZeRO-3 expect its parameters to be used (and gathered), and the state dict is unchanged.
+    Whatever the model does after the head (Gemma's soft-capping, Cohere's scale) still applies.
+    """
+    head = getattr(model, "module", model).get_output_embeddings()
+
+    def select(module, args):
+        return (args[0][rows].unsqueeze(0), *args[1:])
+
+    handle = head.register_forward_pre_hook(select)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def expected_acceptance_length(alpha: float, k: int) -> float:
