@@ -82,6 +82,7 @@ def environment(target, drafter, engine=None) -> dict:
         "dtype": str(target.dtype).replace("torch.", ""),
         "dtype_reason": getattr(target, "dtype_reason", None),
         "device": str(dev),
+        "compiled": bool(getattr(target, "compiled", False)),
         "hardware": torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{cpu['model']}, {torch.get_num_threads()} threads",
         "cpu": cpu,
         "versions": {"draftsmith": draftsmith.__version__, "torch": torch.__version__, "transformers": transformers.__version__},

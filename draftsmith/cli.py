@@ -41,6 +41,9 @@ def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
                    help="auto (default): bfloat16 on CUDA and on CPUs with AMX/AVX512-BF16 where it measured faster, "
                         "else float32 (the choice and why are in every report)")
     p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
+                   help="torch.compile (CUDA graphs) the target's decode/verify forwards and the draft LM's/PARD's "
+                        "drafting forwards; auto (default): on CUDA only")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -177,7 +180,8 @@ def _setup(args):
         logging.warning("%s was trained together with its own target %s; decoding with --target %s instead "
                         "stays lossless but accepts less", args.draft, ckpt_target, args.target)
         note = None
-    target = Target.load(args.target or ckpt_target or DEFAULT_TARGET, dtype=dtype, device=args.device)
+    compile_ = {"auto": None, "on": True, "off": False}[getattr(args, "compile", "auto")]
+    target = Target.load(args.target or ckpt_target or DEFAULT_TARGET, dtype=dtype, device=args.device, compile=compile_)
     target.note = note
     drafter = load_drafter(args.draft, target) if args.draft else None
     args.tree = _tree_config(args)

@@ -13,18 +13,27 @@
 #      EAGLE-3 drafting costs (scripts/bench_verify_cost.py);
 #   3. the engine end to end: tokens/s of plain vs speculative decoding, eager vs compiled,
 #      with drafts forced to agree (scripts/bench_engine.py);
-#   4. only with DRAFTER=medusa|eagle|eagle3: a tiny drafter trained on CUDA in bf16 (on the
-#      stdlib corpus: chitchat is not there), then benchmarked as a chain and as a tree;
-# then one summary table ($OUT/summary.txt). Mostly compilation; each step is capped at
-# STEP_TIMEOUT seconds (default 180: steps 1-3 plus setup stay near a 10-minute call; the engine
-# bench keeps the shapes it finished, the smaller first). Not yet timed on a GPU: for a first
-# run, SHAPES=smollm2-135m is the cheap choice.
+#   4. every drafter kind in KINDS (default: draft_lm eagle3 pard): a tiny drafter trained on
+#      CUDA in bf16 (stdlib corpus: chitchat is not there), then the engine with it, eager and
+#      compiled (--compile off|on: the target's decode/verify and the draft LM's/PARD's drafting
+#      forwards as CUDA graphs; EAGLE, Medusa and DFlash draft eagerly still), outputs == plain;
+#   5. FSDP on one GPU (configs/accelerate/fsdp.yaml, 1 process), 4 steps, then --resume to 8;
+#   6. training throughput in bf16 against the target's forward-only rate (bench_train.py);
+# then one summary table ($OUT/summary.txt). STEPS picks steps by name (default: all of
+# "tests verify engine kinds fsdp train"); each is capped at STEP_TIMEOUT seconds (default 150).
+# Not yet timed on a GPU: for a first run, SHAPES=smollm2-135m is the cheap choice.
 #   bash scripts/gpu_check.sh                          # OUT=runs/gpu SHAPES=smollm2-135m,llama-1b
+# On a CPU it runs what needs no CUDA (its test does): STEPS="kinds train" MODES=off DEVICE=cpu.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/gpu}
 SHAPES=${SHAPES:-smollm2-135m,llama-1b}
-STEP_TIMEOUT=${STEP_TIMEOUT:-180}
+STEP_TIMEOUT=${STEP_TIMEOUT:-150}
+STEPS=${STEPS:-tests verify engine kinds fsdp train}
+KINDS=${KINDS:-draft_lm eagle3 pard}
+MODES=${MODES:-off on}        # --compile off (eager) and on (CUDA graphs)
+DEVICE=${DEVICE:-cuda}
+TRAIN_STEPS=${TRAIN_STEPS:-30}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 DRAFTSMITH_CACHE=/tmp/draftsmith-cache HF_HUB_OFFLINE=1
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -34,8 +43,8 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   done
   export PYTHONPATH=/tmp/site
 fi
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+[ -n "${SKIP_INSTALL:-}" ] || python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null | tee "$OUT/gpu.txt" || echo "no nvidia-smi" > "$OUT/gpu.txt"
 python3 - <<'EOF' 2>&1 | tee -a "$OUT/gpu.txt"
 import importlib.util, torch, transformers, accelerate
 print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__, "accelerate", accelerate.__version__)
@@ -45,25 +54,56 @@ EOF
 step() { echo "=== $1 ($(date +%T))"; }
 run() { timeout "$STEP_TIMEOUT" "$@" 2>&1 | grep -v "Loading weights\|Writing model"; }
 
-step "gpu tests"
-run python3 -m pytest -q -m gpu tests/test_gpu.py | tail -15 | tee "$OUT/pytest_gpu.log"
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 
-step "verification cost: step vs chain vs tree, eager vs compiled"
-run python3 scripts/bench_verify_cost.py --shapes "$SHAPES" --context 512 --chains 4 --trees 16,64 \
-  --repeats 30 --out "$OUT/verify_cost.json" | tee "$OUT/verify_cost.log"
+if want tests; then
+  step "gpu tests"
+  run python3 -m pytest -q -m gpu tests/test_gpu.py | tail -15 | tee "$OUT/pytest_gpu.log"
+fi
 
-step "engine: plain vs speculative (drafts forced to agree), eager vs compiled"
-run python3 scripts/bench_engine.py --shapes "$SHAPES" -k 4 --prompt-len 512 --max-new-tokens 128 --repeats 3 \
-  --out "$OUT/engine.json" | tee "$OUT/engine.log"
+if want verify; then
+  step "verification cost: step vs chain vs tree, eager vs compiled"
+  run python3 scripts/bench_verify_cost.py --shapes "$SHAPES" --context 512 --chains 4 --trees 16,64 \
+    --repeats 30 --out "$OUT/verify_cost.json" | tee "$OUT/verify_cost.log"
+fi
 
-if [ -n "${DRAFTER:-}" ]; then   # medusa | eagle | eagle3: configs/tiny/$DRAFTER.yaml on CUDA in bf16
-  step "$DRAFTER on CUDA, bf16"
-  run python3 -m draftsmith.train configs/tiny/$DRAFTER.yaml --data.path=stdlib --optim.mixed_precision=bf16 \
-    --logging.progress=false --output-dir /tmp/gpu-$DRAFTER | tail -8
-  cp /tmp/gpu-$DRAFTER/train_summary.json "$OUT/${DRAFTER}_summary.json" 2>/dev/null
-  for shape in "-k 3" "--tree-topk 2 --tree-depth 3 --tree-num-draft-tokens 8"; do
-    step "bench $DRAFTER $shape (compiled decode)"
-    run python3 -m draftsmith bench --draft /tmp/gpu-$DRAFTER/final $shape --num-prompts 4 --max-new-tokens 64 --quiet --no-hf | tail -8
+if want engine; then
+  step "engine: plain vs speculative (drafts forced to agree), eager vs compiled"
+  run python3 scripts/bench_engine.py --shapes "$SHAPES" -k 4 --prompt-len 512 --max-new-tokens 128 --repeats 3 \
+    --out "$OUT/engine.json" | tee "$OUT/engine.log"
+fi
+
+if want kinds; then
+  for kind in $KINDS; do   # configs/tiny/$kind.yaml, trained briefly, then decoded eager and compiled
+    step "$kind: train $TRAIN_STEPS steps ($DEVICE, bf16 on CUDA)"
+    rm -rf "/tmp/gpu-kind-$kind"
+    run python3 -m draftsmith.train configs/tiny/$kind.yaml --data.path=stdlib $([ "$DEVICE" = cuda ] && echo --optim.mixed_precision=bf16) \
+      --optim.max_steps=$TRAIN_STEPS --checkpoint.save_every=$TRAIN_STEPS --logging.eval_every=0 --logging.progress=false \
+      --output-dir "/tmp/gpu-kind-$kind" | tail -3
+    for mode in $MODES; do
+      step "$kind --compile $mode"
+      run python3 -m draftsmith bench --draft "/tmp/gpu-kind-$kind/final" -k 3 --compile "$mode" --device "$DEVICE" \
+        --num-prompts 4 --max-new-tokens 64 --quiet --no-hf --json "$OUT/kind_${kind}_$mode.json" | tail -4
+    done
+  done
+fi
+
+if want fsdp; then   # accelerate refuses FSDP on a CPU
+  step "FSDP, one GPU: 4 steps, then resume to 8"
+  rm -rf /tmp/gpu-fsdp
+  for n in 4 8; do
+    run accelerate launch --config_file configs/accelerate/fsdp.yaml --num_processes 1 -m draftsmith.train \
+      configs/tiny/draft_lm.yaml --data.path=stdlib --optim.max_steps=$n --checkpoint.save_every=2 --logging.eval_every=0 \
+      --logging.progress=false --output-dir /tmp/gpu-fsdp $([ $n = 8 ] && echo --resume) | tail -3
+  done
+  cp /tmp/gpu-fsdp/train_summary.json "$OUT/fsdp_summary.json" 2>/dev/null
+fi
+
+if want train; then
+  for kind in draft_lm eagle3; do
+    step "training throughput: $kind vs the target's forward only"
+    run python3 scripts/bench_train.py configs/tiny/$kind.yaml --steps 5 --warmup 1 --data.path=stdlib \
+      $([ "$DEVICE" = cuda ] && echo --optim.mixed_precision=bf16) --json "$OUT/train_$kind.json" | tail -4
   done
 fi
 
@@ -101,6 +141,22 @@ for (shape, mode), m in rows.items():
              cell(next((n for n in m if "tree" in n), "oracle tree")), "/".join(f"{r['mean_acceptance_length']:.2f}" for r in spec),
              "yes" if all(r["same_as_plain"] for r in m.values()) else "NO"]
     print("| " + " | ".join(cells) + " |")
+kinds = sorted({p.stem.removeprefix("kind_").rsplit("_", 1)[0] for p in out.glob("kind_*.json")})  # kind_<kind>_<mode>.json
+if kinds:
+    print("\n| drafter (tiny, trained here) | mode | tok/s | speedup vs plain | tau | outputs == plain |\n|---|---|---|---|---|---|")
+    for kind in kinds:
+        for mode in ("off", "on"):
+            r = load(f"kind_{kind}_{mode}.json")
+            if r:
+                print(f"| {kind} | {'compiled' if r.get('compiled') else 'eager'} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
+                      f"{r['mean_acceptance_length']:.2f} | {r['greedy_outputs_match']} |")
+f = load("fsdp_summary.json")
+print(f"\nFSDP one GPU, 4 steps then resume to 8: " + (f"{f.get('steps')} steps, {f.get('distributed_type')}, eval loss {(f.get('eval') or {}).get('loss')}" if f else "no result"))
+for kind in ("draft_lm", "eagle3"):
+    t = load(f"train_{kind}.json")
+    if t:
+        print(f"training {kind} ({t['mixed_precision']}): {t['train_tokens_per_s']:.0f} tok/s vs target forward only "
+              f"{t['target_forward_tokens_per_s']:.0f} tok/s = {t['train_over_forward']:.2f}x (FLOP bound {t['flop_bound']:.2f}x)")
 print("ceiling: (k+1)·t_step/t_verify (Leviathan et al. 2023 with acceptance 1 and free drafting), "
       "t_verify from verify_cost.json (context " + str(next(iter(cost.values()), {}).get("context", "n/a")) + "); tok/s (speedup vs plain in the same mode)")
 EOF

@@ -3,6 +3,7 @@ engine bench runs where the optional packages the GPU image lacks cannot be impo
 
 import json
 import math
+import os
 import pathlib
 import subprocess
 import sys
@@ -32,3 +33,20 @@ def test_bench_engine_without_optional_packages(tmp_path):
         # every draft accepted: k+1 tokens per target forward (the first token comes from prefill)
         assert rows[method]["mean_acceptance_length"] == k + 1, method
         assert rows[method]["target_forwards"] == math.ceil((n - 1) / (k + 1)), method
+
+
+def test_gpu_check_kinds_and_training_steps_run_on_cpu(tmp_path):
+    """The parts of the GPU run that need no CUDA, on the CPU: a drafter kind trained briefly and
+    decoded through `draftsmith bench --compile off`, the training-throughput bench, and the
+    summary's rows for both (the compiled mode and FSDP need a GPU)."""
+    out = tmp_path / "gpu"
+    env = {**os.environ, "STEPS": "kinds train", "KINDS": "draft_lm", "MODES": "off", "DEVICE": "cpu",
+           "TRAIN_STEPS": "3", "SKIP_INSTALL": "1", "OUT": str(out)}
+    subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], check=True, env=env, cwd=ROOT, timeout=900)
+    bench = json.loads((out / "kind_draft_lm_off.json").read_text())
+    assert bench["compiled"] is False and bench["greedy_outputs_match"] is True and bench["drafter_kind"] == "draft_lm"
+    for kind in ("draft_lm", "eagle3"):
+        train = json.loads((out / f"train_{kind}.json").read_text())
+        assert 0 < train["train_over_forward"] and 0 < train["flop_bound"] < 1
+    summary = (out / "summary.txt").read_text()
+    assert "| draft_lm | eager |" in summary and "training eagle3 (no)" in summary
