@@ -41,3 +41,18 @@ def fresh_accelerate():
     yield
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
+
+
+@pytest.fixture
+def recorded_compile():
+    """A stand-in for models.target.compile_decode (CUDA graphs need a GPU): the forward it
+    returns runs eagerly and records (input length, logits_to_keep) of every call."""
+    shapes = []
+
+    def record(forward):
+        def run(**kw):
+            shapes.append((kw["input_ids"].shape[1], kw["logits_to_keep"]))
+            return forward(**kw)
+        return run
+
+    return record, shapes

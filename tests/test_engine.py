@@ -265,20 +265,13 @@ def test_measure_step_costs_times_a_drafting_step_for_every_accepted_count(tiny_
     assert expected_draft_cost([1.0, 3.0], [1.0, 1.0, 1.0]) == 3.0  # deeper than timed: the deepest cost
 
 
-def test_compiled_draft_lm_routes_only_its_two_decode_shapes(tiny_target, monkeypatch):
+def test_compiled_draft_lm_routes_only_its_two_decode_shapes(tiny_target, monkeypatch, recorded_compile):
     """Issue 17 (GPU): with a compiled (CUDA) target the draft LM's propose() forwards go through
     its compiled forward with 1 or 2 tokens (two CUDA graphs), every row's logits; start()'s
     prefill stays eager. `compile_decode` is a recorder here (CPU)."""
     import draftsmith.models.draft_lm as draft_lm
 
-    shapes = []
-
-    def record(forward):
-        def run(**kw):
-            shapes.append((kw["input_ids"].shape[1], kw["logits_to_keep"]))
-            return forward(**kw)
-        return run
-
+    record, shapes = recorded_compile
     monkeypatch.setattr(draft_lm, "compile_decode", record)
     monkeypatch.setattr(tiny_target, "compiled", True, raising=False)
     drafter = DraftLM.truncated(tiny_target, 2)

@@ -295,21 +295,14 @@ def test_vllm_cpu_runs_pard_like_our_runtime(tmp_path):
     assert row["drafts"] > 0 and row["drafted_tokens"] == 3 * row["drafts"] and row["accepted_tokens"] > 0
 
 
-def test_compiled_drafting_routes_only_fixed_decode_shapes(trained, tiny_target, monkeypatch):
+def test_compiled_drafting_routes_only_fixed_decode_shapes(trained, tiny_target, monkeypatch, recorded_compile):
     """Issue 17 (GPU): with a compiled (CUDA) target, PARD's propose() forwards go through the
     compiled forward, whose shapes are few (the n+1 kept tokens + k-1 masks: k..2k), with every
     row's logits; start()'s prefill stays eager. `compile_decode` is a recorder here (CPU)."""
     import draftsmith.models.pard as pard
 
     _task, _h, folder = trained
-    shapes = []
-
-    def record(forward):
-        def run(**kw):
-            shapes.append((kw["input_ids"].shape[1], kw["logits_to_keep"]))
-            return forward(**kw)
-        return run
-
+    record, shapes = recorded_compile
     monkeypatch.setattr(pard, "compile_decode", record)
     monkeypatch.setattr(tiny_target, "compiled", True, raising=False)
     drafter = Pard.from_pretrained(str(folder), tiny_target)
