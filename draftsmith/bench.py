@@ -188,7 +188,8 @@ def run_bench(
     for r in spec:
         metrics = metrics.merge(r.metrics)
     tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in outs]) for n, outs in outputs.items()}
-    costs = engine.measure_step_costs(prompts[0].ids, per_position_acceptance=metrics.per_position_acceptance)
+    costs = engine.measure_step_costs(prompts[0].ids, per_position_acceptance=metrics.per_position_acceptance,
+                                      max_new_tokens=max_new_tokens)
     tau = metrics.mean_acceptance_length
     loop = {n: in_loop_times(outs) for n, outs in outputs.items()}
 
@@ -290,7 +291,8 @@ def run_compare(target, methods: list[Method], prompts, max_new_tokens, sampling
         if n != "plain":
             row["by_context"] = context_buckets(outputs[n], context_edges)
             e = engines[n]
-            costs = e.measure_step_costs(prompts[0].ids, per_position_acceptance=m.per_position_acceptance)
+            costs = e.measure_step_costs(prompts[0].ids, per_position_acceptance=m.per_position_acceptance,
+                                         max_new_tokens=max_new_tokens)
             row.update(environment(target, e.drafter, e), num_speculative_tokens=e.k, step_costs_s=costs,
                        predicted_speedup=predicted_speedup(m.mean_acceptance_length, costs["t_step"], costs["t_draft_k"], costs["t_verify"]))
             row.update(_in_loop_prediction(m.mean_acceptance_length, in_loop["plain"], in_loop[n]))

@@ -107,6 +107,15 @@ class Engine:
         bound = getattr(self.drafter, "max_tree_nodes", None)
         return bound(self.tree) if bound is not None else self.tree.max_nodes
 
+    def cache_length(self, prompt_tokens: int, max_new_tokens: int, drafting: bool = True) -> int:
+        """Positions the caches of one request hold: +n+1, as a last verify may write n+1
+        positions past the final kept token; compiled targets round up to CACHE_BUCKET (CUDA
+        graphs are captured per cache size, so requests share them)."""
+        length = prompt_tokens + max_new_tokens + (self.max_draft_tokens if drafting else 0) + 1
+        if getattr(self.target, "compiled", False):
+            length = -(-length // CACHE_BUCKET) * CACHE_BUCKET
+        return length
+
     @torch.inference_mode()
     def generate(
         self,
@@ -138,11 +147,7 @@ class Engine:
         )
         generator = torch.Generator(device=device)
         generator.manual_seed(0 if seed is None else seed)
-        # +n+1: a last verify may write n+1 positions past the final kept token.
-        max_length = prompt.shape[1] + max_new_tokens + (self.max_draft_tokens if drafter else 0) + 1
-        if getattr(target, "compiled", False):
-            # CUDA graphs are captured per cache size: round it up so requests share them.
-            max_length = -(-max_length // CACHE_BUCKET) * CACHE_BUCKET
+        max_length = self.cache_length(prompt.shape[1], max_new_tokens, drafter is not None)
         cache = target.new_cache(max_length)
         seq = torch.empty(1, max_length, dtype=torch.long, device=device)  # prompt + emitted ids
         seq[:, : prompt.shape[1]] = prompt
@@ -239,37 +244,42 @@ class Engine:
         return GenerationResult(tokens, from_draft, reason, metrics, elapsed, forwards, prompt.shape[1], extra=extra, steps=steps)
 
     @torch.inference_mode()
-    def measure_step_costs(self, prompt_ids, repeats: int = 7, per_position_acceptance=None) -> dict:
+    def measure_step_costs(self, prompt_ids, repeats: int = 7, per_position_acceptance=None, max_new_tokens: int = 0) -> dict:
         """Median seconds of: one plain target step (t_step), one verify of the drafted tokens
         (t_verify: k+1, or the tree's n+1 with its mask) and one drafting step in steady state
         for every number n of drafts the previous step kept (t_draft_by_accepted[n]: accept(n),
         then propose() after the n tokens and the target's own; the drafter's prefill excluded).
 
-        What a drafting step costs depends on n: a draft LM catches up on 1 token, or on 2 when
-        every draft was kept; EAGLE and DFlash take n+1 rows of the target's features. Timing
-        n = 0 only hid a shape-dependent slow path that made the loop's drafting 2x dearer
-        (issue 17). t_draft_k is the mean over the acceptance histogram that
-        `per_position_acceptance` (a run's, as SpecMetrics reports it) implies, uniform without it.
+        Measured as the loop runs them: caches sized as generate(prompt, max_new_tokens) sizes
+        them (a static cache's attention spans all its positions), step and verify timed in
+        alternation (drift hits both alike). What a drafting step costs depends on n: a draft LM
+        catches up on 1 token, or on 2 when every draft was kept; EAGLE and DFlash take n+1 rows
+        of the target's features. Timing n = 0 only hid a shape-dependent slow path that made the
+        loop's drafting 2x dearer (issue 17). t_draft_k is the mean over the acceptance
+        histogram that `per_position_acceptance` (a run's, as SpecMetrics reports it) implies,
+        uniform without it.
 
         Inputs to predicted_speedup = τ·t_step / (t_draft_k + t_verify); measured at the
         prompt's context length.
         """
         target, device = self.target, self.target.device
         prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).reshape(1, -1)
-        max_length = prompt.shape[1] + self.max_draft_tokens + 2
+        max_length = max(self.cache_length(prompt.shape[1], max_new_tokens), prompt.shape[1] + self.max_draft_tokens + 2)
         cache = target.new_cache(max_length)
         _, hidden = target.forward_hidden(prompt[:, :-1], cache, logits_to_keep=1, hidden_layers=self.hidden_layers)
         base = cache.length
 
-        def timed(fn) -> float:
-            times = []
-            for _ in range(repeats + 1):  # first call is a warm-up
-                _sync(device)
-                t = time.perf_counter()
-                fn()
-                _sync(device)
-                times.append(time.perf_counter() - t)
-            return statistics.median(times[1:])
+        def timed(*fns) -> list[float]:
+            """Median seconds of each fn, called in turn `repeats` times after a warm-up round."""
+            times = [[] for _ in fns]
+            for _ in range(repeats + 1):
+                for fn, spent in zip(fns, times):
+                    _sync(device)
+                    t = time.perf_counter()
+                    fn()
+                    _sync(device)
+                    spent.append(time.perf_counter() - t)
+            return [statistics.median(spent[1:]) for spent in times]
 
         def step(tree: Tree, layers=None):
             q = tree.num_nodes + 1
@@ -283,35 +293,34 @@ class Engine:
 
             return run
 
-        costs = {"t_step": timed(step(_chain(0)))}
-        if self.drafter is not None:
-            d, n0 = self.drafter, prompt.shape[1]
-            # Steady state, as inside the loop: start() and a first propose() take the prompt in
-            # (a drafter may prefill lazily, at its first propose); each timed call is then one
-            # step that kept n drafts: accept(n) with the n+1 rows of features the engine hands
-            # over, then propose() on a sequence n+1 tokens longer.
-            proposal = None
-            by_accepted = []
-            for n in range(self.max_draft_tokens + 1):
-                longer = torch.cat([prompt, prompt[:, -1:].expand(1, (repeats + 1) * (n + 1))], 1)
-                d.start(prompt[:, :-1], longer.shape[1] + self.max_draft_tokens + 2, hidden=hidden)
-                proposal = d.propose(prompt, self.k, GREEDY, None, tree=self.tree)
-                depth = proposal.tree.depth if proposal.tree is not None else len(proposal)
-                if n > depth:  # a path cannot keep more drafts than the proposal is deep
-                    break
-                rows = None if hidden is None else hidden[-1:].expand(n + 1, -1)
-                grown = [n0]
+        if self.drafter is None:
+            return {"t_step": timed(step(_chain(0)))[0]}
+        d, n0 = self.drafter, prompt.shape[1]
+        # Steady state, as inside the loop: start() and a first propose() take the prompt in (a
+        # drafter may prefill lazily, at its first propose); each timed call is then one step
+        # that kept n drafts: accept(n) with the n+1 rows of features the engine hands over,
+        # then propose() on a sequence n+1 tokens longer.
+        proposal = None
+        by_accepted = []
+        for n in range(self.max_draft_tokens + 1):
+            longer = torch.cat([prompt, prompt[:, -1:].expand(1, (repeats + 1) * (n + 1))], 1)
+            d.start(prompt[:, :-1], max(max_length, longer.shape[1] + self.max_draft_tokens + 2), hidden=hidden)
+            proposal = d.propose(prompt, self.k, GREEDY, None, tree=self.tree)
+            depth = proposal.tree.depth if proposal.tree is not None else len(proposal)
+            if n > depth:  # a path cannot keep more drafts than the proposal is deep
+                break
+            rows = None if hidden is None else hidden[-1:].expand(n + 1, -1)
+            grown = [n0]
 
-                def draft(n=n, rows=rows, longer=longer, grown=grown):
-                    d.accept(n, hidden=rows)
-                    grown[0] += n + 1
-                    d.propose(longer[:, : grown[0]], self.k, GREEDY, None, tree=self.tree)
+            def draft(n=n, rows=rows, longer=longer, grown=grown):
+                d.accept(n, hidden=rows)
+                grown[0] += n + 1
+                d.propose(longer[:, : grown[0]], self.k, GREEDY, None, tree=self.tree)
 
-                by_accepted.append(timed(draft))
-            costs["t_verify"] = timed(step(proposal.tree or _chain(len(proposal)), self.hidden_layers))
-            costs["t_draft_by_accepted"] = by_accepted
-            costs["t_draft_k"] = expected_draft_cost(by_accepted, per_position_acceptance)
-        return costs
+            by_accepted += timed(draft)
+        t_step, t_verify = timed(step(_chain(0)), step(proposal.tree or _chain(len(proposal)), self.hidden_layers))
+        return {"t_step": t_step, "t_verify": t_verify, "t_draft_by_accepted": by_accepted,
+                "t_draft_k": expected_draft_cost(by_accepted, per_position_acceptance)}
 
 
 def expected_draft_cost(by_accepted: list[float], per_position_acceptance=None) -> float:

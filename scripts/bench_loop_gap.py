@@ -99,7 +99,8 @@ def main(argv=None) -> int:
             m = m.merge(r.metrics)
         tau = m.mean_acceptance_length
         with before_fix(kinds[name]):
-            c = engines[name].measure_step_costs(prompts[0].ids, per_position_acceptance=m.per_position_acceptance)
+            c = engines[name].measure_step_costs(prompts[0].ids, per_position_acceptance=m.per_position_acceptance,
+                                                 max_new_tokens=args.max_new_tokens)
         loop = in_loop_times(outs[name])
         measured = tps[name] / tps["plain"]
         old_draft = c["t_draft_by_accepted"][0]  # what measure_step_costs timed before: a step that kept nothing

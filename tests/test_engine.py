@@ -255,7 +255,15 @@ def test_measure_step_costs_times_a_drafting_step_for_every_accepted_count(tiny_
     draft._forward = lambda ids, decode=True: (fed.append(ids.shape[1]), forward(ids, decode))[1]
     draft.accept = lambda n, hidden=None: (accepted.append(n), accept(n, hidden))[1]
     ids = tiny_target.tokenizer("Hello world, this is", add_special_tokens=False)["input_ids"]
-    costs = Engine(tiny_target, draft, 3).measure_step_costs(ids, repeats=2)
+    engine = Engine(tiny_target, draft, 3)
+    sizes, new_cache = [], tiny_target.new_cache
+    tiny_target.new_cache = lambda n: (sizes.append(n), new_cache(n))[1]
+    try:
+        costs = engine.measure_step_costs(ids, repeats=2, max_new_tokens=40)
+        engine.generate(ids, 40)
+    finally:
+        del tiny_target.new_cache
+    assert sizes[0] == sizes[-1] == engine.cache_length(len(ids), 40)  # the cache the loop attends over
     assert len(costs["t_draft_by_accepted"]) == 4 and all(t > 0 for t in costs["t_draft_by_accepted"])
     assert costs["t_draft_k"] == pytest.approx(sum(costs["t_draft_by_accepted"]) / 4)
     assert sorted(set(accepted)) == [0, 1, 2, 3]
