@@ -30,7 +30,10 @@ r = json.load(open(f"{out}/bench.json"))
 tau, speedup = r["mean_acceptance_length"], r["speedup"]
 print(f"\nEAGLE-3 after {minutes} min of training: mean_acceptance_length {tau:.2f}, speedup {speedup:.2f}x over plain decoding")
 if speedup < 1:
-    print("This short run does not beat plain decoding yet: on this CPU one verify forward costs ~2x a decode step, "
+    loop = r.get("step_costs_in_loop_s") or {}
+    cost = (f"one verify forward costs {loop['t_verify'] / loop['t_step']:.1f}x a decode step and drafting "
+            f"{loop['t_draft'] / loop['t_step']:.1f}x more ({r['dtype']})") if loop else "a verify forward costs more than a decode step"
+    print(f"This short run does not beat plain decoding yet: on this machine {cost}, "
           "so a draft must accept far more than a few minutes of training give (README: EAGLE results). "
           "Train longer (--minutes 60, or a GPU), then rerun.")
 print(f"checkpoint {out}/eagle3/final   results {out}/bench.json   plot {out}/acceptance.png")
