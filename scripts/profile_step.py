@@ -14,7 +14,6 @@ and how much is everything else (norms, rotary, attention over the static cache,
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 

@@ -32,7 +32,6 @@ import typing
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.models import read_drafter_meta, write_drafter_meta
