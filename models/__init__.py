@@ -41,4 +41,14 @@ def read_drafter_meta(folder) -> dict | None:
     return meta
 
 
-__all__ = ["DraftLM", "Eagle", "Eagle3", "Medusa", "MedusaHeads", "PromptLookup", "Target", "read_drafter_meta", "write_drafter_meta"]
+def require_drafter_kind(init, kind: str) -> dict:
+    """drafter.json of a recipe's `drafter.init` folder, which must be a checkpoint of `kind`."""
+    meta = read_drafter_meta(init) if pathlib.Path(init).is_dir() else None
+    if meta is None:
+        raise DraftsmithError(f"drafter.init {init}: not a draftsmith checkpoint folder (no drafter.json)")
+    if meta["kind"] != kind:
+        raise DraftsmithError(f"drafter.init {init}: a {meta['kind']!r} checkpoint, but this recipe trains a {kind!r} drafter")
+    return meta
+
+
+__all__ = ["DraftLM", "Eagle", "Eagle3", "Medusa", "MedusaHeads", "PromptLookup", "Target", "read_drafter_meta", "require_drafter_kind", "write_drafter_meta"]

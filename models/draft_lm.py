@@ -41,6 +41,18 @@ def truncate_model(model, num_layers: int, name: str = "the target"):
     return draft
 
 
+def load_draft_model(name_or_path: str, target):
+    """A causal LM that shares `target`'s tokenizer, in its dtype and on its device; a tokenizer
+    mismatch or unreadable weights are one clear error."""
+    check_same_tokenizer(load_tokenizer(name_or_path), target.tokenizer, name_or_path, target.name)
+    try:
+        return load_causal_lm(name_or_path, dtype=target.dtype, device=target.device)
+    except DraftsmithError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- corrupt weights raise safetensors' own error type, among others
+        raise DraftsmithError(f"draft {name_or_path}: could not load the model ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
+
+
 class DraftLM:
     kind = "draft_lm"
     needs_hidden_states = False
@@ -59,14 +71,7 @@ class DraftLM:
     @classmethod
     def from_pretrained(cls, name_or_path: str, target) -> "DraftLM":
         """Load any causal LM (built-in, folder, .gguf, Hub id) as a draft for `target`."""
-        check_same_tokenizer(load_tokenizer(name_or_path), target.tokenizer, name_or_path, target.name)
-        try:
-            model = load_causal_lm(name_or_path, dtype=target.dtype, device=target.device)
-        except DraftsmithError:
-            raise
-        except Exception as e:  # noqa: BLE001 -- corrupt weights raise safetensors' own error type, among others
-            raise DraftsmithError(f"draft {name_or_path}: could not load the model ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
-        return cls(model, target, name_or_path)
+        return cls(load_draft_model(name_or_path, target), target, name_or_path)
 
     @classmethod
     def truncated(cls, target, num_layers: int) -> "DraftLM":

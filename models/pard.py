@@ -36,7 +36,8 @@ from draftsmith.infer.cache import KVCache
 from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 
-from .loading import check_same_tokenizer, load_causal_lm, load_tokenizer, require_config
+from .draft_lm import load_draft_model
+from .loading import require_config
 from .target import compile_decode, last_rows
 
 MASK_KEY = "pard_token"  # config.json key: PARD's reference and vLLM's parallel drafting
@@ -137,13 +138,7 @@ class Pard:
             if MASK_KEY not in config:
                 raise DraftsmithError(f"{folder}: config.json has no `{MASK_KEY}`: not a PARD checkpoint (a plain draft LM? "
                                       "load it as draft_lm, or train it with a pard recipe)")
-        check_same_tokenizer(load_tokenizer(folder), target.tokenizer, folder, target.name)
-        try:
-            model = load_causal_lm(folder, dtype=target.dtype, device=target.device)
-        except DraftsmithError:
-            raise
-        except Exception as e:  # noqa: BLE001 -- corrupt weights raise safetensors' own error type, among others
-            raise DraftsmithError(f"draft {folder}: could not load the model ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
+        model = load_draft_model(folder, target)
         if model.config.vocab_size != target.model.config.vocab_size:
             raise DraftsmithError(f"{folder}: vocabulary size {model.config.vocab_size}, the target {target.name} has "
                                   f"{target.model.config.vocab_size} (PARD's mask token lives inside the shared vocabulary)")

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.models import read_drafter_meta, write_drafter_meta
+from draftsmith.models import require_drafter_kind, write_drafter_meta
 from draftsmith.models.dflash import DFlash, DFlashConfig, DFlashModel, default_target_layers, resolve_mask_token
 from draftsmith.models.eagle import EagleConfig
 
@@ -148,11 +148,7 @@ class DFlashTask:
         if init is None:
             model = DFlashModel(self._config())
         else:
-            meta = read_drafter_meta(init) if pathlib.Path(init).is_dir() else None
-            if meta is None:
-                raise DraftsmithError(f"drafter.init {init}: not a draftsmith checkpoint folder (no drafter.json)")
-            if meta["kind"] != self.kind:
-                raise DraftsmithError(f"drafter.init {init}: a {meta['kind']!r} checkpoint, but this recipe trains a {self.kind!r} drafter")
+            require_drafter_kind(init, self.kind)
             model = self.drafter_class.from_pretrained(init, self.target).model.cpu()
             c = model.config
             for name, have, want in (("reads target layers", list(c.hidden_layers), list(self._aux)),

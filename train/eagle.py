@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.models import read_drafter_meta, write_drafter_meta
+from draftsmith.models import require_drafter_kind, write_drafter_meta
 from draftsmith.models.eagle import Eagle, EagleConfig
 from draftsmith.models.eagle3 import Eagle3, Eagle3Config, default_aux_layers, frequent_tokens
 
@@ -79,11 +79,7 @@ class EagleTask:
             model = self.drafter_class.model_class(self._config())
             self._fresh(model)
         else:
-            meta = read_drafter_meta(init) if pathlib.Path(init).is_dir() else None
-            if meta is None:
-                raise DraftsmithError(f"drafter.init {init}: not a draftsmith checkpoint folder (no drafter.json)")
-            if meta["kind"] != self.kind:
-                raise DraftsmithError(f"drafter.init {init}: a {meta['kind']!r} checkpoint, but this recipe trains a {self.kind!r} drafter")
+            require_drafter_kind(init, self.kind)
             model = self.drafter_class.from_pretrained(init, self.target).model.cpu()
         model.attach_target(self.target.model)
         return model.float().train().requires_grad_(True)

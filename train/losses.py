@@ -71,6 +71,11 @@ def divergence(
     target. A divergence whose true value is infinite (e.g. KL(p || q) with q(x) = 0 < p(x))
     comes out huge or inf rather than NaN.
     """
+    _check_divergence(draft_logits, target_logits, kind, temperature, beta)
+    return _divergence(_log_probs(draft_logits, temperature), _log_probs(target_logits, temperature), kind, beta)
+
+
+def _check_divergence(draft_logits, target_logits, kind: str, temperature: float, beta: float) -> None:
     if kind == "ce":
         raise ValueError(
             "'ce' is not a divergence between two distributions: use "
@@ -91,7 +96,6 @@ def divergence(
             f"expected two [N, V] tensors of one shape, got {tuple(draft_logits.shape)} and "
             f"{tuple(target_logits.shape)}"
         )
-    return _divergence(_log_probs(draft_logits, temperature), _log_probs(target_logits, temperature), kind, beta)
 
 
 def _divergence(logq: torch.Tensor, logp: torch.Tensor, kind: str, beta: float) -> torch.Tensor:
@@ -189,7 +193,7 @@ def rows_loss(draft_rows: torch.Tensor, target_rows: torch.Tensor | None, labels
     if kind == "ce":
         per_row = cross_entropy(draft_rows, labels)
     else:
-        divergence(draft_rows[:0, :vocab], target_rows[:0], kind, temperature, beta)  # argument checks only
+        _check_divergence(draft_rows[:, :vocab], target_rows, kind, temperature, beta)
         logq = _log_probs(draft_rows[:, :vocab], temperature)
         with torch.no_grad():
             logp = _log_probs(target_rows, temperature)

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.models import read_drafter_meta, write_drafter_meta
+from draftsmith.models import require_drafter_kind, write_drafter_meta
 from draftsmith.models.medusa import NUM_RANKS, Medusa, MedusaHeads
 
 from . import losses
@@ -74,11 +74,7 @@ class MedusaTask:
         if c.init is None:
             heads = MedusaHeads.from_target(target.model, c.num_heads, c.num_layers, c.share_lm_head, target.name)
         else:
-            meta = read_drafter_meta(c.init) if pathlib.Path(c.init).is_dir() else None
-            if meta is None:
-                raise DraftsmithError(f"drafter.init {c.init}: not a draftsmith checkpoint folder (no drafter.json)")
-            if meta["kind"] != self.kind:
-                raise DraftsmithError(f"drafter.init {c.init}: a {meta['kind']!r} checkpoint, but this recipe trains a {self.kind!r} drafter")
+            require_drafter_kind(c.init, self.kind)
             heads = Medusa.from_pretrained(c.init, target).heads  # checks sizes and tokenizer, wraps load errors
             got = (heads.config.num_heads, heads.config.num_layers, heads.config.share_lm_head)
             if got != (c.num_heads, c.num_layers, c.share_lm_head):
