@@ -44,8 +44,9 @@ from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 from draftsmith.infer.tree import TreeConfig
 
-from .eagle import MLP, EagleConfig, RMSNorm, _rotate_half, expand_kv
+from .eagle import MLP, EagleConfig, RMSNorm, _rotate_half
 from .loading import check_draft_sizes, load_draft_weights, register_config
+from .target import compile_decode
 
 
 class DFlashConfig(EagleConfig):
@@ -111,7 +112,7 @@ class DFlashAttention(nn.Module):
         q = _rope(q, cos.unsqueeze(1), sin.unsqueeze(1))
         k, v = self.kv(x, cos, sin)
         keys, values = torch.cat([ctx_k, k], 2), torch.cat([ctx_v, v], 2)
-        out = F.scaled_dot_product_attention(q, expand_kv(keys, self.heads), expand_kv(values, self.heads), attn_mask=mask)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)  # GQA without copies
         return self.o_proj(out.transpose(1, 2).reshape(B, Q, self.heads * self.head_dim))
 
 
@@ -132,25 +133,54 @@ class DFlashLayer(nn.Module):
 
 class ContextCache:
     """Per draft layer, the context keys/values of every position whose real target feature is
-    known: preallocated, appended to, never rolled back (the block's own keys are not stored)."""
+    known: preallocated, appended to, never rolled back (the block's own keys are not stored).
+
+    Kept whole: a forward writes its new rows in place (`write`, inside the forward) and attends
+    over every slot, with `mask` hiding the ones not yet written. So a draft forward's shapes
+    depend only on the rows it adds (1..k+1) and the block, never on the context length: what
+    torch.compile / CUDA graphs need (fixed shapes at fixed buffer addresses)."""
 
     def __init__(self, config: DFlashConfig, max_length: int, dtype, device):
         shape = (1, config.num_key_value_heads, max_length, config.head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)]
-        self.length = 0
+        self.span = torch.arange(max_length, device=device)
+        self.length = 0  # host bookkeeping, updated by the caller after each forward
+        self.static = False
 
-    def append(self, kvs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        m = kvs[0][0].shape[2]
-        if self.length + m > self.k[0].shape[2]:
-            grow = self.length + m + 64 - self.k[0].shape[2]
+    @property
+    def size(self) -> int:
+        return self.k[0].shape[2]
+
+    def mark_static(self) -> None:
+        """Tell torch.compile the buffers never move (CUDA graphs then read them in place)."""
+        self.static = True
+        for t in self.k + self.v:
+            torch._dynamo.mark_static_address(t)
+
+    def reserve(self, length: int) -> None:
+        """Room for `length` positions (rare: the engine sizes the cache at start())."""
+        if length > self.size:
+            grow = length + 64 - self.size
             self.k = [torch.cat([t, t.new_zeros(*t.shape[:2], grow, t.shape[3])], 2) for t in self.k]
             self.v = [torch.cat([t, t.new_zeros(*t.shape[:2], grow, t.shape[3])], 2) for t in self.v]
+            self.span = torch.arange(self.size, device=self.span.device)
+            if self.static:
+                self.mark_static()
+
+    def write(self, kvs: list[tuple[torch.Tensor, torch.Tensor]], positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Store the new rows' (k, v) [1, KV, m, hd] at `positions` [m]; -> every slot, per layer."""
         for i, (k, v) in enumerate(kvs):
-            self.k[i][:, :, self.length : self.length + m] = k
-            self.v[i][:, :, self.length : self.length + m] = v
-        self.length += m
-        return [(k[:, :, : self.length], v[:, :, : self.length]) for k, v in zip(self.k, self.v)]
+            self.k[i].index_copy_(2, positions, k)
+            self.v[i].index_copy_(2, positions, v)
+        return list(zip(self.k, self.v))
+
+    def mask(self, q: int, causal: bool) -> torch.Tensor:
+        """[1, 1, q, size + q]: the written context slots, and the block's own keys (all of them,
+        or up to each query for a causal block)."""
+        context = (self.span < self.length)[None].expand(q, -1)
+        block = torch.ones(q, q, dtype=torch.bool, device=self.span.device)
+        return torch.cat([context, block.tril() if causal else block], 1).view(1, 1, q, -1)
 
 
 class DFlashModel(PreTrainedModel):
@@ -210,13 +240,13 @@ class DFlashModel(PreTrainedModel):
         """ONE draft forward: block tokens input_ids [B, Q] at positions [B, Q] over the context.
 
         features [B, S, n*d_target] at feature_positions [B, S] are the context rows new to this
-        call: appended to `cache` when given (inference), else the whole context (training).
-        attention_mask [B, 1, Q, context + Q] (True = may attend) or None (every query sees
-        every key: inference's one non-causal block). Returns the final-norm outputs [B, Q, d].
+        call: written into `cache` when given (inference, B = 1; the keys are then every cache
+        slot), else the whole context (training). attention_mask [B, 1, Q, keys + Q] (True = may
+        attend) or None (every query sees every key). Returns the final-norm outputs [B, Q, d].
         """
         kvs = self.context_kv(features, feature_positions)
         if cache is not None:
-            kvs = cache.append(kvs)
+            kvs = cache.write(kvs, feature_positions[0])
         h = F.embedding(input_ids, self._borrowed("_embed")).to(self.fc.weight.dtype)
         cos, sin = self.rotary(h, positions)
         for layer, (k, v) in zip(self.layers, kvs):
@@ -244,6 +274,9 @@ class DFlash:
         self.max_speculative_tokens = model.config.num_speculative_tokens  # the trainer caps K by it
         self._cache: ContextCache | None = None
         self._pending: torch.Tensor | None = None  # target features not yet in the cache
+        # A compiled target (CUDA): the one draft forward is compiled too, one graph per
+        # (new context rows, block) shape: 1..k+1 rows for a fixed k.
+        self._compiled = compile_decode(self._draft) if getattr(target, "compiled", False) else None
 
     @classmethod
     def from_pretrained(cls, folder, target) -> "DFlash":
@@ -255,7 +288,12 @@ class DFlash:
         if hidden is None:
             raise DraftsmithError("dflash drafts read the target's hidden states: run them through draftsmith's Engine")
         p = self.model.fc.weight
-        self._cache = ContextCache(self.model.config, max_length + 1, p.dtype, p.device)
+        if self._compiled is not None and self._cache is not None and self._cache.size == max_length + 1:
+            self._cache.length = 0  # compiled: reuse the buffers (CUDA graphs read them in place)
+        else:
+            self._cache = ContextCache(self.model.config, max_length + 1, p.dtype, p.device)
+            if self._compiled is not None:
+                self._cache.mark_static()
         self._pending = hidden
 
     def accept(self, num_accepted: int, hidden: torch.Tensor | None = None) -> None:
@@ -276,24 +314,24 @@ class DFlash:
         block[0, 0] = seq[0, n - 1]
         positions = torch.arange(n - 1, n + k, device=device).unsqueeze(0)
         feature_positions = torch.arange(cache.length, n - 1, device=device).unsqueeze(0)
-        mask = block_mask(n - 1, k + 1, device) if self.model.config.causal else None
+        cache.reserve(n - 1)
+        cache.length = n - 1  # the mask shows the rows this forward writes
+        mask = cache.mask(k + 1, self.model.config.causal)
+        # The first step brings the prompt's features (prefill, a new shape per prompt): eager.
+        forward = self._draft if self._compiled is None or feature_positions[0, 0] == 0 else self._compiled
         with torch.no_grad():
-            out = self.model(block, positions, self._pending.to(device).unsqueeze(0), feature_positions, cache=cache,
-                             attention_mask=mask)
-            logits = self.model.logits(out[0, 1:])  # position p+j predicts token p+j
+            logits = forward(block, positions, self._pending.to(device).unsqueeze(0), feature_positions, mask)
         self._pending = None
         if sampling.greedy:
             return Proposal(logits.argmax(-1).to(self.target.device))
         probs = logits_to_probs(logits, sampling)  # the same processing as the target's
         return Proposal(sample(probs, generator).to(self.target.device), probs)
 
-
-def block_mask(context: int, q: int, device) -> torch.Tensor:
-    """[1, 1, q, context + q] for a causal block (dflash_config.causal): all the context, and
-    the block's own keys up to each query."""
-    mask = torch.ones(q, context + q, dtype=torch.bool, device=device)
-    mask[:, context:] = torch.ones(q, q, dtype=torch.bool, device=device).tril()
-    return mask.view(1, 1, q, context + q)
+    def _draft(self, block, positions, features, feature_positions, mask) -> torch.Tensor:
+        """The step's one forward: logits [k, V] for the block's masked positions (position
+        p+j predicts token p+j). Shapes depend on the block and the new rows only."""
+        out = self.model(block, positions, features, feature_positions, cache=self._cache, attention_mask=mask)
+        return self.model.logits(out[0, 1:])
 
 
 def check_config(config, target, what: str) -> None:

@@ -88,7 +88,9 @@ class DraftLM:
         q = ids.shape[1]
         pos = torch.arange(self.cache.length, self.cache.length + q, device=ids.device).unsqueeze(0)
         if decode and self._compiled is not None:  # all q (<= 2) rows' logits: one fixed shape per q
-            forward, keep = self._compiled, 0
+            # A fresh tensor: a slice of the engine's sequence has other strides than the drafted
+            # token's reshape, and torch.compile guards on strides (a second graph for q = 1).
+            forward, keep, ids = self._compiled, 0, ids.clone(memory_format=torch.contiguous_format)
         else:
             forward, keep = self.model, last_rows(1, q, ids.device)
         out = forward(input_ids=ids, **self.cache.forward_kwargs(self.model), position_ids=pos, use_cache=True,

@@ -35,6 +35,7 @@ from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 from draftsmith.infer.tree import Tree, TreeConfig
 
 from .loading import check_draft_sizes, load_draft_weights, register_config
+from .target import compile_decode
 
 log = logging.getLogger(__name__)
 
@@ -150,11 +151,6 @@ class DecoderLayer(nn.Module):
         B, H, Q, hd = out.shape
         h = residual + self.self_attn.o_proj(out.transpose(1, 2).reshape(B, Q, H * hd))
         return h + self.mlp(self.post_attention_layernorm(h))
-
-
-def expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """Grouped-query attention: repeat each KV head for its query heads."""
-    return x if x.shape[1] == heads else x.repeat_interleave(heads // x.shape[1], dim=1)
 
 
 def ttt_attention(q: torch.Tensor, past: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
@@ -352,7 +348,10 @@ class Eagle:
         model.attach_target(target.model)
         self.target, self.name = target, name
         self.hidden_layers = tuple(model.config.hidden_layers)
-        self._k = self._v = None
+        self._k = self._v = self._span = None
+        # A compiled target (CUDA): the draft's step forward is compiled too, one graph per query
+        # count (catch-up 1..k+1 rows, a chain's 1, a tree level's frontier).
+        self._compiled = compile_decode(self._step) if getattr(target, "compiled", False) else None
         self._rows = 0  # slots holding real rows
         self._pending: torch.Tensor | None = None  # target features of rows not yet in the cache
 
@@ -367,12 +366,27 @@ class Eagle:
     def start(self, prompt: torch.Tensor, max_length: int, hidden: torch.Tensor | None = None) -> None:
         if hidden is None:
             raise DraftsmithError(f"{self.kind} drafts read the target's hidden states: run them through draftsmith's Engine")
+        self._allocate(max_length + 64)  # + room for one step's tree nodes (grown if a tree needs more)
+        self._rows, self._pending = 0, hidden
+
+    def _allocate(self, slots: int, growing: bool = False) -> None:
+        """The draft's KV cache: `slots` positions, kept whole. Every forward attends over all of
+        them with a full-width mask (stale slots masked out), so a forward's shapes depend only
+        on its query count, never on the context length: what torch.compile / CUDA graphs need
+        (one graph per query count, at fixed buffer addresses)."""
         c = self.model.config
         p = self.model.fc.weight
-        shape = (1, c.num_key_value_heads, max_length + 64, c.head_dim)
-        self._k = torch.zeros(shape, dtype=p.dtype, device=p.device)
+        if not growing and self._compiled is not None and self._k is not None and self._k.shape[2] == slots:
+            return  # compiled: the next request reuses the buffers (CUDA graphs read them in place)
+        old = (self._k, self._v) if growing else None
+        self._k = torch.zeros((1, c.num_key_value_heads, slots, c.head_dim), dtype=p.dtype, device=p.device)
         self._v = torch.zeros_like(self._k)
-        self._rows, self._pending = 0, hidden
+        if old is not None:  # a tree deeper than start() planned for: keep what was written
+            self._k[:, :, : old[0].shape[2]], self._v[:, :, : old[1].shape[2]] = old
+        self._span = torch.arange(slots, device=p.device)
+        if self._compiled is not None:
+            torch._dynamo.mark_static_address(self._k)
+            torch._dynamo.mark_static_address(self._v)
 
     def accept(self, num_accepted: int, hidden: torch.Tensor | None = None) -> None:
         self._pending = hidden  # the root and accepted rows, now with the target's real features
@@ -390,22 +404,27 @@ class Eagle:
 
     # --- drafting ----------------------------------------------------------------------------
 
-    def _run(self, ids, h, positions, slots, mask) -> torch.Tensor:
-        """One draft forward of q tokens ([q] ids, [q, d] hidden) written at cache `slots`,
-        each query seeing the keys `mask` [q, kv] allows."""
-        kv = mask.shape[1]
-        if kv > self._k.shape[2]:  # grow (rare: trees deeper than start() planned for)
-            extra = torch.zeros_like(self._k[:, :, : kv - self._k.shape[2] + 64])
-            self._k, self._v = torch.cat([self._k, extra], 2), torch.cat([self._v, extra.clone()], 2)
+    def _step(self, ids, h, positions, slots, mask) -> torch.Tensor:
+        """One draft forward of q tokens ([q] ids, [q, d] hidden) written at cache `slots`, each
+        query seeing the keys `mask` [q, slots in the cache] allows. Shapes depend on q only."""
 
         def attend(q, k, v):
-            self._k[:, :, slots] = k
-            self._v[:, :, slots] = v
-            heads = q.shape[1]
-            keys, values = expand_kv(self._k[:, :, :kv], heads), expand_kv(self._v[:, :, :kv], heads)
-            return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask.view(1, 1, *mask.shape))
+            self._k.index_copy_(2, slots, k)
+            self._v.index_copy_(2, slots, v)
+            return F.scaled_dot_product_attention(q, self._k, self._v, attn_mask=mask.view(1, 1, *mask.shape),
+                                                  enable_gqa=True)
 
         return self.model.step(ids.view(1, -1), h.unsqueeze(0), positions.view(1, -1), attend)[0]
+
+    def _run(self, ids, h, positions, slots, mask, prefill: bool = False) -> torch.Tensor:
+        # The prompt's rows (prefill) vary with every prompt: eager, as the target's prefill.
+        forward = self._step if prefill or self._compiled is None else self._compiled
+        return forward(ids, h, positions, slots, mask)
+
+    def _reserve(self, slots: int) -> None:
+        """Room for `slots` cache positions (rare: a tree wider than start() planned for)."""
+        if slots > self._k.shape[2]:
+            self._allocate(slots + 64, growing=True)
 
     def _catch_up(self, seq: torch.Tensor) -> torch.Tensor:
         """Run the rows whose target features arrived since the last step; the output of the
@@ -417,8 +436,11 @@ class Eagle:
         device = self._k.device
         h = self.model.fuse(self._pending.to(device=device, dtype=self._k.dtype))
         rows = torch.arange(c, n - 1, device=device)
-        mask = torch.arange(n - 1, device=device)[None] <= rows[:, None]
-        out = self._run(seq[0, c + 1 : n].to(device), h, rows, rows, mask)
+        self._reserve(n - 1)
+        mask = self._span[None] <= rows[:, None]  # causal over the real rows; later slots are stale
+        # Positions and slots coincide here; distinct tensors keep one compiled graph per shape
+        # (dynamo guards on aliasing between inputs).
+        out = self._run(seq[0, c + 1 : n].to(device), h, rows, rows.clone(), mask, prefill=c == 0)
         self._rows, self._pending = n - 1, None
         return out[-1:]
 
@@ -434,10 +456,11 @@ class Eagle:
                 tok = sample(q, generator).view(1)
                 probs.append(q)
             tokens.append(tok)
-            if d < k:  # a chain sees every earlier slot: no mask needed beyond the slot count
+            if d < k:  # a chain sees every slot up to its own
+                self._reserve(c + d)
                 slot = torch.tensor([c + d - 1], device=device)
                 position = torch.tensor([n - 2 + d], device=device)
-                h = self._run(tok, h, position, slot, torch.ones(1, c + d, dtype=torch.bool, device=device))
+                h = self._run(tok, h, position, slot, (self._span < c + d)[None])
         toks = torch.cat(tokens).to(self.target.device)
         return Proposal(toks, torch.stack(probs) if probs else None)
 
@@ -464,7 +487,8 @@ class Eagle:
         for d in range(2, depth + 1):
             q = len(frontier)
             # Built on the host and moved once: per-element writes would be a kernel each on a GPU.
-            mask = torch.zeros(q, next_slot + q, dtype=torch.bool)
+            self._reserve(next_slot + q)
+            mask = torch.zeros(q, self._k.shape[2], dtype=torch.bool)
             mask[:, :c] = True
             for i, node in enumerate(frontier):
                 seen[node] = (seen[parents[node]] if parents[node] >= 0 else []) + [next_slot + i]

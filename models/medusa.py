@@ -31,6 +31,7 @@ from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies, full_choices
 
 from .loading import check_draft_sizes, load_draft_weights, register_config
+from .target import compile_decode
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +169,9 @@ class Medusa:
         check_draft_sizes(c, target, f"medusa heads {name}")
         if c.share_lm_head and heads.shared_lm_head is None:
             heads.attach_lm_head(target.model.get_output_embeddings())
+        # A compiled target (CUDA): the heads' forward is compiled too. Its input is always one
+        # row [1, d], so there is one graph per head count (a chain's k, a tree's depth).
+        self._forward = compile_decode(heads.forward) if getattr(target, "compiled", False) else heads.forward
         self._hidden: torch.Tensor | None = None  # [1, d]: the row that produced the pending token
         self._trees: dict = {}
         self._warned_no_hidden = False
@@ -204,7 +208,7 @@ class Medusa:
     def _logits(self, seq: torch.Tensor, num_heads: int) -> torch.Tensor:
         h = self._hidden if self._hidden is not None else self._recompute_hidden(seq)
         p = next(self.heads.parameters())
-        return self.heads(h.to(device=p.device, dtype=p.dtype), num_heads)[:, 0]
+        return self._forward(h.to(device=p.device, dtype=p.dtype), num_heads)[:, 0]
 
     def _recompute_hidden(self, seq: torch.Tensor) -> torch.Tensor:
         """Fallback for a caller that passes no hidden states: one uncached target forward over

@@ -47,7 +47,12 @@ def last_rows(keep: int, q: int, device) -> torch.Tensor | int:
 
 def compile_decode(forward):
     """`forward` compiled for decoding: CUDA graphs, one per input shape (dynamic=False). For the
-    few fixed shapes of decode/verify/drafting steps over a static cache, never for prefill."""
+    few fixed shapes of decode/verify/drafting steps over a static cache, never for prefill.
+
+    A drafter compiles one graph per query count (up to k+1) and per tree level, and EAGLE-1 and
+    EAGLE-3 share one function: dynamo's default of 8 graphs per function would silently send
+    the rest back to eager, so the limit is raised (each graph is still one fixed shape)."""
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     return torch.compile(forward, mode="reduce-overhead", dynamic=False)
 
 

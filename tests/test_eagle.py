@@ -41,11 +41,12 @@ def _stepwise(drafter, ids: torch.Tensor, feats: torch.Tensor, steps: int) -> di
     for t in range(T - 1):
         drafter.start(ids[None], T + steps + 2, hidden=feats)
         rows = torch.arange(t + 1)
-        o = drafter._run(ids[1 : t + 2], model.fuse(feats[: t + 1]), rows, rows, rows[None] <= rows[:, None])[-1:]
+        span = drafter._span  # masks span the whole cache: shapes fixed per query count
+        o = drafter._run(ids[1 : t + 2], model.fuse(feats[: t + 1]), rows, rows, span[None] <= rows[:, None])[-1:]
         out[(0, t)] = o[0]
         for j in range(1, min(steps, T - 1 - t)):
             slot = torch.tensor([t + j])
-            o = drafter._run(ids[t + 1 + j].view(1), o, slot, slot, torch.ones(1, t + j + 1, dtype=torch.bool))
+            o = drafter._run(ids[t + 1 + j].view(1), o, slot, slot, (span <= t + j)[None])
             out[(j, t)] = o[0]
     return out
 
@@ -125,7 +126,7 @@ def test_dynamic_tree_nodes_are_the_draft_top_k_along_their_paths(tiny_target, v
             for i, anc in enumerate(path[:-1]):  # the ancestors, drafted as a plain chain
                 slot = torch.tensor([c + i])
                 h = drafter._run(torch.tensor([tokens[anc - 1]]), h, torch.tensor([n - 1 + i]), slot,
-                                 torch.ones(1, c + i + 1, dtype=torch.bool))
+                                 (drafter._span <= c + i)[None])
             ranked = drafter.model.target_ids(drafter.model.draft_logits(h)[0].topk(3).indices).tolist()
             assert ranked[tree.ranks[node]] == tokens[node - 1]
 
