@@ -13,10 +13,11 @@
 #      EAGLE-3 drafting costs (scripts/bench_verify_cost.py);
 #   3. the engine end to end: tokens/s of plain vs speculative decoding, eager vs compiled,
 #      with drafts forced to agree (scripts/bench_engine.py);
-#   4. every drafter kind in KINDS (default: draft_lm eagle3 pard): a tiny drafter trained on
+#   4. every drafter kind in KINDS (default: draft_lm eagle3 dflash): a tiny drafter trained on
 #      CUDA in bf16 (stdlib corpus: chitchat is not there), then the engine with it, eager and
-#      compiled (--compile off|on: the target's decode/verify and the draft LM's/PARD's drafting
-#      forwards as CUDA graphs; EAGLE, Medusa and DFlash draft eagerly still), outputs == plain;
+#      compiled (--compile off|on: the target's decode/verify and every drafter's drafting
+#      forwards as CUDA graphs), outputs == plain; then the target eager and the drafter eager
+#      vs compiled side by side (scripts/bench_compiled_drafting.py);
 #   5. FSDP on one GPU (configs/accelerate/fsdp.yaml, 1 process), 4 steps, then --resume to 8;
 #   6. training throughput in bf16 against the target's forward-only rate (bench_train.py);
 # then one summary table ($OUT/summary.txt). STEPS picks steps by name (default: all of
@@ -30,7 +31,7 @@ OUT=${OUT:-runs/gpu}
 SHAPES=${SHAPES:-smollm2-135m,llama-1b}
 STEP_TIMEOUT=${STEP_TIMEOUT:-150}
 STEPS=${STEPS:-tests verify engine kinds fsdp train}
-KINDS=${KINDS:-draft_lm eagle3 pard}
+KINDS=${KINDS:-draft_lm eagle3 dflash}
 MODES=${MODES:-off on}        # --compile off (eager) and on (CUDA graphs)
 DEVICE=${DEVICE:-cuda}
 TRAIN_STEPS=${TRAIN_STEPS:-30}
@@ -86,6 +87,12 @@ if want kinds; then
         --num-prompts 4 --max-new-tokens 64 --quiet --no-hf --json "$OUT/kind_${kind}_$mode.json" | tail -4
     done
   done
+  if [[ " $MODES " == *" on "* ]]; then
+    step "drafting eager vs compiled, target eager"
+    run python3 scripts/bench_compiled_drafting.py --target tiny-random --dtype float32 --device "$DEVICE" \
+      $(for kind in $KINDS; do echo --draft "/tmp/gpu-kind-$kind/final"; done) --num-prompts 4 --max-new-tokens 64 \
+      --json "$OUT/compiled_drafting.json" | tail -12
+  fi
 fi
 
 if want fsdp; then   # accelerate refuses FSDP on a CPU
@@ -150,6 +157,12 @@ if kinds:
             if r:
                 print(f"| {kind} | {'compiled' if r.get('compiled') else 'eager'} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
                       f"{r['mean_acceptance_length']:.2f} | {r['greedy_outputs_match']} |")
+cd_ = load("compiled_drafting.json")
+if cd_:
+    print("\n| drafter, target eager | draft ms/step | compiled/eager | tok/s | speedup | same acceptance | outputs == plain |\n|---|---|---|---|---|---|---|")
+    for name, r in cd_["methods"].items():
+        print(f"| {name} | {r['draft_s'] * 1e3:.2f} | {fmt(r.get('draft_over_eager'), '.2f')} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
+              f"{r.get('same_acceptance_as_eager', '')} | {r['outputs_match_plain']} |")
 f = load("fsdp_summary.json")
 print(f"\nFSDP one GPU, 4 steps then resume to 8: " + (f"{f.get('steps')} steps, {f.get('distributed_type')}, eval loss {(f.get('eval') or {}).get('loss')}" if f else "no result"))
 for kind in ("draft_lm", "eagle3"):

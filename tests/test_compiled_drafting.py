@@ -41,7 +41,7 @@ PROMPTS = ([5, 40, 41, 42, 43, 9, 12], [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
 def _eagle(target):
     model = EagleModel(EagleConfig(vocab_size=target.vocab_size, target="tiny", hidden_layers=[-1],
                                    **EagleConfig.layer_fields(target.config)))
-    return Eagle(model.float(), target, "eagle")
+    return Eagle(model.to(device=target.device, dtype=torch.float32), target, "eagle")
 
 
 def _eagle3(target):
@@ -50,18 +50,18 @@ def _eagle3(target):
                        **EagleConfig.layer_fields(target.config))
     model = Eagle3Model(cfg)
     model.set_vocab(torch.randperm(target.vocab_size)[:100].sort().values, target.model.get_output_embeddings())
-    return Eagle3(model.float(), target, "eagle3")
+    return Eagle3(model.to(device=target.device, dtype=torch.float32), target, "eagle3")
 
 
 def _medusa(target):
-    return Medusa(MedusaHeads.from_target(target.model, num_heads=K, num_layers=1), target, "medusa")
+    return Medusa(MedusaHeads.from_target(target.model, num_heads=K, num_layers=1).to(target.device), target, "medusa")
 
 
 def _dflash(target):
     layers = target.config.num_hidden_layers
     cfg = DFlashConfig(vocab_size=target.vocab_size, target="tiny", hidden_layers=default_target_layers(layers, 1),
                        num_hidden_layers=1, block_size=K + 1, mask_token_id=0, **EagleConfig.layer_fields(target.config))
-    return DFlash(DFlashModel(cfg).float(), target, "dflash")
+    return DFlash(DFlashModel(cfg).to(device=target.device, dtype=torch.float32), target, "dflash")
 
 
 def _draft_lm(target):
@@ -160,3 +160,19 @@ def test_drafting_compiles_to_fixed_graphs_and_drafts_what_eager_drafts(name, ti
             seen_after_first = list(graphs)
     assert 1 <= len(seen_after_first) <= most, f"{name}: {len(seen_after_first)} graphs {seen_after_first}"
     assert graphs == seen_after_first, f"{name}: a longer prompt compiled new graphs {graphs[len(seen_after_first):]}"
+
+
+def test_bench_compiled_drafting_reports_eager_and_compiled_side_by_side(tiny_cache, tmp_path, counting_compile):
+    import json
+    import runpy
+
+    bench = runpy.run_path("scripts/bench_compiled_drafting.py")
+    out = tmp_path / "compiled.json"
+    assert bench["main"](["--target", "tiny-random", "--draft", "truncated:1", "--dtype", "float32", "--prompts", "chat",
+                          "--num-prompts", "3", "--max-new-tokens", "12", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["methods"]
+    assert set(rows) == {"draft_lm eager", "draft_lm compiled"}
+    c = rows["draft_lm compiled"]
+    assert c["compiled"] and not rows["draft_lm eager"]["compiled"] and c["draft_over_eager"] > 0
+    assert c["same_acceptance_as_eager"] and c["outputs_match_plain"] and rows["draft_lm eager"]["outputs_match_plain"]
+    assert 1 <= len(counting_compile) <= 2  # the compiled copy's decode shapes (1-2 tokens); the eager copy compiles none

@@ -50,3 +50,17 @@ def test_gpu_check_kinds_and_training_steps_run_on_cpu(tmp_path):
         assert 0 < train["train_over_forward"] and 0 < train["flop_bound"] < 1
     summary = (out / "summary.txt").read_text()
     assert "| draft_lm | eager |" in summary and "training eagle3 (no)" in summary
+
+
+def test_gpu_check_summary_shows_compiled_drafting(tmp_path):
+    """The eager-vs-compiled drafting step's JSON (made here for real on the CPU: inductor compiles
+    the truncated draft's decode forwards) turns into the summary's table."""
+    out = tmp_path / "gpu"
+    out.mkdir()
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_compiled_drafting.py"), "--target", "tiny-random",
+                    "--draft", "truncated:1", "--dtype", "float32", "--device", "cpu", "--prompts", "chat", "--num-prompts", "2",
+                    "--max-new-tokens", "12", "--json", str(out / "compiled_drafting.json")], check=True, cwd=ROOT, timeout=600)
+    env = {**os.environ, "STEPS": "none", "SKIP_INSTALL": "1", "OUT": str(out)}
+    subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], check=True, env=env, cwd=ROOT, timeout=300)
+    summary = (out / "summary.txt").read_text()
+    assert "| draft_lm eager |" in summary and "| draft_lm compiled |" in summary and "| True | True |" in summary
