@@ -42,8 +42,8 @@ def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
                         "else float32 (the choice and why are in every report)")
     p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
-                   help="torch.compile (CUDA graphs) the target's decode/verify forwards and the draft LM's/PARD's "
-                        "drafting forwards; auto (default): on CUDA only")
+                   help="torch.compile (CUDA graphs) the target's decode/verify forwards and every drafter's "
+                        "drafting forwards (fixed shapes; prefill stays eager); auto (default): on CUDA only")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 

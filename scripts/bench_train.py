@@ -24,6 +24,28 @@ import torch
 from draftsmith.infer.hardware import cpu_info, format_cpu
 
 
+def count_cpu_attention() -> None:
+    """FlopCounterMode has formulas for the CUDA attention kernels only: on a CPU, SDPA runs
+    aten::_scaled_dot_product_flash_attention_for_cpu and counted 0 FLOPs, which left the target's
+    attention out of the floor. Count it as the CUDA kernels are counted: two matmuls forward
+    (4·B·H·Sq·Sk·d, H the query heads: grouped KV heads do the same arithmetic), four backward."""
+    from torch.utils.flop_counter import flop_registry, register_flop_formula
+
+    aten = torch.ops.aten
+    if aten._scaled_dot_product_flash_attention_for_cpu in flop_registry:
+        return
+
+    @register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu)
+    def _forward(query_shape, key_shape, *args, out_shape=None, **kwargs) -> int:
+        b, h, sq, d = query_shape
+        return 4 * b * h * sq * key_shape[-2] * d
+
+    @register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu_backward)
+    def _backward(grad_out_shape, query_shape, key_shape, *args, out_shape=None, **kwargs) -> int:
+        b, h, sq, d = query_shape
+        return 8 * b * h * sq * key_shape[-2] * d
+
+
 def print_profile(prof, tokens: int) -> None:
     events = sorted((e for e in prof.key_averages() if e.self_cpu_time_total > 0), key=lambda e: -e.self_cpu_time_total)
     total = sum(e.self_cpu_time_total for e in events)
@@ -97,6 +119,7 @@ def main(argv=None) -> int:
         # ratio the step's arithmetic allows, before any overhead.
         from torch.utils.flop_counter import FlopCounterMode
 
+        count_cpu_attention()
         batch = next(batches)
         with FlopCounterMode(display=False) as floor_flops, torch.no_grad():
             target(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
@@ -105,6 +128,13 @@ def main(argv=None) -> int:
             acc.backward(loss)
         opt.zero_grad(set_to_none=True)
         flops = {"target_forward": floor_flops.get_total_flops(), "train_step": step_flops.get_total_flops()}
+        c = target.config  # what scripts/flop_bound.py's formula needs to redo this count for any target
+        flop_model = {"seq_len": int(batch["input_ids"].shape[1]),
+                      "scored_fraction": float(batch["loss_mask"].sum() / batch["loss_mask"].numel()),  # of all (padded) rows
+                      "target_shape": {"d": c.hidden_size, "I": c.intermediate_size, "L": c.num_hidden_layers,
+                                       "H": c.num_attention_heads, "KV": c.num_key_value_heads,
+                                       "hd": getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
+                                       "V": target.get_output_embeddings().weight.shape[0]}}
         _shutdown()
 
     d = recipe.drafter
@@ -127,6 +157,9 @@ def main(argv=None) -> int:
         # draft's forward and loss, backward, optimizer
         "flops_per_batch": flops,
         "flop_bound": flops["target_forward"] / flops["train_step"],  # train/forward-only if every FLOP ran at one speed
+        "flop_model": flop_model,
+        "ttt_steps": getattr(d, "ttt_steps", None),
+        "draft_vocab_size": getattr(d, "draft_vocab_size", None),
         "step_parts_ms": {key: statistics.median(p[key] for p in parts) * 1e3 for key in parts[0]},
         "cpu": cpu_info(),
     }

@@ -5,6 +5,7 @@ import json
 import math
 import os
 import pathlib
+import runpy
 import subprocess
 import sys
 
@@ -48,6 +49,12 @@ def test_gpu_check_kinds_and_training_steps_run_on_cpu(tmp_path):
     for kind in ("draft_lm", "eagle3"):
         train = json.loads((out / f"train_{kind}.json").read_text())
         assert 0 < train["train_over_forward"] and 0 < train["flop_bound"] < 1
+        # scripts/flop_bound.py's formula (what it states for targets too large to run here)
+        # redoes FlopCounterMode's count of this real training step
+        flop_bound = runpy.run_path(str(ROOT / "scripts" / "flop_bound.py"))
+        assert flop_bound["main"](["--check", str(out / f"train_{kind}.json"), "--json", str(out / f"bound_{kind}.json")]) == 0
+        check = json.loads((out / f"bound_{kind}.json").read_text())["checks"][0]
+        assert abs(check["formula"] - check["counted"]) < 0.05 * check["counted"], check
     summary = (out / "summary.txt").read_text()
     assert "| draft_lm | eager |" in summary and "training eagle3 (no)" in summary
 

@@ -1,0 +1,126 @@
+#!/usr/bin/env python
+"""How fast online training can be at best: the FLOP bound, for targets too large to run here.
+
+Online distillation runs the frozen target forward on every batch, then the draft forward and
+backward. If every FLOP ran at the target forward's speed, training would reach
+
+    bound = F_floor / (F_target_in_training + 3 * F_draft)           (backward ~ 2x forward)
+
+of the target's forward-only tokens/s. Counted per token of a T-token sequence, as torch's
+FlopCounterMode counts (2mnk per matmul; attention as two T x T matmuls, causality ignored),
+for a Llama-style layer with P = d(H + 2KV)hd + H hd d + 3dI matmul weights:
+
+    F_floor    = 2 L P + 2 V d + 4 L T H hd              (the LM head on every row)
+    F_target   = 2 L P + 2 V d s + 4 L T H hd            (in training: head at scored rows only)
+    draft LM   = 2 L_d P_d + 2 V d_d s + 4 L_d T H_d hd_d
+    EAGLE-3    = 2 (3d) d  +  n [2 (2d)(H + 2KV) hd + 2 H hd d + 6 d I + 4 T H hd + 2 d V_draft s]
+
+with s the fraction of rows scored (the reply tokens), n the unrolled training-time-test steps
+(EAGLE-3, Li et al. 2025, sec. 3.2; SpecForge trains with n = 7). `scripts/bench_train.py`
+counts the real step with FlopCounterMode; `--check` compares this formula with its JSON.
+
+    python scripts/flop_bound.py                                 # the table for real target sizes
+    python scripts/flop_bound.py --check runs/bench_train_eagle3.json --json runs/flop_bound.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+# Llama-style shapes (published configs): d, I, L, H, KV, hd, V
+SHAPES = {
+    "smollm2-135m": dict(d=576, I=1536, L=30, H=9, KV=3, hd=64, V=49152),
+    "llama-3.2-1b": dict(d=2048, I=8192, L=16, H=32, KV=8, hd=64, V=128256),
+    "llama-3.1-8b": dict(d=4096, I=14336, L=32, H=32, KV=8, hd=128, V=128256),
+    "llama-3.3-70b": dict(d=8192, I=28672, L=80, H=64, KV=8, hd=128, V=128256),
+}
+# (target, drafter): what users train. Draft LMs: a truncated copy (layers=) or another model (shape=).
+PAIRS = [
+    ("smollm2-135m", {"kind": "draft_lm", "layers": 4}),
+    ("smollm2-135m", {"kind": "eagle3", "steps": 7, "draft_vocab": 16384}),
+    ("llama-3.1-8b", {"kind": "draft_lm", "shape": "llama-3.2-1b"}),
+    ("llama-3.1-8b", {"kind": "eagle3", "steps": 7, "draft_vocab": 32000}),
+    ("llama-3.1-8b", {"kind": "eagle3", "steps": 3, "draft_vocab": 32000}),
+    ("llama-3.3-70b", {"kind": "draft_lm", "shape": "llama-3.2-1b"}),
+    ("llama-3.3-70b", {"kind": "eagle3", "steps": 7, "draft_vocab": 32000}),
+]
+
+
+def layer_weights(c: dict) -> int:
+    return c["d"] * (c["H"] + 2 * c["KV"]) * c["hd"] + c["H"] * c["hd"] * c["d"] + 3 * c["d"] * c["I"]
+
+
+def target_flops(c: dict, T: int, s: float) -> tuple[float, float]:
+    """(forward-only floor, the forward inside training) per token."""
+    body = 2 * c["L"] * layer_weights(c) + 4 * c["L"] * T * c["H"] * c["hd"]
+    return body + 2 * c["V"] * c["d"], body + 2 * c["V"] * c["d"] * s
+
+
+def draft_flops(target: dict, drafter: dict, T: int, s: float) -> float:
+    """One draft forward per token (backward counted by the caller)."""
+    if drafter["kind"] == "draft_lm":
+        c = SHAPES[drafter["shape"]] if "shape" in drafter else {**target, "L": drafter["layers"]}
+        return 2 * c["L"] * layer_weights(c) + 2 * c["V"] * c["d"] * s + 4 * c["L"] * T * c["H"] * c["hd"]
+    if drafter["kind"] == "eagle3":
+        c = target
+        d = c["d"]
+        step = (2 * 2 * d * (c["H"] + 2 * c["KV"]) * c["hd"] + 2 * c["H"] * c["hd"] * d + 6 * d * c["I"]
+                + 4 * T * c["H"] * c["hd"] + 2 * d * drafter["draft_vocab"] * s)
+        return 2 * 3 * d * d + drafter["steps"] * step
+    raise ValueError(f"no FLOP model for {drafter['kind']!r}")
+
+
+def bound(target_name: str, drafter: dict, T: int, s: float, shape: dict | None = None) -> dict:
+    c = shape or SHAPES[target_name]
+    floor, in_training = target_flops(c, T, s)
+    draft = draft_flops(c, drafter, T, s)
+    return {"target": target_name, "drafter": describe(drafter), "T": T, "scored_fraction": s,
+            "gflop_per_token": {"floor": floor / 1e9, "target_in_training": in_training / 1e9, "draft_forward": draft / 1e9},
+            "bound": floor / (in_training + 3 * draft)}
+
+
+def describe(drafter: dict) -> str:
+    if drafter["kind"] == "draft_lm":
+        return f"draft LM {drafter.get('shape') or str(drafter['layers']) + ' layers'}"
+    return f"EAGLE-3, {drafter['steps']} TTT steps, {drafter['draft_vocab']} vocab"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seq-len", type=int, nargs="+", default=[512, 2048])
+    p.add_argument("--scored-fraction", type=float, nargs="+", default=[0.5, 1.0])
+    p.add_argument("--check", action="append", default=[], help="bench_train.py JSON: its counted FLOPs vs this model")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+
+    rows = [bound(t, d, T, s) for t, d in PAIRS for T in args.seq_len for s in args.scored_fraction]
+    print("| target | drafter | T | scored | GFLOP/token: floor, target in training, draft fwd | bound |\n|---|---|---|---|---|---|")
+    for r in rows:
+        g = r["gflop_per_token"]
+        print(f"| {r['target']} | {r['drafter']} | {r['T']} | {r['scored_fraction']:.2f} | "
+              f"{g['floor']:.2f}, {g['target_in_training']:.2f}, {g['draft_forward']:.2f} | {r['bound']:.2f}x |")
+    checks = []
+    for path in args.check:  # the formula against FlopCounterMode on the real training step
+        b = json.loads(open(path).read())
+        if b["drafter"] == "draft_lm" and str(b.get("init", "")).startswith("truncated:"):
+            drafter = {"kind": "draft_lm", "layers": int(b["init"].split(":")[1])}
+        elif b["drafter"] == "eagle3":
+            drafter = {"kind": "eagle3", "steps": b["ttt_steps"], "draft_vocab": b["draft_vocab_size"]}
+        else:
+            raise SystemExit(f"{path}: no FLOP model for a {b['drafter']} recipe with init {b.get('init')}")
+        m = b["flop_model"]
+        r = bound(b["target"], drafter, m["seq_len"], m["scored_fraction"], shape=m["target_shape"])
+        checks.append({"json": path, "counted": b["flop_bound"], "formula": r["bound"]})
+        print(f"check {path}: FlopCounterMode {b['flop_bound']:.3f}x, formula {r['bound']:.3f}x "
+              f"(T {m['seq_len']}, scored {m['scored_fraction']:.2f})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "checks": checks}, f, indent=2)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
