@@ -89,6 +89,17 @@ def environment(target, drafter, engine=None) -> dict:
     }
 
 
+def interleaved(run, names: list[str], prompts, desc: str, progress: bool = True) -> dict[str, list]:
+    """{name: [run(name, prompt, i) for every prompt]}, the order of the names rotating from one
+    prompt to the next, so no method always runs first and machine drift hits all alike."""
+    out: dict[str, list] = {n: [] for n in names}
+    for i, p in enumerate(tqdm(prompts, desc=desc, disable=not progress)):
+        for j in range(len(names)):
+            name = names[(i + j) % len(names)]
+            out[name].append(run(name, p, i))
+    return out
+
+
 def _mean_tps(results: list[tuple[int, float]]) -> float | None:
     return statistics.mean(n / s for n, s in results) if results else None
 
@@ -177,11 +188,7 @@ def run_bench(
 
     for name in names:  # warm-up: allocator, kernels, lazy init; not recorded
         methods[name](prompts[0], seed)
-    outputs: dict[str, list[GenerationResult]] = {n: [] for n in names}
-    for i, p in enumerate(tqdm(prompts, desc="bench", disable=not progress)):
-        for j in range(len(names)):  # rotate the order so no method always runs first
-            name = names[(i + j) % len(names)]
-            outputs[name].append(methods[name](p, seed + i))
+    outputs = interleaved(lambda name, p, i: methods[name](p, seed + i), names, prompts, "bench", progress)
 
     spec = outputs["speculative"]
     metrics = SpecMetrics()
@@ -273,11 +280,7 @@ def run_compare(target, methods: list[Method], prompts, max_new_tokens, sampling
            for n, e in engines.items()}
     for n in names:  # warm-up, not recorded
         run[n](prompts[0], seed)
-    outputs: dict[str, list[GenerationResult]] = {n: [] for n in names}
-    for i, p in enumerate(tqdm(prompts, desc="compare", disable=not progress)):
-        for j in range(len(names)):
-            n = names[(i + j) % len(names)]
-            outputs[n].append(run[n](p, seed + i))
+    outputs = interleaved(lambda n, p, i: run[n](p, seed + i), names, prompts, "compare", progress)
     tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in outs]) for n, outs in outputs.items()}
     in_loop = {n: in_loop_times(outs) for n, outs in outputs.items()}
     rows = {}

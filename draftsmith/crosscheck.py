@@ -194,17 +194,12 @@ def summarize(outputs: list[Decoded]) -> dict:
 
 def run_interleaved(runtimes: dict, prompts, max_new_tokens: int, progress: bool = True) -> dict[str, list[Decoded]]:
     """Every runtime on every prompt, the order rotating per prompt; one warm-up each first."""
-    from tqdm.auto import tqdm
+    from draftsmith.bench import interleaved
 
     names = list(runtimes)
     for n in names:
         runtimes[n].generate(prompts[0].ids, max_new_tokens)
-    out: dict[str, list[Decoded]] = {n: [] for n in names}
-    for i, p in enumerate(tqdm(prompts, desc="crosscheck", disable=not progress)):
-        for j in range(len(names)):
-            n = names[(i + j) % len(names)]
-            out[n].append(runtimes[n].generate(p.ids, max_new_tokens))
-    return out
+    return interleaved(lambda n, p, i: runtimes[n].generate(p.ids, max_new_tokens), names, prompts, "crosscheck", progress)
 
 
 @dataclass

@@ -21,7 +21,7 @@ import contextlib
 import sys
 import time
 
-from draftsmith.bench import _mean_tps, in_loop_times, write_json
+from draftsmith.bench import _mean_tps, in_loop_times, interleaved, write_json
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.hardware import cpu_info, format_cpu
 from draftsmith.infer.metrics import SpecMetrics
@@ -86,12 +86,7 @@ def main(argv=None) -> int:
             run(name, prompt)
         warmup_s[name] = time.perf_counter() - t0
         print(f"warm-up {name}: {warmup_s[name]:.1f} s", file=sys.stderr)
-    outs = {n: [] for n in names}
-    for i, prompt in enumerate(prompts):
-        for j in range(len(names)):
-            name = names[(i + j) % len(names)]
-            outs[name].append(run(name, prompt))
-        print(f"prompt {i + 1}/{len(prompts)} done", file=sys.stderr)
+    outs = interleaved(lambda name, prompt, i: run(name, prompt), names, prompts, "compiled drafting")
 
     tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in o]) for n, o in outs.items()}
     rows = {}

@@ -25,7 +25,7 @@ import contextlib
 import statistics
 import sys
 
-from draftsmith.bench import _mean_tps, in_loop_times, write_json
+from draftsmith.bench import _mean_tps, in_loop_times, interleaved, write_json
 from draftsmith.infer.engine import Engine, expected_draft_cost, predicted_speedup
 from draftsmith.infer.hardware import cpu_info, format_cpu
 from draftsmith.infer.metrics import SpecMetrics
@@ -83,12 +83,7 @@ def main(argv=None) -> int:
 
     for name in names:  # warm-up, not recorded
         run(name, prompts[0])
-    outs = {n: [] for n in names}
-    for i, prompt in enumerate(prompts):
-        for j in range(len(names)):
-            name = names[(i + j) % len(names)]
-            outs[name].append(run(name, prompt))
-        print(f"prompt {i + 1}/{len(prompts)} done", file=sys.stderr)
+    outs = interleaved(lambda name, prompt, i: run(name, prompt), names, prompts, "loop gap")
 
     tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in o]) for n, o in outs.items()}
     loop_plain = in_loop_times(outs["plain"])

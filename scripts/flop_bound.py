@@ -29,6 +29,8 @@ import argparse
 import json
 import sys
 
+from draftsmith.bench import write_json
+
 # Llama-style shapes (published configs): d, I, L, H, KV, hd, V
 SHAPES = {
     "smollm2-135m": dict(d=576, I=1536, L=30, H=9, KV=3, hd=64, V=49152),
@@ -116,8 +118,7 @@ def main(argv=None) -> int:
         print(f"check {path}: FlopCounterMode {b['flop_bound']:.3f}x, formula {r['bound']:.3f}x "
               f"(T {m['seq_len']}, scored {m['scored_fraction']:.2f})")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": rows, "checks": checks}, f, indent=2)
+        write_json({"rows": rows, "checks": checks}, args.json)
         print(f"wrote {args.json}")
     return 0
 
