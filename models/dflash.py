@@ -313,12 +313,14 @@ class DFlash:
         block = torch.full((1, k + 1), self.model.config.mask_token_id, dtype=torch.long, device=device)
         block[0, 0] = seq[0, n - 1]
         positions = torch.arange(n - 1, n + k, device=device).unsqueeze(0)
+        # The first step brings the prompt's features (prefill, a new shape per prompt): eager.
+        # Decided on the host: reading the position tensor would sync the device every step.
+        prefill = cache.length == 0
         feature_positions = torch.arange(cache.length, n - 1, device=device).unsqueeze(0)
         cache.reserve(n - 1)
         cache.length = n - 1  # the mask shows the rows this forward writes
         mask = cache.mask(k + 1, self.model.config.causal)
-        # The first step brings the prompt's features (prefill, a new shape per prompt): eager.
-        forward = self._draft if self._compiled is None or feature_positions[0, 0] == 0 else self._compiled
+        forward = self._draft if self._compiled is None or prefill else self._compiled
         with torch.no_grad():
             logits = forward(block, positions, self._pending.to(device).unsqueeze(0), feature_positions, mask)
         self._pending = None
