@@ -27,9 +27,8 @@ import torch
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
-
-from draftsmith.infer.hardware import cpu_info, format_cpu  # noqa: F401 (format_cpu: the scripts import it from here)
 from draftsmith.infer.engine import Engine, GenerationResult, predicted_speedup
+from draftsmith.infer.hardware import cpu_info, format_cpu  # noqa: F401 (format_cpu: the scripts import it from here)
 from draftsmith.infer.metrics import SpecMetrics
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig
@@ -37,7 +36,9 @@ from draftsmith.infer.tree import TreeConfig
 
 def _hf_generate(model, ids, max_new_tokens, sampling: SamplingConfig, eos, pad, seed, assistant=None):
     """One transformers generate() call, timed; returns (new token ids, seconds)."""
-    kwargs = dict(max_new_tokens=max_new_tokens, eos_token_id=sorted(eos), pad_token_id=pad, do_sample=not sampling.greedy)
+    kwargs = dict(
+        max_new_tokens=max_new_tokens, eos_token_id=sorted(eos), pad_token_id=pad, do_sample=not sampling.greedy
+    )
     if sampling.greedy:
         kwargs.update(temperature=None, top_k=None, top_p=None)
     else:
@@ -83,9 +84,15 @@ def environment(target, drafter, engine=None) -> dict:
         "dtype_reason": getattr(target, "dtype_reason", None),
         "device": str(dev),
         "compiled": bool(getattr(target, "compiled", False)),
-        "hardware": torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{cpu['model']}, {torch.get_num_threads()} threads",
+        "hardware": torch.cuda.get_device_name(dev)
+        if dev.type == "cuda"
+        else f"{cpu['model']}, {torch.get_num_threads()} threads",
         "cpu": cpu,
-        "versions": {"draftsmith": draftsmith.__version__, "torch": torch.__version__, "transformers": transformers.__version__},
+        "versions": {
+            "draftsmith": draftsmith.__version__,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+        },
     }
 
 
@@ -107,8 +114,11 @@ def _mean_tps(results: list[tuple[int, float]]) -> float | None:
 def _groups(prompts) -> dict[str, dict[str, list[int]]]:
     """Prompt indices by category (`domain`, in order of first appearance: MT-Bench's own order),
     by MT-Bench turn, and by prompt set when a run mixes several."""
-    keys = {"by_domain": lambda p: p.domain, "by_turn": lambda p: f"turn{p.turn}" if getattr(p, "turn", None) else None,
-            "by_set": lambda p: getattr(p, "source", None)}
+    keys = {
+        "by_domain": lambda p: p.domain,
+        "by_turn": lambda p: f"turn{p.turn}" if getattr(p, "turn", None) else None,
+        "by_set": lambda p: getattr(p, "source", None),
+    }
     out = {}
     for field, key in keys.items():
         idx: dict[str, list[int]] = {}
@@ -140,7 +150,9 @@ def breakdown(prompts, results: list[GenerationResult], baseline: list[Generatio
     return out
 
 
-def run_eval(target, drafter, prompts, k, max_new_tokens, sampling, seed=0, progress=True, tree=None, verification="lossless") -> dict:
+def run_eval(
+    target, drafter, prompts, k, max_new_tokens, sampling, seed=0, progress=True, tree=None, verification="lossless"
+) -> dict:
     """Acceptance metrics only (no baselines, no timing claims), overall and per category / turn."""
     engine = Engine(target, drafter, k, tree=tree, verification=verification)
     total, results = SpecMetrics(), []
@@ -158,8 +170,17 @@ def run_eval(target, drafter, prompts, k, max_new_tokens, sampling, seed=0, prog
 
 
 def run_bench(
-    target, drafter, prompts, k, max_new_tokens, sampling, seed=0, baselines=("hf_plain", "hf_assisted"), progress=True,
-    tree=None, verification="lossless",
+    target,
+    drafter,
+    prompts,
+    k,
+    max_new_tokens,
+    sampling,
+    seed=0,
+    baselines=("hf_plain", "hf_assisted"),
+    progress=True,
+    tree=None,
+    verification="lossless",
 ) -> dict:
     """Plain vs speculative decoding (ours) plus the transformers `baselines` named, interleaved."""
     engine = Engine(target, drafter, k, tree=tree, verification=verification)
@@ -195,8 +216,9 @@ def run_bench(
     for r in spec:
         metrics = metrics.merge(r.metrics)
     tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in outs]) for n, outs in outputs.items()}
-    costs = engine.measure_step_costs(prompts[0].ids, per_position_acceptance=metrics.per_position_acceptance,
-                                      max_new_tokens=max_new_tokens)
+    costs = engine.measure_step_costs(
+        prompts[0].ids, per_position_acceptance=metrics.per_position_acceptance, max_new_tokens=max_new_tokens
+    )
     tau = metrics.mean_acceptance_length
     loop = {n: in_loop_times(outs) for n, outs in outputs.items()}
 
@@ -251,7 +273,9 @@ def context_buckets(results: list[GenerationResult], edges: tuple[int, ...]) -> 
             label = labels[sum(context >= e for e in edges)]
             sums[label][0] += accepted + 1
             sums[label][1] += 1
-    return {label: {"mean_acceptance_length": tok / steps, "steps": steps} for label, (tok, steps) in sums.items() if steps}
+    return {
+        label: {"mean_acceptance_length": tok / steps, "steps": steps} for label, (tok, steps) in sums.items() if steps
+    }
 
 
 @dataclasses.dataclass
@@ -265,8 +289,16 @@ class Method:
     verification: str = "lossless"
 
 
-def run_compare(target, methods: list[Method], prompts, max_new_tokens, sampling, seed=0, progress=True,
-                context_edges: tuple[int, ...] = (64, 128, 256)) -> dict:
+def run_compare(
+    target,
+    methods: list[Method],
+    prompts,
+    max_new_tokens,
+    sampling,
+    seed=0,
+    progress=True,
+    context_edges: tuple[int, ...] = (64, 128, 256),
+) -> dict:
     """Plain decoding and every method on the same prompts in one process, interleaved prompt
     by prompt with a rotating order: the fair way to put drafters side by side on a noisy
     machine. Speedups are Spec-Bench's (mean per-prompt tokens/s over plain's)."""
@@ -276,8 +308,12 @@ def run_compare(target, methods: list[Method], prompts, max_new_tokens, sampling
             raise ValueError(f"method name {m.name!r} used twice")
         engines[m.name] = Engine(target, m.drafter, m.k, tree=m.tree, verification=m.verification)
     names = list(engines)
-    run = {n: (lambda e, s: lambda p, sd: e.generate(p.ids, max_new_tokens, sampling, seed=sd, speculative=s))(e, n != "plain")
-           for n, e in engines.items()}
+    run = {
+        n: (lambda e, s: lambda p, sd: e.generate(p.ids, max_new_tokens, sampling, seed=sd, speculative=s))(
+            e, n != "plain"
+        )
+        for n, e in engines.items()
+    }
     for n in names:  # warm-up, not recorded
         run[n](prompts[0], seed)
     outputs = interleaved(lambda n, p, i: run[n](p, seed + i), names, prompts, "compare", progress)
@@ -289,21 +325,43 @@ def run_compare(target, methods: list[Method], prompts, max_new_tokens, sampling
         for r in outputs[n]:
             m = m.merge(r.metrics)
         # tau, acceptance and speedup per category (and per MT-Bench turn, per set): the papers' table
-        row = {"tokens_per_s": tps[n], "speedup": tps[n] / tps["plain"], **m.as_dict(), **breakdown(prompts, outputs[n], outputs["plain"]),
-               "outputs_match_plain": all(a.tokens == b.tokens for a, b in zip(outputs[n], outputs["plain"])) if sampling.greedy else None}
+        row = {
+            "tokens_per_s": tps[n],
+            "speedup": tps[n] / tps["plain"],
+            **m.as_dict(),
+            **breakdown(prompts, outputs[n], outputs["plain"]),
+            "outputs_match_plain": all(a.tokens == b.tokens for a, b in zip(outputs[n], outputs["plain"]))
+            if sampling.greedy
+            else None,
+        }
         if n != "plain":
             row["by_context"] = context_buckets(outputs[n], context_edges)
             e = engines[n]
-            costs = e.measure_step_costs(prompts[0].ids, per_position_acceptance=m.per_position_acceptance,
-                                         max_new_tokens=max_new_tokens)
-            row.update(environment(target, e.drafter, e), num_speculative_tokens=e.k, step_costs_s=costs,
-                       predicted_speedup=predicted_speedup(m.mean_acceptance_length, costs["t_step"], costs["t_draft_k"], costs["t_verify"]))
+            costs = e.measure_step_costs(
+                prompts[0].ids, per_position_acceptance=m.per_position_acceptance, max_new_tokens=max_new_tokens
+            )
+            row.update(
+                environment(target, e.drafter, e),
+                num_speculative_tokens=e.k,
+                step_costs_s=costs,
+                predicted_speedup=predicted_speedup(
+                    m.mean_acceptance_length, costs["t_step"], costs["t_draft_k"], costs["t_verify"]
+                ),
+            )
             row.update(_in_loop_prediction(m.mean_acceptance_length, in_loop["plain"], in_loop[n]))
         rows[n] = row
     env = environment(target, None)
     env.pop("draft"), env.pop("drafter_kind"), env.pop("tree"), env.pop("verification")
-    return {**env, "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p, "seed": seed,
-            "max_new_tokens": max_new_tokens, "num_prompts": len(prompts), "methods": rows}
+    return {
+        **env,
+        "temperature": sampling.temperature,
+        "top_k": sampling.top_k,
+        "top_p": sampling.top_p,
+        "seed": seed,
+        "max_new_tokens": max_new_tokens,
+        "num_prompts": len(prompts),
+        "methods": rows,
+    }
 
 
 def _in_loop_prediction(tau: float, plain: dict | None, spec: dict | None) -> dict:
@@ -312,7 +370,10 @@ def _in_loop_prediction(tau: float, plain: dict | None, spec: dict | None) -> di
     if not plain or not spec:
         return {}
     t = {"t_step": plain["verify"], "t_draft": spec["draft"], "t_verify": spec["verify"]}
-    return {"step_costs_in_loop_s": t, "predicted_speedup_in_loop": predicted_speedup(tau, t["t_step"], t["t_draft"], t["t_verify"])}
+    return {
+        "step_costs_in_loop_s": t,
+        "predicted_speedup_in_loop": predicted_speedup(tau, t["t_step"], t["t_draft"], t["t_verify"]),
+    }
 
 
 def in_loop_times(results: list[GenerationResult]) -> dict | None:
@@ -327,28 +388,40 @@ def in_loop_times(results: list[GenerationResult]) -> dict | None:
 
 
 def format_compare(result: dict) -> str:
-    lines = [f"target {result['target']}  T={result['temperature']}  {result['dtype']} on {result['hardware']}  "
-             f"{result['num_prompts']} prompts x {result['max_new_tokens']} tokens"]
+    lines = [
+        f"target {result['target']}  T={result['temperature']}  {result['dtype']} on {result['hardware']}  "
+        f"{result['num_prompts']} prompts x {result['max_new_tokens']} tokens"
+    ]
     if result.get("target_note"):
         lines.append(f"note: the target was {result['target_note']}")
-    lines.append(f"{'method':<22}{'nodes/step':>11}{'tau':>7}{'accept':>8}{'tokens/s':>10}{'speedup':>9}{'predicted':>10}{'match':>7}  per-position")
+    lines.append(
+        f"{'method':<22}{'nodes/step':>11}{'tau':>7}{'accept':>8}{'tokens/s':>10}"
+        f"{'speedup':>9}{'predicted':>10}{'match':>7}  per-position"
+    )
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     for name, r in result["methods"].items():
         per_step = r["drafted_tokens"] / r["drafts"] if r.get("drafts") else 0
         match = {True: "yes", False: "NO", None: "-"}[r["outputs_match_plain"]]
-        lines.append(f"{name:<22}{per_step:>11.1f}{r['mean_acceptance_length']:>7.2f}{fmt(r['draft_acceptance_rate'], '.2f'):>8}"
-                     f"{r['tokens_per_s']:>10.2f}{r['speedup']:>8.2f}x{fmt(r.get('predicted_speedup'), '.2f'):>9}x{match:>7}  "
-                     + " ".join(f"{a:.2f}" for a in r["per_position_acceptance"]))
+        lines.append(
+            f"{name:<22}{per_step:>11.1f}{r['mean_acceptance_length']:>7.2f}{fmt(r['draft_acceptance_rate'], '.2f'):>8}"
+            f"{r['tokens_per_s']:>10.2f}{r['speedup']:>8.2f}x{fmt(r.get('predicted_speedup'), '.2f'):>9}x{match:>7}  "
+            + " ".join(f"{a:.2f}" for a in r["per_position_acceptance"])
+        )
     costed = {n: r for n, r in result["methods"].items() if r.get("step_costs_s")}
     if costed:  # the same step costs measured alone (measure_step_costs) and inside the loop
-        lines.append(f"{'step costs, x a decode step':<28}{'draft alone':>12}{'in loop':>9}{'verify alone':>13}{'in loop':>9}"
-                     f"{'predicted alone':>16}{'in loop':>9}{'measured':>10}")
+        lines.append(
+            f"{'step costs, x a decode step':<28}{'draft alone':>12}{'in loop':>9}{'verify alone':>13}{'in loop':>9}"
+            f"{'predicted alone':>16}{'in loop':>9}{'measured':>10}"
+        )
         for name, r in costed.items():
             c, t = r["step_costs_s"], r.get("step_costs_in_loop_s")
             loop = (lambda key: f"{t[key] / t['t_step']:.2f}x") if t else (lambda key: "-")
-            lines.append(f"{name:<28}{c['t_draft_k'] / c['t_step']:>11.2f}x{loop('t_draft'):>9}{c['t_verify'] / c['t_step']:>12.2f}x"
-                         f"{loop('t_verify'):>9}{r['predicted_speedup']:>15.2f}x"
-                         f"{(format(r['predicted_speedup_in_loop'], '.2f') + 'x') if t else '-':>9}{r['speedup']:>9.2f}x")
+            lines.append(
+                f"{name:<28}{c['t_draft_k'] / c['t_step']:>11.2f}x{loop('t_draft'):>9}"
+                f"{c['t_verify'] / c['t_step']:>12.2f}x"
+                f"{loop('t_verify'):>9}{r['predicted_speedup']:>15.2f}x"
+                f"{(format(r['predicted_speedup_in_loop'], '.2f') + 'x') if t else '-':>9}{r['speedup']:>9.2f}x"
+            )
     lines += group_table(result["methods"])
     return "\n".join(lines)
 
@@ -369,11 +442,17 @@ def group_table(rows: dict) -> list[str]:
     cols = group_columns(rows)
     if len(cols) < 2:
         return []
-    cell = lambda c: "-" if c is None else f"{c['mean_acceptance_length']:.2f}" + (f" /{c['speedup']:.2f}x" if c.get("speedup") is not None else "")  # noqa: E731
+    cell = lambda c: (
+        "-"
+        if c is None
+        else f"{c['mean_acceptance_length']:.2f}" + (f" /{c['speedup']:.2f}x" if c.get("speedup") is not None else "")
+    )  # noqa: E731
     width = max(13, *(len(g) + 1 for _, g in cols))
     lines = [f"{'by domain: tau / speedup':<26}" + "".join(f"{g:>{width}}" for _, g in cols) + f"{'overall':>{width}}"]
     for name, r in rows.items():
-        lines.append(f"{name:<26}" + "".join(f"{cell(r.get(f, {}).get(g)):>{width}}" for f, g in cols) + f"{cell(r):>{width}}")
+        lines.append(
+            f"{name:<26}" + "".join(f"{cell(r.get(f, {}).get(g)):>{width}}" for f, g in cols) + f"{cell(r):>{width}}"
+        )
     return lines
 
 
@@ -389,7 +468,9 @@ def format_table(result: dict) -> str:
     if result.get("target_note"):
         lines.insert(1, f"note: the target was {result['target_note']}")
     if result.get("verification", "lossless") != "lossless":
-        lines.insert(1, f"verification {result['verification']}: NOT lossless, outputs may differ from the target's distribution")
+        lines.insert(
+            1, f"verification {result['verification']}: NOT lossless, outputs may differ from the target's distribution"
+        )
     for name, m in result.get("methods", {}).items():
         match = {True: "yes", False: "NO", None: "-"}[m["outputs_match_plain"]]
         lines.append(f"{name:<13}{m['tokens_per_s']:>10.2f}{m['speedup']:>9.2f}x{match:>8}")
@@ -403,21 +484,32 @@ def format_table(result: dict) -> str:
         fmt = lambda v: "n/a" if v is None else f"{v:.2f}x"  # noqa: E731
         lines.append(
             f"speedup {fmt(result['speedup'])}   predicted {fmt(result['predicted_speedup'])}   "
-            f"vs hf_assisted {fmt(result['speedup_vs_hf_assisted'])}   plain vs hf_plain {fmt(result['plain_vs_hf_plain'])}"
+            f"vs hf_assisted {fmt(result['speedup_vs_hf_assisted'])}   plain vs hf_plain "
+            f"{fmt(result['plain_vs_hf_plain'])}"
         )
     c, t = result.get("step_costs_s"), result.get("step_costs_in_loop_s")
     if c and "t_draft_k" in c:  # alone (measure_step_costs) vs as the loop ran them, in ms
         ms = lambda v: f"{v * 1e3:.1f}"  # noqa: E731
-        lines.append(f"step costs alone: t_step {ms(c['t_step'])} ms  t_draft {ms(c['t_draft_k'])} ms  t_verify {ms(c['t_verify'])} ms"
-                     + (f"   in loop: {ms(t['t_step'])} / {ms(t['t_draft'])} / {ms(t['t_verify'])} ms, predicted "
-                        f"{fmt(result['predicted_speedup_in_loop'])}" if t else ""))
+        lines.append(
+            f"step costs alone: t_step {ms(c['t_step'])} ms  t_draft {ms(c['t_draft_k'])} ms  t_verify "
+            f"{ms(c['t_verify'])} ms"
+            + (
+                f"   in loop: {ms(t['t_step'])} / {ms(t['t_draft'])} / {ms(t['t_verify'])} ms, predicted "
+                f"{fmt(result['predicted_speedup_in_loop'])}"
+                if t
+                else ""
+            )
+        )
     for field in GROUP_FIELDS:
         for g, m in result.get(field, {}).items():
             rate, speed = m["draft_acceptance_rate"], m.get("speedup")
-            lines.append(f"  {field[3:]:<6} {g:<11} mean_acceptance_length {m['mean_acceptance_length']:.2f}  "
-                         f"draft_acceptance_rate {'n/a' if rate is None else f'{rate:.3f}'}  drafts {m['drafts']}"
-                         + ("" if speed is None else f"  speedup {speed:.2f}x") + "  per_position "
-                         + " ".join(f"{a:.2f}" for a in m["per_position_acceptance"]))
+            lines.append(
+                f"  {field[3:]:<6} {g:<11} mean_acceptance_length {m['mean_acceptance_length']:.2f}  "
+                f"draft_acceptance_rate {'n/a' if rate is None else f'{rate:.3f}'}  drafts {m['drafts']}"
+                + ("" if speed is None else f"  speedup {speed:.2f}x")
+                + "  per_position "
+                + " ".join(f"{a:.2f}" for a in m["per_position_acceptance"])
+            )
     return "\n".join(lines)
 
 
@@ -445,7 +537,9 @@ def check_output_path(path: str, flag: str, suffixes: tuple[str, ...] | None = N
     if suffixes and p.suffix.lower() not in suffixes:
         raise DraftsmithError(f"{flag} {path}: name a {' / '.join(suffixes)} file")
     if p.is_dir():
-        raise DraftsmithError(f"{flag} {path} is a directory: name a file in it, e.g. {p / ('result' + (suffixes or ('.json',))[0])}")
+        raise DraftsmithError(
+            f"{flag} {path} is a directory: name a file in it, e.g. {p / ('result' + (suffixes or ('.json',))[0])}"
+        )
     folder = p.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
@@ -457,7 +551,9 @@ def check_output_path(path: str, flag: str, suffixes: tuple[str, ...] | None = N
         with tempfile.TemporaryFile(dir=folder):  # the only sure test (root passes os.access, read-only mounts do not)
             pass
     except OSError as e:
-        raise DraftsmithError(f"{flag} {path}: cannot write in {folder} ({e.strerror or e}); pick a writable folder") from None
+        raise DraftsmithError(
+            f"{flag} {path}: cannot write in {folder} ({e.strerror or e}); pick a writable folder"
+        ) from None
 
 
 def save_outputs(result: dict, json_path: str | None, plot_path: str | None, label: str) -> list[str]:

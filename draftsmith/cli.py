@@ -16,47 +16,94 @@ DEFAULT_TARGET = "smollm2-135m-instruct"
 
 
 def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
-    p.add_argument("--target", default=None, help=f"built-in name, local folder, .gguf file or Hub id (default: a checkpoint's own target, else {DEFAULT_TARGET})")
+    p.add_argument(
+        "--target",
+        default=None,
+        help="built-in name, local folder, .gguf file or Hub id (default: a checkpoint's own target, else "
+        f"{DEFAULT_TARGET})",
+    )
     p.add_argument(
         "--draft",
         required=draft_required,
-        help="truncated:N | prompt_lookup[:N] | a causal LM sharing the target's tokenizer (built-in, folder, .gguf, Hub id)",
+        help="truncated:N | prompt_lookup[:N] | a causal LM sharing the target's tokenizer (built-in, folder, .gguf, "
+        "Hub id)",
     )
-    p.add_argument("--num-speculative-tokens", "-k", type=int, default=None,
-                   help="tokens drafted per step (K): chain depth (medusa: heads used); default 4, or all of a medusa's heads if fewer")
-    tree = p.add_argument_group("trees (medusa, eagle): opt in with choices or any of topk/depth/num-draft-tokens (named as SGLang's)")
+    p.add_argument(
+        "--num-speculative-tokens",
+        "-k",
+        type=int,
+        default=None,
+        help="tokens drafted per step (K): chain depth (medusa: heads used); default 4, or all of a medusa's heads if "
+        "fewer",
+    )
+    tree = p.add_argument_group(
+        "trees (medusa, eagle): opt in with choices or any of topk/depth/num-draft-tokens (named as SGLang's)"
+    )
     tree.add_argument("--tree-choices", default=None, help="JSON file of Medusa-style paths, e.g. [[0], [1], [0, 0]]")
     tree.add_argument("--tree-topk", type=int, default=None, help="children per node (SGLang: speculative_eagle_topk)")
     tree.add_argument("--tree-depth", type=int, default=None, help="tree depth (SGLang: speculative_num_steps)")
-    tree.add_argument("--tree-num-draft-tokens", type=int, default=None, help="tokens verified per step, root included (SGLang: speculative_num_draft_tokens)")
-    tree.add_argument("--tree-children", choices=["topk", "sampled"], default="topk", help="children: the drafter's top ranks, or sampled without replacement (temperature > 0)")
-    p.add_argument("--verification", choices=["lossless", "typical-lossy"], default="lossless",
-                   help="lossless (default): greedy / speculative sampling; typical-lossy: Medusa's typical acceptance, changes the output distribution")
+    tree.add_argument(
+        "--tree-num-draft-tokens",
+        type=int,
+        default=None,
+        help="tokens verified per step, root included (SGLang: speculative_num_draft_tokens)",
+    )
+    tree.add_argument(
+        "--tree-children",
+        choices=["topk", "sampled"],
+        default="topk",
+        help="children: the drafter's top ranks, or sampled without replacement (temperature > 0)",
+    )
+    p.add_argument(
+        "--verification",
+        choices=["lossless", "typical-lossy"],
+        default="lossless",
+        help="lossless (default): greedy / speculative sampling; typical-lossy: Medusa's typical acceptance, changes "
+        "the output distribution",
+    )
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
-                   help="auto (default): bfloat16 on CUDA and on CPUs with AMX/AVX512-BF16 where it measured faster, "
-                        "else float32 (the choice and why are in every report)")
+    p.add_argument(
+        "--dtype",
+        choices=["auto", "float32", "bfloat16", "float16"],
+        default="auto",
+        help="auto (default): bfloat16 on CUDA and on CPUs with AMX/AVX512-BF16 where it measured faster, "
+        "else float32 (the choice and why are in every report)",
+    )
     p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
-    p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
-                   help="torch.compile (CUDA graphs) the target's decode/verify forwards and every drafter's "
-                        "drafting forwards (fixed shapes; prefill stays eager); auto (default): on CUDA only")
+    p.add_argument(
+        "--compile",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="torch.compile (CUDA graphs) the target's decode/verify forwards and every drafter's "
+        "drafting forwards (fixed shapes; prefill stays eager); auto (default): on CUDA only",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def _prompt_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prompts", default="chat",
-                   help="jsonl file (prompt or messages per line), built-in set chat|code, standard benchmark mt-bench|humaneval "
-                        "(pip packages: scripts/setup.sh), a datasets name, or several comma-separated (mt-bench,humaneval)")
+    p.add_argument(
+        "--prompts",
+        default="chat",
+        help="jsonl file (prompt or messages per line), built-in set chat|code, standard benchmark mt-bench|humaneval "
+        "(pip packages: scripts/setup.sh), a datasets name, or several comma-separated (mt-bench,humaneval)",
+    )
     p.add_argument("--split", default="test", help="split, when --prompts is a datasets name")
-    p.add_argument("--num-prompts", type=int, default=None,
-                   help="N >= 1 per set (default: all): the first N prompts; mt-bench: N questions, both turns each, "
-                        "taken round-robin over its 8 categories (16 = 2 per category)")
-    p.add_argument("--truncate-prompts", action="store_true",
-                   help="keep the last tokens of a prompt too long for the target's positions (default: refuse it)")
+    p.add_argument(
+        "--num-prompts",
+        type=int,
+        default=None,
+        help="N >= 1 per set (default: all): the first N prompts; mt-bench: N questions, both turns each, "
+        "taken round-robin over its 8 categories (16 = 2 per category)",
+    )
+    p.add_argument(
+        "--truncate-prompts",
+        action="store_true",
+        help="keep the last tokens of a prompt too long for the target's positions (default: refuse it)",
+    )
     p.add_argument("--json", default=None, help="write the result as JSON here")
 
 
@@ -85,12 +132,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     from draftsmith import export, hub  # light: torch and huggingface_hub load when they run
 
-    export.add_arguments(sub.add_parser("export", help="write a checkpoint in the layout an engine loads (hf, vllm, sglang)"))
-    hub.add_arguments(sub.add_parser("publish", help="upload a checkpoint, its engine exports and a model card to the Hub"))
+    export.add_arguments(
+        sub.add_parser("export", help="write a checkpoint in the layout an engine loads (hf, vllm, sglang)")
+    )
+    hub.add_arguments(
+        sub.add_parser("publish", help="upload a checkpoint, its engine exports and a model card to the Hub")
+    )
     from draftsmith import crosscheck
 
-    crosscheck.add_arguments(sub.add_parser("crosscheck", help="decode the same prompts in vLLM / llama.cpp and our runtime: "
-                                            "outputs, acceptance and speed side by side"))
+    crosscheck.add_arguments(
+        sub.add_parser(
+            "crosscheck",
+            help="decode the same prompts in vLLM / llama.cpp and our runtime: "
+            "outputs, acceptance and speed side by side",
+        )
+    )
     return parser
 
 
@@ -106,16 +162,28 @@ def _checkpoint_target(draft: str | None) -> tuple[str | None, str | None]:
         return None, None
     if meta.get("target_path"):
         path = str(pathlib.Path(draft) / meta["target_path"])
-        return path, f"fine-tuned with the drafter (Medusa-2) from {meta.get('base_target', meta['target'])}: outputs are this model's, not the base model's"
+        return (
+            path,
+            f"fine-tuned with the drafter (Medusa-2) from {meta.get('base_target', meta['target'])}: outputs are this "
+            "model's, not the base model's",
+        )
     return meta["target"], None
 
 
 def _tree_config(args):
     from draftsmith.infer.tree import TreeConfig, load_choices
 
-    if args.tree_choices is None and args.tree_topk is None and args.tree_depth is None and args.tree_num_draft_tokens is None:
+    if (
+        args.tree_choices is None
+        and args.tree_topk is None
+        and args.tree_depth is None
+        and args.tree_num_draft_tokens is None
+    ):
         if args.tree_children != "topk":
-            raise DraftsmithError("--tree-children applies to trees: add --tree-choices or --tree-topk/--tree-depth/--tree-num-draft-tokens")
+            raise DraftsmithError(
+                "--tree-children applies to trees: add --tree-choices or "
+                "--tree-topk/--tree-depth/--tree-num-draft-tokens"
+            )
         return None
     choices = tuple(load_choices(args.tree_choices)) if args.tree_choices else None
     return TreeConfig(choices, args.tree_topk, args.tree_depth, args.tree_num_draft_tokens, args.tree_children)
@@ -126,15 +194,33 @@ def _check_args(args) -> None:
     from deep inside (or a finished run lost to an unwritable --json at the end)."""
     import math
 
-    checks = [("--max-new-tokens", args.max_new_tokens, args.max_new_tokens >= 1, ">= 1"),
-              ("--temperature", args.temperature, math.isfinite(args.temperature) and args.temperature >= 0, ">= 0 (0 = greedy)"),
-              ("--top-k", args.top_k, args.top_k >= 0, ">= 0 (0 = off)"),
-              ("--top-p", args.top_p, 0 < args.top_p <= 1, "in (0, 1]")]
-    for flag, value, minimum in (("--num-speculative-tokens", args.num_speculative_tokens, 1), ("--tree-topk", args.tree_topk, 1),
-                                 ("--tree-depth", args.tree_depth, 1), ("--tree-num-draft-tokens", args.tree_num_draft_tokens, 2),
-                                 ("--num-prompts", getattr(args, "num_prompts", None), 1)):
+    checks = [
+        ("--max-new-tokens", args.max_new_tokens, args.max_new_tokens >= 1, ">= 1"),
+        (
+            "--temperature",
+            args.temperature,
+            math.isfinite(args.temperature) and args.temperature >= 0,
+            ">= 0 (0 = greedy)",
+        ),
+        ("--top-k", args.top_k, args.top_k >= 0, ">= 0 (0 = off)"),
+        ("--top-p", args.top_p, 0 < args.top_p <= 1, "in (0, 1]"),
+    ]
+    for flag, value, minimum in (
+        ("--num-speculative-tokens", args.num_speculative_tokens, 1),
+        ("--tree-topk", args.tree_topk, 1),
+        ("--tree-depth", args.tree_depth, 1),
+        ("--tree-num-draft-tokens", args.tree_num_draft_tokens, 2),
+        ("--num-prompts", getattr(args, "num_prompts", None), 1),
+    ):
         if value is not None:
-            checks.append((flag, value, value >= minimum, f">= {minimum}" + (" (it counts the root)" if flag == "--tree-num-draft-tokens" else "")))
+            checks.append(
+                (
+                    flag,
+                    value,
+                    value >= minimum,
+                    f">= {minimum}" + (" (it counts the root)" if flag == "--tree-num-draft-tokens" else ""),
+                )
+            )
     for flag, value, ok, rule in checks:
         if not ok:
             raise DraftsmithError(f"{flag} must be {rule}, got {value}")
@@ -151,20 +237,37 @@ def _context_fit(args, target, drafter):
     from draftsmith.infer.engine import Engine
     from draftsmith.prompts import ContextFit
 
-    draft_tokens = Engine(target, drafter, args.num_speculative_tokens, tree=args.tree).max_draft_tokens if drafter else 0
+    draft_tokens = (
+        Engine(target, drafter, args.num_speculative_tokens, tree=args.tree).max_draft_tokens if drafter else 0
+    )
     cfg = target.config
     positions = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
     truncate_flag = "--truncate-prompts" if hasattr(args, "truncate_prompts") else None  # generate has no such option
-    return ContextFit(positions, args.max_new_tokens, draft_tokens, getattr(args, "truncate_prompts", False), target.name, truncate_flag)
+    return ContextFit(
+        positions,
+        args.max_new_tokens,
+        draft_tokens,
+        getattr(args, "truncate_prompts", False),
+        target.name,
+        truncate_flag,
+    )
 
 
 def _load_prompts(args, target, drafter):
-    from draftsmith.prompts import load_prompt_sets
     from draftsmith.models.loading import cache_dir
+    from draftsmith.prompts import load_prompt_sets
 
-    return load_prompt_sets(args.prompts, target.tokenizer, args.num_prompts, args.split, target=target,
-                            max_new_tokens=args.max_new_tokens, cache_dir=cache_dir(), progress=not args.quiet,
-                            fit=_context_fit(args, target, drafter))
+    return load_prompt_sets(
+        args.prompts,
+        target.tokenizer,
+        args.num_prompts,
+        args.split,
+        target=target,
+        max_new_tokens=args.max_new_tokens,
+        cache_dir=cache_dir(),
+        progress=not args.quiet,
+        fit=_context_fit(args, target, drafter),
+    )
 
 
 def _setup(args):
@@ -177,11 +280,18 @@ def _setup(args):
     dtype = args.dtype or "auto"
     ckpt_target, note = _checkpoint_target(args.draft)
     if args.target and ckpt_target and note and args.target != ckpt_target:
-        logging.warning("%s was trained together with its own target %s; decoding with --target %s instead "
-                        "stays lossless but accepts less", args.draft, ckpt_target, args.target)
+        logging.warning(
+            "%s was trained together with its own target %s; decoding with --target %s instead "
+            "stays lossless but accepts less",
+            args.draft,
+            ckpt_target,
+            args.target,
+        )
         note = None
     compile_ = {"auto": None, "on": True, "off": False}[getattr(args, "compile", "auto")]
-    target = Target.load(args.target or ckpt_target or DEFAULT_TARGET, dtype=dtype, device=args.device, compile=compile_)
+    target = Target.load(
+        args.target or ckpt_target or DEFAULT_TARGET, dtype=dtype, device=args.device, compile=compile_
+    )
     target.note = note
     drafter = load_drafter(args.draft, target) if args.draft else None
     args.tree = _tree_config(args)
@@ -204,8 +314,19 @@ def cmd_bench(args) -> None:
     target, drafter, sampling = _setup(args)
     prompts = _load_prompts(args, target, drafter)
     baselines = () if args.no_hf else ("hf_plain", "hf_assisted")
-    result = run_bench(target, drafter, prompts, args.num_speculative_tokens, args.max_new_tokens, sampling, args.seed, baselines,
-                       not args.quiet, tree=args.tree, verification=args.verification)
+    result = run_bench(
+        target,
+        drafter,
+        prompts,
+        args.num_speculative_tokens,
+        args.max_new_tokens,
+        sampling,
+        args.seed,
+        baselines,
+        not args.quiet,
+        tree=args.tree,
+        verification=args.verification,
+    )
     result["prompts"] = args.prompts
     print(format_table(result))
     for path in save_outputs(result, args.json, args.plot, result["draft"]):
@@ -217,8 +338,18 @@ def cmd_eval(args) -> None:
 
     target, drafter, sampling = _setup(args)
     prompts = _load_prompts(args, target, drafter)
-    result = run_eval(target, drafter, prompts, args.num_speculative_tokens, args.max_new_tokens, sampling, args.seed, not args.quiet,
-                      tree=args.tree, verification=args.verification)
+    result = run_eval(
+        target,
+        drafter,
+        prompts,
+        args.num_speculative_tokens,
+        args.max_new_tokens,
+        sampling,
+        args.seed,
+        not args.quiet,
+        tree=args.tree,
+        verification=args.verification,
+    )
     result["prompts"] = args.prompts
     print(format_table(result))
     for path in save_outputs(result, args.json, None, result["draft"]):
@@ -231,7 +362,9 @@ def cmd_generate(args) -> None:
     target, drafter, sampling = _setup(args)
     tok = target.tokenizer
     if args.chat:
-        ids = tok.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True, tokenize=False)
+        ids = tok.apply_chat_template(
+            [{"role": "user", "content": args.prompt}], add_generation_prompt=True, tokenize=False
+        )
         ids = tok(ids, add_special_tokens=False, verbose=False)["input_ids"]
     else:
         ids = tok(args.prompt, verbose=False)["input_ids"]  # a too-long prompt gets our one line, not its warning
@@ -255,7 +388,12 @@ def cmd_generate(args) -> None:
         print("".join(pieces))
     else:
         print(tok.decode(r.tokens, skip_special_tokens=True))
-    summary = {"tokens": len(r.tokens), "tokens_per_s": round(r.tokens_per_s, 2), "stop_reason": r.stop_reason, **r.metrics.as_dict()}
+    summary = {
+        "tokens": len(r.tokens),
+        "tokens_per_s": round(r.tokens_per_s, 2),
+        "stop_reason": r.stop_reason,
+        **r.metrics.as_dict(),
+    }
     print(json.dumps(summary), file=sys.stderr)
 
 
@@ -277,8 +415,14 @@ def cmd_crosscheck(args) -> int:
     return crosscheck.run(args)
 
 
-COMMANDS = {"bench": cmd_bench, "eval": cmd_eval, "generate": cmd_generate, "export": cmd_export, "publish": cmd_publish,
-            "crosscheck": cmd_crosscheck}
+COMMANDS = {
+    "bench": cmd_bench,
+    "eval": cmd_eval,
+    "generate": cmd_generate,
+    "export": cmd_export,
+    "publish": cmd_publish,
+    "crosscheck": cmd_crosscheck,
+}
 
 
 def main(argv=None) -> int:

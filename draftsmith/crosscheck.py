@@ -76,7 +76,9 @@ class OurRuntime:
     def generate(self, prompt_ids, max_new_tokens: int) -> Decoded:
         r = self.engine.generate(prompt_ids, max_new_tokens, speculative=self.speculative)
         m = r.metrics
-        return Decoded(list(r.tokens), r.elapsed_s, m.drafts, m.drafted_tokens, m.accepted_tokens, list(m.accepted_per_position))
+        return Decoded(
+            list(r.tokens), r.elapsed_s, m.drafts, m.drafted_tokens, m.accepted_tokens, list(m.accepted_per_position)
+        )
 
     def close(self) -> None:
         pass
@@ -118,7 +120,9 @@ def target_gap(target, prompt_ids: list[int], output_ids: list[int], position: i
 
     ids = torch.tensor([list(prompt_ids) + list(output_ids[:position])], device=target.device)
     with torch.inference_mode():
-        logits = target.model(input_ids=ids, logits_to_keep=last_rows(1, ids.shape[1], ids.device)).logits[0, -1].float()
+        logits = (
+            target.model(input_ids=ids, logits_to_keep=last_rows(1, ids.shape[1], ids.device)).logits[0, -1].float()
+        )
     top = torch.topk(logits, 2).values
     return float(top[0] - top[1])
 
@@ -170,8 +174,13 @@ def agreement(reference: list[Decoded], plain: list[Decoded], other: list[Decode
                 issue["counts_follow_output_difference"] = True
         issues.append(issue)
     unexplained = [x for x in issues if not x.get("explained")]
-    return {"prompts": len(other), "outputs_equal_plain": outputs_equal, "counts_equal_ours": counts_equal,
-            "agrees": not unexplained, "issues": issues}
+    return {
+        "prompts": len(other),
+        "outputs_equal_plain": outputs_equal,
+        "counts_equal_ours": counts_equal,
+        "agrees": not unexplained,
+        "issues": issues,
+    }
 
 
 def summarize(outputs: list[Decoded]) -> dict:
@@ -181,12 +190,16 @@ def summarize(outputs: list[Decoded]) -> dict:
     width = max((len(o.accepted_per_pos) for o in outputs), default=0)
     per_pos = [sum(o.accepted_per_pos[j] if j < len(o.accepted_per_pos) else 0 for o in outputs) for j in range(width)]
     tps = [o.generated / o.elapsed_s for o in outputs if o.elapsed_s > 0 and o.generated]
-    return {"drafts": drafts, "drafted_tokens": drafted, "accepted_tokens": accepted,
-            "draft_acceptance_rate": accepted / drafted if drafted else None,
-            "mean_acceptance_length": 1 + accepted / drafts if drafts else 1.0,
-            "per_position_acceptance": [a / drafts for a in per_pos] if drafts else [],
-            "tokens_per_s": sum(tps) / len(tps) if tps else None,
-            "generated_tokens": sum(o.generated for o in outputs)}
+    return {
+        "drafts": drafts,
+        "drafted_tokens": drafted,
+        "accepted_tokens": accepted,
+        "draft_acceptance_rate": accepted / drafted if drafted else None,
+        "mean_acceptance_length": 1 + accepted / drafts if drafts else 1.0,
+        "per_position_acceptance": [a / drafts for a in per_pos] if drafts else [],
+        "tokens_per_s": sum(tps) / len(tps) if tps else None,
+        "generated_tokens": sum(o.generated for o in outputs),
+    }
 
 
 # --- running --------------------------------------------------------------------------------------
@@ -199,7 +212,9 @@ def run_interleaved(runtimes: dict, prompts, max_new_tokens: int, progress: bool
     names = list(runtimes)
     for n in names:
         runtimes[n].generate(prompts[0].ids, max_new_tokens)
-    return interleaved(lambda n, p, i: runtimes[n].generate(p.ids, max_new_tokens), names, prompts, "crosscheck", progress)
+    return interleaved(
+        lambda n, p, i: runtimes[n].generate(p.ids, max_new_tokens), names, prompts, "crosscheck", progress
+    )
 
 
 @dataclass
@@ -224,7 +239,9 @@ def _export(setup: Setup, fmt: str) -> pathlib.Path:
 
         shutil.rmtree(out)
     gguf_type = {"float32": "f32", "bfloat16": "bf16"}.get(setup.dtype, "f16")
-    return export(setup.checkpoint, fmt, out, num_speculative_tokens=setup.k, verifier=str(setup.target_dir), gguf_type=gguf_type)
+    return export(
+        setup.checkpoint, fmt, out, num_speculative_tokens=setup.k, verifier=str(setup.target_dir), gguf_type=gguf_type
+    )
 
 
 def engine_runtimes(name: str, setup: Setup, stop_ids, max_model_len: int, tokenizer=None) -> tuple[dict, dict]:
@@ -236,10 +253,21 @@ def engine_runtimes(name: str, setup: Setup, stop_ids, max_model_len: int, token
         draft_dir = _export(setup, "vllm")
         common = dict(dtype=setup.dtype, max_model_len=max_model_len)
         plain = VLLMEngine(setup.target_dir, log_path=setup.workdir / "vllm-plain.log", **common)
-        spec = VLLMEngine(setup.target_dir, draft_dir=draft_dir, method=METHODS[setup.kind], num_speculative_tokens=setup.k,
-                          speculative_extra=SPEC_EXTRA.get(setup.kind), log_path=setup.workdir / "vllm-draft.log", **common)
-        info = {"versions": spec.versions, "export": str(draft_dir), "method": METHODS[setup.kind],
-                "load_s": {"plain": plain.load_s, "draft": spec.load_s}}
+        spec = VLLMEngine(
+            setup.target_dir,
+            draft_dir=draft_dir,
+            method=METHODS[setup.kind],
+            num_speculative_tokens=setup.k,
+            speculative_extra=SPEC_EXTRA.get(setup.kind),
+            log_path=setup.workdir / "vllm-draft.log",
+            **common,
+        )
+        info = {
+            "versions": spec.versions,
+            "export": str(draft_dir),
+            "method": METHODS[setup.kind],
+            "load_s": {"plain": plain.load_s, "draft": spec.load_s},
+        }
         return {"vllm plain": EngineRuntime(plain, stop_ids), "vllm": EngineRuntime(spec, stop_ids, True)}, info
     if name == "llamacpp":
         from draftsmith.engines.llamacpp_engine import LlamaCppEngine
@@ -247,19 +275,30 @@ def engine_runtimes(name: str, setup: Setup, stop_ids, max_model_len: int, token
         gguf_dir = _export(setup, "gguf")
         common = dict(tokenizer=tokenizer, workdir=setup.workdir, dtype=setup.dtype, max_model_len=max_model_len)
         plain = LlamaCppEngine(setup.target_dir, **common)
-        spec = LlamaCppEngine(setup.target_dir, draft_gguf=gguf_dir, kind=setup.kind, num_speculative_tokens=setup.k, **common)
+        spec = LlamaCppEngine(
+            setup.target_dir, draft_gguf=gguf_dir, kind=setup.kind, num_speculative_tokens=setup.k, **common
+        )
         info = {"versions": spec.versions, "export": str(gguf_dir), "spec_type": spec.spec_type}
         return {"llamacpp plain": EngineRuntime(plain, stop_ids), "llamacpp": EngineRuntime(spec, stop_ids, True)}, info
     raise DraftsmithError(f"unknown engine {name!r}; engines: {', '.join(ENGINE_KINDS)}")
 
 
-def crosscheck(checkpoint, engines: list[str], prompts_spec: str = "chat,code", k: int = 3, max_new_tokens: int = 64,
-               num_prompts: int | None = None, workdir=None, dtype: str = "float32", progress: bool = True) -> dict:
+def crosscheck(
+    checkpoint,
+    engines: list[str],
+    prompts_spec: str = "chat,code",
+    k: int = 3,
+    max_new_tokens: int = 64,
+    num_prompts: int | None = None,
+    workdir=None,
+    dtype: str = "float32",
+    progress: bool = True,
+) -> dict:
     from draftsmith.bench import cpu_info
-    from draftsmith.prompts import load_prompt_sets
     from draftsmith.models import Target, read_drafter_meta
-    from draftsmith.train.kinds import load_drafter
     from draftsmith.models.loading import resolve_model
+    from draftsmith.prompts import load_prompt_sets
+    from draftsmith.train.kinds import load_drafter
 
     ckpt = pathlib.Path(checkpoint)
     meta = read_drafter_meta(ckpt) if ckpt.is_dir() else None
@@ -281,8 +320,9 @@ def crosscheck(checkpoint, engines: list[str], prompts_spec: str = "chat,code", 
     workdir.mkdir(parents=True, exist_ok=True)
     target = Target.load(meta["target"], dtype=dtype, device="cpu")
     drafter = load_drafter(str(ckpt), target)
-    prompts = load_prompt_sets(prompts_spec, target.tokenizer, num_prompts, target=target, max_new_tokens=max_new_tokens,
-                               progress=progress)
+    prompts = load_prompt_sets(
+        prompts_spec, target.tokenizer, num_prompts, target=target, max_new_tokens=max_new_tokens, progress=progress
+    )
     longest = max(len(p.ids) for p in prompts)
     max_model_len = longest + max_new_tokens + k + 8
     setup = Setup(ckpt, kind, meta["target"], pathlib.Path(resolve_model(meta["target"]).path), k, workdir, dtype)
@@ -328,19 +368,35 @@ def crosscheck(checkpoint, engines: list[str], prompts_spec: str = "chat,code", 
             row["agreement"] = agreement(outputs[reference], plain, outs, explain, decode)
             row["reference"] = reference
         rows[name] = row
-    return {"checkpoint": str(ckpt), "kind": kind, "target": meta["target"], "engines": engines, "engine_info": info,
-            "prompts": prompts_spec, "num_prompts": len(prompts), "num_speculative_tokens": k, "max_new_tokens": max_new_tokens,
-            "dtype": dtype, "temperature": 0.0, "cpu": cpu_info(), "wall_s": wall, "runtimes": rows,
-            "per_prompt": {n: [asdict(o) for o in outs] for n, outs in outputs.items()}}
+    return {
+        "checkpoint": str(ckpt),
+        "kind": kind,
+        "target": meta["target"],
+        "engines": engines,
+        "engine_info": info,
+        "prompts": prompts_spec,
+        "num_prompts": len(prompts),
+        "num_speculative_tokens": k,
+        "max_new_tokens": max_new_tokens,
+        "dtype": dtype,
+        "temperature": 0.0,
+        "cpu": cpu_info(),
+        "wall_s": wall,
+        "runtimes": rows,
+        "per_prompt": {n: [asdict(o) for o in outs] for n, outs in outputs.items()},
+    }
 
 
 def format_crosscheck(result: dict) -> str:
     from draftsmith.bench import format_cpu
 
-    lines = [f"{result['kind']} draft {result['checkpoint']} for {result['target']}: greedy, {result['dtype']}, "
-             f"chain k={result['num_speculative_tokens']}, {result['num_prompts']} prompts ({result['prompts']}) x "
-             f"{result['max_new_tokens']} tokens", f"cpu: {format_cpu(result['cpu'])}",
-             f"{'runtime':<20}{'tau':>6}{'accept':>8}{'tok/s':>8}{'speedup':>9}{'=plain':>8}{'=ours':>7}  per-position"]
+    lines = [
+        f"{result['kind']} draft {result['checkpoint']} for {result['target']}: greedy, {result['dtype']}, "
+        f"chain k={result['num_speculative_tokens']}, {result['num_prompts']} prompts ({result['prompts']}) x "
+        f"{result['max_new_tokens']} tokens",
+        f"cpu: {format_cpu(result['cpu'])}",
+        f"{'runtime':<20}{'tau':>6}{'accept':>8}{'tok/s':>8}{'speedup':>9}{'=plain':>8}{'=ours':>7}  per-position",
+    ]
     n = result["num_prompts"]
     for name, r in result["runtimes"].items():
         ag = r.get("agreement")
@@ -349,15 +405,19 @@ def format_crosscheck(result: dict) -> str:
         rate = "-" if r["draft_acceptance_rate"] is None else f"{r['draft_acceptance_rate']:.2f}"
         speed = "-" if "speedup" not in r else f"{r['speedup']:.2f}x"
         tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:.2f}"
-        lines.append(f"{name:<20}{tau:>6}{rate:>8}{tps:>8}{speed:>9}{r['outputs_equal_plain']:>5}/{n}"
-                     f"{counts:>7}  " + " ".join(f"{a:.2f}" for a in r["per_position_acceptance"]))
+        lines.append(
+            f"{name:<20}{tau:>6}{rate:>8}{tps:>8}{speed:>9}{r['outputs_equal_plain']:>5}/{n}"
+            f"{counts:>7}  " + " ".join(f"{a:.2f}" for a in r["per_position_acceptance"])
+        )
     for name, r in result["runtimes"].items():
         ag = r.get("agreement")
         if ag is None:
             continue
         verdict = "agrees with" if ag["agrees"] else "DISAGREES with"
-        lines.append(f"{name} {verdict} {r['reference']}: outputs = plain on {ag['outputs_equal_plain']}/{n}, "
-                     f"acceptance counts = ours on {ag['counts_equal_ours']}/{n}")
+        lines.append(
+            f"{name} {verdict} {r['reference']}: outputs = plain on {ag['outputs_equal_plain']}/{n}, "
+            f"acceptance counts = ours on {ag['counts_equal_ours']}/{n}"
+        )
         for issue in ag["issues"]:
             lines.append(f"  prompt {issue['prompt']}: {_describe(issue)}")
     return "\n".join(lines)
@@ -367,7 +427,12 @@ def _describe(issue: dict) -> str:
     parts = []
     if "first_differing_token" in issue:
         gap = issue.get("target_top2_gap")
-        why = "" if gap is None else f" (target top-2 gap {gap:.2e}: {'a near-tie, float differences explain it' if issue['explained'] else 'NOT a near-tie'})"
+        why = (
+            ""
+            if gap is None
+            else f" (target top-2 gap {gap:.2e}: "
+            + ("a near-tie, float differences explain it)" if issue["explained"] else "NOT a near-tie)")
+        )
         parts.append(f"output differs from token {issue['first_differing_token']}{why}")
     if "counts" in issue:
         c = issue["counts"]
@@ -380,14 +445,22 @@ def _describe(issue: dict) -> str:
 
 def add_arguments(parser) -> None:
     parser.add_argument("checkpoint", help="a checkpoint folder written by `draftsmith train` (e.g. runs/NAME/final)")
-    parser.add_argument("--engines", default="vllm", help="comma list: vllm (draft_lm, medusa, eagle, eagle3), "
-                        "llamacpp (draft_lm, eagle3); install them with `bash scripts/install_engines.sh`")
+    parser.add_argument(
+        "--engines",
+        default="vllm",
+        help="comma list: vllm (draft_lm, medusa, eagle, eagle3), "
+        "llamacpp (draft_lm, eagle3); install them with `bash scripts/install_engines.sh`",
+    )
     parser.add_argument("--prompts", default="chat,code", help="prompt sets, as for bench (default chat,code)")
     parser.add_argument("--num-prompts", type=int, default=None, help="the first N prompts of each set")
     parser.add_argument("--num-speculative-tokens", "-k", type=int, default=3, help="chain length K (default 3)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                        help="float32 (default) is the agreement contract; bf16 runs race but may drift")
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="float32 (default) is the agreement contract; bf16 runs race but may drift",
+    )
     parser.add_argument("--workdir", default=None, help="exports and engine logs (default: beside the checkpoint)")
     parser.add_argument("--json", default=None, help="write the result as JSON here")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -405,8 +478,17 @@ def run(args) -> int:
     if args.json:
         check_output_path(args.json, "--json", (".json",))
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    result = crosscheck(args.checkpoint, engines, args.prompts, args.num_speculative_tokens, args.max_new_tokens,
-                        args.num_prompts, args.workdir, args.dtype, not args.quiet)
+    result = crosscheck(
+        args.checkpoint,
+        engines,
+        args.prompts,
+        args.num_speculative_tokens,
+        args.max_new_tokens,
+        args.num_prompts,
+        args.workdir,
+        args.dtype,
+        not args.quiet,
+    )
     print(format_crosscheck(result))
     if args.json:
         write_json(result, args.json)

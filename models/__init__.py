@@ -17,7 +17,6 @@ from .medusa import Medusa, MedusaHeads
 from .prompt_lookup import PromptLookup
 from .target import Target
 
-
 DRAFTER_META = "drafter.json"  # in every checkpoint the trainer writes: kind, target, step
 DRAFTER_META_FORMAT = 1
 
@@ -47,8 +46,21 @@ def require_drafter_kind(init, kind: str) -> dict:
     if meta is None:
         raise DraftsmithError(f"drafter.init {init}: not a draftsmith checkpoint folder (no drafter.json)")
     if meta["kind"] != kind:
-        raise DraftsmithError(f"drafter.init {init}: a {meta['kind']!r} checkpoint, but this recipe trains a {kind!r} drafter")
+        raise DraftsmithError(
+            f"drafter.init {init}: a {meta['kind']!r} checkpoint, but this recipe trains a {kind!r} drafter"
+        )
     return meta
 
 
-__all__ = ["DraftLM", "Eagle", "Eagle3", "Medusa", "MedusaHeads", "PromptLookup", "Target", "read_drafter_meta", "require_drafter_kind", "write_drafter_meta"]
+__all__ = [
+    "DraftLM",
+    "Eagle",
+    "Eagle3",
+    "Medusa",
+    "MedusaHeads",
+    "PromptLookup",
+    "Target",
+    "read_drafter_meta",
+    "require_drafter_kind",
+    "write_drafter_meta",
+]

@@ -35,14 +35,14 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from draftsmith.infer.proposal import Proposal
+from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
+from draftsmith.infer.tree import TreeConfig
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.infer.proposal import Proposal
-from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
-from draftsmith.infer.tree import TreeConfig
 
 from .eagle import MLP, EagleConfig, RMSNorm, _rotate_half
 from .loading import check_draft_sizes, load_draft_weights, register_config
@@ -54,8 +54,15 @@ class DFlashConfig(EagleConfig):
 
     model_type = "draftsmith_dflash"
 
-    def __init__(self, num_hidden_layers: int = 1, block_size: int = 8, mask_token_id: int = 0,
-                 target_hidden_size: int | None = None, causal: bool = False, **kwargs):
+    def __init__(
+        self,
+        num_hidden_layers: int = 1,
+        block_size: int = 8,
+        mask_token_id: int = 0,
+        target_hidden_size: int | None = None,
+        causal: bool = False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.num_hidden_layers = num_hidden_layers  # draft layers
         self.block_size = block_size  # pending token + block_size - 1 masks
@@ -168,7 +175,9 @@ class ContextCache:
             if self.static:
                 self.mark_static()
 
-    def write(self, kvs: list[tuple[torch.Tensor, torch.Tensor]], positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def write(
+        self, kvs: list[tuple[torch.Tensor, torch.Tensor]], positions: torch.Tensor
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Store the new rows' (k, v) [1, KV, m, hd] at `positions` [m]; -> every slot, per layer."""
         for i, (k, v) in enumerate(kvs):
             self.k[i].index_copy_(2, positions, k)
@@ -219,13 +228,17 @@ class DFlashModel(PreTrainedModel):
         emb, head = target_model.get_input_embeddings(), target_model.get_output_embeddings()
         for name, module in (("embedding", emb), ("LM head", head)):
             if tuple(module.weight.shape) != want:
-                raise DraftsmithError(f"the target's {name} is {tuple(module.weight.shape)}, this dflash draft needs {want}")
+                raise DraftsmithError(
+                    f"the target's {name} is {tuple(module.weight.shape)}, this dflash draft needs {want}"
+                )
         self.__dict__["_embed"], self.__dict__["_lm_head"] = emb, head
 
     def _borrowed(self, name: str):
         module = self.__dict__[name]
         if module is None:
-            raise DraftsmithError("this dflash draft borrows the target's embedding and LM head: call attach_target(target model) first")
+            raise DraftsmithError(
+                "this dflash draft borrows the target's embedding and LM head: call attach_target(target model) first"
+            )
         return module.weight.detach()
 
     def context_kv(self, features: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -234,9 +247,15 @@ class DFlashModel(PreTrainedModel):
         cos, sin = self.rotary(c, positions)
         return [layer.self_attn.kv(c, cos, sin) for layer in self.layers]
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, features: torch.Tensor,
-                feature_positions: torch.Tensor, cache: ContextCache | None = None,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        features: torch.Tensor,
+        feature_positions: torch.Tensor,
+        cache: ContextCache | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """ONE draft forward: block tokens input_ids [B, Q] at positions [B, Q] over the context.
 
         features [B, S, n*d_target] at feature_positions [B, S] are the context rows new to this
@@ -279,7 +298,7 @@ class DFlash:
         self._compiled = compile_decode(self._draft) if getattr(target, "compiled", False) else None
 
     @classmethod
-    def from_pretrained(cls, folder, target) -> "DFlash":
+    def from_pretrained(cls, folder, target) -> DFlash:
         what = f"the dflash draft in {folder}"
         model = load_draft_weights(cls.model_class, folder, target, what, lambda c: check_config(c, target, what))
         return cls(model, target, str(folder))
@@ -299,15 +318,18 @@ class DFlash:
     def accept(self, num_accepted: int, hidden: torch.Tensor | None = None) -> None:
         self._pending = hidden  # the root and the accepted tokens, with the target's real features
 
-    def propose(self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None,
-                tree: TreeConfig | None = None) -> Proposal:
+    def propose(
+        self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None, tree: TreeConfig | None = None
+    ) -> Proposal:
         if tree is not None:
             raise DraftsmithError("dflash drafts one block per step, a chain: it defines no token trees")
         cache, n = self._cache, seq.shape[1]
         m = 0 if self._pending is None else self._pending.shape[0]
         if cache is None or cache.length + m != n - 1 or m == 0:
-            raise DraftsmithError(f"dflash drafter out of step with the engine ({0 if cache is None else cache.length} "
-                                  f"context rows + {m} features for {n} tokens)")
+            raise DraftsmithError(
+                f"dflash drafter out of step with the engine ({0 if cache is None else cache.length} "
+                f"context rows + {m} features for {n} tokens)"
+            )
         k = min(k, self.model.config.num_speculative_tokens)
         device = self.model.fc.weight.device
         block = torch.full((1, k + 1), self.model.config.mask_token_id, dtype=torch.long, device=device)
@@ -343,12 +365,19 @@ def check_config(config, target, what: str) -> None:
     layers = target.config.num_hidden_layers
     bad = [i for i in config.hidden_layers if not 1 <= i <= layers - 1]
     if bad or not config.hidden_layers:
-        raise DraftsmithError(f"{what} reads hidden layers {list(config.hidden_layers)}, but dflash reads the outputs of "
-                              f"{target.name}'s decoder layers: hidden states 1..{layers - 1} ({bad} out of range)")
+        raise DraftsmithError(
+            f"{what} reads hidden layers {list(config.hidden_layers)}, but dflash reads the outputs of "
+            f"{target.name}'s decoder layers: hidden states 1..{layers - 1} ({bad} out of range)"
+        )
     if not 0 <= config.mask_token_id < target.vocab_size:
-        raise DraftsmithError(f"{what}: mask token id {config.mask_token_id} is outside the target's vocabulary of {target.vocab_size}")
+        raise DraftsmithError(
+            f"{what}: mask token id {config.mask_token_id} is outside the target's vocabulary of {target.vocab_size}"
+        )
     if config.block_size < 2:
-        raise DraftsmithError(f"{what}: block_size {config.block_size} drafts nothing (the block is the pending token + block_size-1 masks)")
+        raise DraftsmithError(
+            f"{what}: block_size {config.block_size} drafts nothing (the block is the pending token + block_size-1 "
+            "masks)"
+        )
 
 
 def resolve_mask_token(tokenizer, vocab_size: int, explicit: int | None = None) -> int:
@@ -356,8 +385,12 @@ def resolve_mask_token(tokenizer, vocab_size: int, explicit: int | None = None) 
     resolve_mask_token_id order): explicit, the tokenizer's mask token, the first embedding row
     no token uses, then pad, eos, unk."""
     size = len(tokenizer) if tokenizer is not None else vocab_size
-    candidates = [explicit, getattr(tokenizer, "mask_token_id", None), size if size < vocab_size else None,
-                  *(getattr(tokenizer, a, None) for a in ("pad_token_id", "eos_token_id", "unk_token_id"))]
+    candidates = [
+        explicit,
+        getattr(tokenizer, "mask_token_id", None),
+        size if size < vocab_size else None,
+        *(getattr(tokenizer, a, None) for a in ("pad_token_id", "eos_token_id", "unk_token_id")),
+    ]
     for i, c in enumerate(candidates):
         if c is None:
             continue
@@ -371,4 +404,12 @@ def resolve_mask_token(tokenizer, vocab_size: int, explicit: int | None = None) 
 
 register_config(DFlashConfig)
 
-__all__ = ["ContextCache", "DFlash", "DFlashConfig", "DFlashModel", "check_config", "default_target_layers", "resolve_mask_token"]
+__all__ = [
+    "ContextCache",
+    "DFlash",
+    "DFlashConfig",
+    "DFlashModel",
+    "check_config",
+    "default_target_layers",
+    "resolve_mask_token",
+]

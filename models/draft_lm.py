@@ -12,11 +12,11 @@ from __future__ import annotations
 import copy
 
 import torch
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.infer.cache import KVCache
 from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
+
+from draftsmith.errors import DraftsmithError
 
 from .loading import check_same_tokenizer, load_causal_lm, load_tokenizer
 from .target import compile_decode, last_rows
@@ -50,7 +50,9 @@ def load_draft_model(name_or_path: str, target):
     except DraftsmithError:
         raise
     except Exception as e:  # noqa: BLE001 -- corrupt weights raise safetensors' own error type, among others
-        raise DraftsmithError(f"draft {name_or_path}: could not load the model ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
+        raise DraftsmithError(
+            f"draft {name_or_path}: could not load the model ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+        ) from e
 
 
 class DraftLM:
@@ -69,12 +71,12 @@ class DraftLM:
         self._compiled = compile_decode(self.model.forward) if getattr(target, "compiled", False) else None
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, target) -> "DraftLM":
+    def from_pretrained(cls, name_or_path: str, target) -> DraftLM:
         """Load any causal LM (built-in, folder, .gguf, Hub id) as a draft for `target`."""
         return cls(load_draft_model(name_or_path, target), target, name_or_path)
 
     @classmethod
-    def truncated(cls, target, num_layers: int) -> "DraftLM":
+    def truncated(cls, target, num_layers: int) -> DraftLM:
         """The target's first `num_layers` decoder layers plus its embeddings, final norm and LM head."""
         model = truncate_model(target.model, num_layers, target.name).to(device=target.device, dtype=target.dtype)
         return cls(model, target, f"truncated:{num_layers}")
@@ -93,8 +95,13 @@ class DraftLM:
             forward, keep, ids = self._compiled, 0, ids.clone(memory_format=torch.contiguous_format)
         else:
             forward, keep = self.model, last_rows(1, q, ids.device)
-        out = forward(input_ids=ids, **self.cache.forward_kwargs(self.model), position_ids=pos, use_cache=True,
-                      logits_to_keep=keep)
+        out = forward(
+            input_ids=ids,
+            **self.cache.forward_kwargs(self.model),
+            position_ids=pos,
+            use_cache=True,
+            logits_to_keep=keep,
+        )
         self.cache.advance(q)
         logits = out.logits[0, -1]
         # Same tokenizer, but the embedding matrices may be padded differently: align to the target's.
@@ -109,7 +116,7 @@ class DraftLM:
         self._context = seq.shape[1]
         ids = seq[:, self.cache.length :]  # what the draft has not seen yet (1-2 tokens)
         tokens, probs = [], []
-        for i in range(k):
+        for _i in range(k):
             logits = self._forward(ids)
             p = logits_to_probs(logits, sampling)
             tok = logits.argmax(-1) if sampling.greedy else sample(p, generator)

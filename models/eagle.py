@@ -25,14 +25,14 @@ import logging
 
 import torch
 import torch.nn.functional as F
+from draftsmith.infer.proposal import Proposal
+from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
+from draftsmith.infer.tree import Tree, TreeConfig
 from torch import nn
 from transformers import LlamaConfig, PretrainedConfig, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.infer.proposal import Proposal
-from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
-from draftsmith.infer.tree import Tree, TreeConfig
 
 from .loading import check_draft_sizes, load_draft_weights, register_config
 from .target import compile_decode
@@ -42,24 +42,48 @@ log = logging.getLogger(__name__)
 DEFAULT_TOPK, DEFAULT_DEPTH = 4, 4  # EAGLE-2's paper uses 10 and 6 on GPUs; a CPU pays per node
 
 # The decoder-layer fields a draft copies from its target (a layer of the target's shape).
-LAYER_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                "rms_norm_eps", "max_position_embeddings", "hidden_act")
+LAYER_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "rms_norm_eps",
+    "max_position_embeddings",
+    "hidden_act",
+)
 
 
 class EagleConfig(PretrainedConfig):
     model_type = "draftsmith_eagle"
 
-    def __init__(self, hidden_size: int = 64, intermediate_size: int = 128, num_attention_heads: int = 4,
-                 num_key_value_heads: int | None = None, head_dim: int | None = None, rms_norm_eps: float = 1e-6,
-                 rope_parameters: dict | None = None, max_position_embeddings: int = 2048, hidden_act: str = "silu",
-                 vocab_size: int = 32000, target: str = "", hidden_layers: list[int] | None = None, **kwargs):
+    def __init__(
+        self,
+        hidden_size: int = 64,
+        intermediate_size: int = 128,
+        num_attention_heads: int = 4,
+        num_key_value_heads: int | None = None,
+        head_dim: int | None = None,
+        rms_norm_eps: float = 1e-6,
+        rope_parameters: dict | None = None,
+        max_position_embeddings: int = 2048,
+        hidden_act: str = "silu",
+        vocab_size: int = 32000,
+        target: str = "",
+        hidden_layers: list[int] | None = None,
+        **kwargs,
+    ):
         kwargs.setdefault("tie_word_embeddings", False)  # the embedding and LM head are the target's
         super().__init__(**kwargs)
         self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
         self.num_attention_heads = num_attention_heads
         self.num_key_value_heads = num_key_value_heads or num_attention_heads
         self.head_dim = head_dim or hidden_size // num_attention_heads
-        self.rms_norm_eps, self.max_position_embeddings, self.hidden_act = rms_norm_eps, max_position_embeddings, hidden_act
+        self.rms_norm_eps, self.max_position_embeddings, self.hidden_act = (
+            rms_norm_eps,
+            max_position_embeddings,
+            hidden_act,
+        )
         self.rope_parameters = rope_parameters or {"rope_type": "default", "rope_theta": 10000.0}
         self.vocab_size = vocab_size  # the target's
         self.target = target
@@ -69,7 +93,11 @@ class EagleConfig(PretrainedConfig):
     @classmethod
     def layer_fields(cls, target_config) -> dict:
         """A decoder layer shaped like one of the target's (heads, sizes, RoPE)."""
-        out = {name: getattr(target_config, name) for name in LAYER_FIELDS if getattr(target_config, name, None) is not None}
+        out = {
+            name: getattr(target_config, name)
+            for name in LAYER_FIELDS
+            if getattr(target_config, name, None) is not None
+        }
         rope = getattr(target_config, "rope_parameters", None)
         if not rope:
             rope = {"rope_type": "default", "rope_theta": float(getattr(target_config, "rope_theta", 10000.0))}
@@ -77,8 +105,12 @@ class EagleConfig(PretrainedConfig):
         return out
 
     def llama_config(self) -> LlamaConfig:
-        return LlamaConfig(vocab_size=self.vocab_size, num_hidden_layers=1, rope_parameters=dict(self.rope_parameters),
-                           **{name: getattr(self, name) for name in LAYER_FIELDS})
+        return LlamaConfig(
+            vocab_size=self.vocab_size,
+            num_hidden_layers=1,
+            rope_parameters=dict(self.rope_parameters),
+            **{name: getattr(self, name) for name in LAYER_FIELDS},
+        )
 
 
 # --- one Llama-style decoder layer, with the attention left to the caller -------------------------
@@ -218,14 +250,18 @@ class EagleDraftModel(PreTrainedModel):
         trained or saved."""
         emb = target_model.get_input_embeddings()
         if tuple(emb.weight.shape) != (self.config.vocab_size, self.config.hidden_size):
-            raise DraftsmithError(f"the target's embedding is {tuple(emb.weight.shape)}, this eagle draft needs "
-                                  f"({self.config.vocab_size}, {self.config.hidden_size})")
+            raise DraftsmithError(
+                f"the target's embedding is {tuple(emb.weight.shape)}, this eagle draft needs "
+                f"({self.config.vocab_size}, {self.config.hidden_size})"
+            )
         self.__dict__["_embed"] = emb
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         emb = self.__dict__["_embed"]
         if emb is None:
-            raise DraftsmithError("this eagle draft borrows the target's embedding: call attach_target(target model) first")
+            raise DraftsmithError(
+                "this eagle draft borrows the target's embedding: call attach_target(target model) first"
+            )
         return F.embedding(ids, emb.weight.detach()).to(self.fc.weight.dtype)
 
     # Per-kind pieces (EagleModel below, Eagle3Model in eagle3.py).
@@ -307,8 +343,10 @@ class EagleModel(EagleDraftModel):
         super().attach_target(target_model)
         head = target_model.get_output_embeddings()
         if tuple(head.weight.shape) != (self.config.vocab_size, self.config.hidden_size):
-            raise DraftsmithError(f"the target's LM head is {tuple(head.weight.shape)}, this eagle draft needs "
-                                  f"({self.config.vocab_size}, {self.config.hidden_size})")
+            raise DraftsmithError(
+                f"the target's LM head is {tuple(head.weight.shape)}, this eagle draft needs "
+                f"({self.config.vocab_size}, {self.config.hidden_size})"
+            )
         self.__dict__["_lm_head"] = head
 
     def fuse(self, features):
@@ -356,7 +394,7 @@ class Eagle:
         self._pending: torch.Tensor | None = None  # target features of rows not yet in the cache
 
     @classmethod
-    def from_pretrained(cls, folder, target) -> "Eagle":
+    def from_pretrained(cls, folder, target) -> Eagle:
         what = f"the {cls.kind} draft in {folder}"
         model = load_draft_weights(cls.model_class, folder, target, what, lambda c: _check_config(c, target, what))
         return cls(model, target, str(folder))
@@ -365,7 +403,9 @@ class Eagle:
 
     def start(self, prompt: torch.Tensor, max_length: int, hidden: torch.Tensor | None = None) -> None:
         if hidden is None:
-            raise DraftsmithError(f"{self.kind} drafts read the target's hidden states: run them through draftsmith's Engine")
+            raise DraftsmithError(
+                f"{self.kind} drafts read the target's hidden states: run them through draftsmith's Engine"
+            )
         self._allocate(max_length + 64)  # + room for one step's tree nodes (grown if a tree needs more)
         self._rows, self._pending = 0, hidden
 
@@ -391,7 +431,9 @@ class Eagle:
     def accept(self, num_accepted: int, hidden: torch.Tensor | None = None) -> None:
         self._pending = hidden  # the root and accepted rows, now with the target's real features
 
-    def propose(self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None, tree: TreeConfig | None = None) -> Proposal:
+    def propose(
+        self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None, tree: TreeConfig | None = None
+    ) -> Proposal:
         with torch.no_grad():
             last = self._catch_up(seq)
             if tree is None:
@@ -411,8 +453,9 @@ class Eagle:
         def attend(q, k, v):
             self._k.index_copy_(2, slots, k)
             self._v.index_copy_(2, slots, v)
-            return F.scaled_dot_product_attention(q, self._k, self._v, attn_mask=mask.view(1, 1, *mask.shape),
-                                                  enable_gqa=True)
+            return F.scaled_dot_product_attention(
+                q, self._k, self._v, attn_mask=mask.view(1, 1, *mask.shape), enable_gqa=True
+            )
 
         return self.model.step(ids.view(1, -1), h.unsqueeze(0), positions.view(1, -1), attend)[0]
 
@@ -432,7 +475,9 @@ class Eagle:
         n, c = seq.shape[1], self._rows
         m = 0 if self._pending is None else self._pending.shape[0]
         if c + m != n - 1 or m == 0:
-            raise DraftsmithError(f"{self.kind} drafter out of step with the engine ({c} rows + {m} features for {n} tokens)")
+            raise DraftsmithError(
+                f"{self.kind} drafter out of step with the engine ({c} rows + {m} features for {n} tokens)"
+            )
         device = self._k.device
         h = self.model.fuse(self._pending.to(device=device, dtype=self._k.dtype))
         rows = torch.arange(c, n - 1, device=device)
@@ -470,10 +515,14 @@ class Eagle:
         Children are the draft's top-k (deterministic), so verification is EAGLE-2's lossless
         scheme (tree_speculative_sampling without draft probabilities) or greedy."""
         if cfg.choices is not None:
-            raise DraftsmithError(f"{self.kind} drafts build their tree per step (EAGLE-2): use --tree-topk, --tree-depth "
-                                  "and --tree-num-draft-tokens instead of --tree-choices")
+            raise DraftsmithError(
+                f"{self.kind} drafts build their tree per step (EAGLE-2): use --tree-topk, --tree-depth "
+                "and --tree-num-draft-tokens instead of --tree-choices"
+            )
         if cfg.children != "topk":
-            raise DraftsmithError(f"{self.kind} trees take the draft's top-k children (EAGLE-2); children 'sampled' is for medusa")
+            raise DraftsmithError(
+                f"{self.kind} trees take the draft's top-k children (EAGLE-2); children 'sampled' is for medusa"
+            )
         topk, depth, budget = _tree_dims(cfg)
         c, device = self._rows, self._k.device
         logp = self.model.draft_logits(last).float().log_softmax(-1)[0]
@@ -534,8 +583,10 @@ def _check_config(config, target, what: str) -> None:
     layers = target.config.num_hidden_layers
     bad = [i for i in config.hidden_layers if not -(layers + 1) <= i <= layers]
     if bad:
-        raise DraftsmithError(f"{what} reads hidden layers {list(config.hidden_layers)}, but {target.name} has "
-                              f"{layers + 1} hidden states (indices {-(layers + 1)}..{layers}): {bad} missing")
+        raise DraftsmithError(
+            f"{what} reads hidden layers {list(config.hidden_layers)}, but {target.name} has "
+            f"{layers + 1} hidden states (indices {-(layers + 1)}..{layers}): {bad} missing"
+        )
 
 
 register_config(EagleConfig)

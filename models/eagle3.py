@@ -58,8 +58,12 @@ class Eagle3Model(EagleDraftModel):
         self.norm = RMSNorm(d, config.rms_norm_eps)
         self.lm_head = nn.Linear(d, config.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
-        self.register_buffer("t2d", torch.ones(config.vocab_size, dtype=torch.bool) if config.draft_vocab_size == config.vocab_size
-                             else torch.zeros(config.vocab_size, dtype=torch.bool))
+        self.register_buffer(
+            "t2d",
+            torch.ones(config.vocab_size, dtype=torch.bool)
+            if config.draft_vocab_size == config.vocab_size
+            else torch.zeros(config.vocab_size, dtype=torch.bool),
+        )
         self.post_init()
 
     @property
@@ -93,12 +97,16 @@ class Eagle3Model(EagleDraftModel):
         head from the target's rows for them, if given."""
         d2t, t2d = vocab_maps(draft_ids, self.config.vocab_size)
         if d2t.shape[0] != self.config.draft_vocab_size:
-            raise DraftsmithError(f"draft vocabulary of {d2t.shape[0]} ids, the model was built for {self.config.draft_vocab_size}")
+            raise DraftsmithError(
+                f"draft vocabulary of {d2t.shape[0]} ids, the model was built for {self.config.draft_vocab_size}"
+            )
         with torch.no_grad():
             self.d2t.copy_(d2t)
             self.t2d.copy_(t2d)
             if target_lm_head is not None:
-                self.lm_head.weight.copy_(target_lm_head.weight.detach()[draft_ids.to(target_lm_head.weight.device)].to(self.lm_head.weight))
+                self.lm_head.weight.copy_(
+                    target_lm_head.weight.detach()[draft_ids.to(target_lm_head.weight.device)].to(self.lm_head.weight)
+                )
 
     def scale_fc_to(self, features: torch.Tensor) -> None:
         """Divide each layer's block of a fresh FC by that layer's typical feature RMS (median over
@@ -118,7 +126,9 @@ def vocab_maps(draft_ids: torch.Tensor, target_vocab_size: int) -> tuple[torch.T
     if ids.numel() == 0 or bool((ids[1:] <= ids[:-1]).any()):
         raise DraftsmithError("a draft vocabulary is a non-empty list of distinct target ids in increasing order")
     if int(ids[-1]) >= target_vocab_size or int(ids[0]) < 0:
-        raise DraftsmithError(f"draft vocabulary holds id {int(ids[-1])}, outside the target's vocabulary of {target_vocab_size}")
+        raise DraftsmithError(
+            f"draft vocabulary holds id {int(ids[-1])}, outside the target's vocabulary of {target_vocab_size}"
+        )
     t2d = torch.zeros(target_vocab_size, dtype=torch.bool)
     t2d[ids] = True
     return ids - torch.arange(ids.numel()), t2d
@@ -127,12 +137,16 @@ def vocab_maps(draft_ids: torch.Tensor, target_vocab_size: int) -> tuple[torch.T
 def check_vocab(d2t: torch.Tensor, t2d: torch.Tensor, target_vocab_size: int, where: str) -> None:
     """One clear error when a checkpoint's draft vocabulary does not fit the target."""
     if t2d.shape[0] != target_vocab_size:
-        raise DraftsmithError(f"the eagle3 draft in {where} maps a target vocabulary of {t2d.shape[0]} tokens (t2d); "
-                              f"this target has {target_vocab_size}: it was trained for another target")
+        raise DraftsmithError(
+            f"the eagle3 draft in {where} maps a target vocabulary of {t2d.shape[0]} tokens (t2d); "
+            f"this target has {target_vocab_size}: it was trained for another target"
+        )
     ids = d2t.long().cpu() + torch.arange(d2t.shape[0])
     if int(ids.min()) < 0 or int(ids.max()) >= target_vocab_size:
-        raise DraftsmithError(f"the eagle3 draft in {where} maps draft ids to target id {int(ids.max())}, outside the "
-                              f"target's vocabulary of {target_vocab_size} (d2t)")
+        raise DraftsmithError(
+            f"the eagle3 draft in {where} maps draft ids to target id {int(ids.max())}, outside the "
+            f"target's vocabulary of {target_vocab_size} (d2t)"
+        )
     expect = torch.zeros(target_vocab_size, dtype=torch.bool)
     expect[ids] = True
     if int(t2d.sum()) != d2t.shape[0] or not torch.equal(expect, t2d.cpu().bool()):
@@ -164,4 +178,12 @@ class Eagle3(Eagle):
 
 register_config(Eagle3Config)
 
-__all__ = ["Eagle3", "Eagle3Config", "Eagle3Model", "check_vocab", "default_aux_layers", "frequent_tokens", "vocab_maps"]
+__all__ = [
+    "Eagle3",
+    "Eagle3Config",
+    "Eagle3Model",
+    "check_vocab",
+    "default_aux_layers",
+    "frequent_tokens",
+    "vocab_maps",
+]

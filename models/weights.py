@@ -14,8 +14,25 @@ from draftsmith.errors import DraftsmithError
 
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
-_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "U16": 2, "I16": 2,
-                "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8, "C64": 8}
+_DTYPE_BYTES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "U16": 2,
+    "I16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "U32": 4,
+    "I32": 4,
+    "F32": 4,
+    "U64": 8,
+    "I64": 8,
+    "F64": 8,
+    "C64": 8,
+}
 _MAX_HEADER = 100_000_000  # safetensors' own limit on the JSON header
 
 
@@ -32,8 +49,10 @@ def weight_files(folder) -> list[pathlib.Path]:
             raise DraftsmithError(f"{index}: corrupt weight index ({type(e).__name__}: {_first_line(e)})") from None
         missing = [n for n in names if not (folder / n).is_file()]
         if missing:
-            raise DraftsmithError(f"{folder}: weight shard(s) {', '.join(missing[:3])} named in {WEIGHTS_INDEX} are "
-                                  "missing; the checkpoint is incomplete: copy the whole folder")
+            raise DraftsmithError(
+                f"{folder}: weight shard(s) {', '.join(missing[:3])} named in {WEIGHTS_INDEX} are "
+                "missing; the checkpoint is incomplete: copy the whole folder"
+            )
         return [folder / n for n in names]
     raise DraftsmithError(f"{folder}: no weights ({WEIGHTS_NAME} or {WEIGHTS_INDEX}); the checkpoint is incomplete")
 
@@ -91,8 +110,11 @@ def check_weights(folder, skip: tuple[str, ...] = ()) -> list[pathlib.Path]:
     (but under the names in `skip`, and dot-folders) with check_safetensors. -> the files checked."""
     folder = pathlib.Path(folder)
     files = weight_files(folder)
-    others = [p for p in sorted(folder.rglob("*.safetensors")) if p not in files
-              and not any(part in skip or part.startswith(".") for part in p.relative_to(folder).parts)]
+    others = [
+        p
+        for p in sorted(folder.rglob("*.safetensors"))
+        if p not in files and not any(part in skip or part.startswith(".") for part in p.relative_to(folder).parts)
+    ]
     for f in files + others:
         check_safetensors(f)
     return files + others

@@ -21,14 +21,15 @@ import contextlib
 import sys
 import time
 
-from draftsmith.bench import _mean_tps, in_loop_times, interleaved, write_json
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.hardware import cpu_info, format_cpu
 from draftsmith.infer.metrics import SpecMetrics
 from draftsmith.infer.tree import TreeConfig
 from draftsmith.models import Target
-from draftsmith.prompts import load_prompt_sets
 from draftsmith.train.kinds import load_drafter
+
+from draftsmith.bench import _mean_tps, in_loop_times, interleaved, write_json
+from draftsmith.prompts import load_prompt_sets
 
 
 @contextlib.contextmanager
@@ -46,7 +47,9 @@ def compiled_flag(target, on: bool):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", default="smollm2-135m-instruct")
-    p.add_argument("--draft", action="append", required=True, help="any drafter spec load_drafter accepts; repeat for several")
+    p.add_argument(
+        "--draft", action="append", required=True, help="any drafter spec load_drafter accepts; repeat for several"
+    )
     p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
     p.add_argument("--device", default=None)
     p.add_argument("-k", "--num-speculative-tokens", type=int, default=3)
@@ -68,7 +71,9 @@ def main(argv=None) -> int:
         for mode in ("eager", "compiled"):
             with compiled_flag(target, mode == "compiled"):
                 d = load_drafter(spec, target)
-            k = min(args.num_speculative_tokens, getattr(d, "max_speculative_tokens", None) or args.num_speculative_tokens)
+            k = min(
+                args.num_speculative_tokens, getattr(d, "max_speculative_tokens", None) or args.num_speculative_tokens
+            )
             shape = tree if tree is not None and getattr(d, "supports_trees", False) else None
             name = f"{d.kind}{' tree' if shape else ''} {mode}"
             engines[name] = Engine(target, d, k, tree=shape)
@@ -95,34 +100,74 @@ def main(argv=None) -> int:
         for r in outs[name]:
             m = m.merge(r.metrics)
         loop = in_loop_times(outs[name])
-        rows[name] = {"compiled": compiled[name], "tau": m.mean_acceptance_length, "tokens_per_s": tps[name],
-                      "speedup": tps[name] / tps["plain"], "draft_s": loop["draft"], "verify_s": loop["verify"],
-                      "warmup_s": warmup_s[name], "accepted_tokens": m.accepted_tokens, "drafts": m.drafts,
-                      "outputs_match_plain": all(a.tokens == b.tokens for a, b in zip(outs[name], outs["plain"]))}
+        rows[name] = {
+            "compiled": compiled[name],
+            "tau": m.mean_acceptance_length,
+            "tokens_per_s": tps[name],
+            "speedup": tps[name] / tps["plain"],
+            "draft_s": loop["draft"],
+            "verify_s": loop["verify"],
+            "warmup_s": warmup_s[name],
+            "accepted_tokens": m.accepted_tokens,
+            "drafts": m.drafts,
+            "outputs_match_plain": all(a.tokens == b.tokens for a, b in zip(outs[name], outs["plain"])),
+        }
     for name, row in rows.items():  # the compiled copy against its eager twin
         if row["compiled"]:
             twin = rows[name.removesuffix(" compiled") + " eager"]
             row["draft_over_eager"] = row["draft_s"] / twin["draft_s"]
-            row["same_acceptance_as_eager"] = (row["accepted_tokens"], row["drafts"]) == (twin["accepted_tokens"], twin["drafts"])
+            row["same_acceptance_as_eager"] = (row["accepted_tokens"], row["drafts"]) == (
+                twin["accepted_tokens"],
+                twin["drafts"],
+            )
 
     cpu = cpu_info()
     plain_step = in_loop_times(outs["plain"])["verify"]
-    print(f"{args.target} in {args.dtype} (target eager), k={args.num_speculative_tokens}, {len(prompts)} {args.prompts} "
-          f"prompts x {args.max_new_tokens} tokens on {format_cpu(cpu) if target.device.type == 'cpu' else target.device}; "
-          f"plain {tps['plain']:.2f} tok/s, {plain_step * 1e3:.1f} ms a step")
-    head = ["drafter", "draft ms/step", "compiled/eager", "verify ms", "tau", "tok/s", "speedup", "warm-up s",
-            "same acceptance", "output = plain"]
+    print(
+        f"{args.target} in {args.dtype} (target eager), k={args.num_speculative_tokens}, {len(prompts)} {args.prompts} "
+        f"prompts x {args.max_new_tokens} tokens on "
+        f"{format_cpu(cpu) if target.device.type == 'cpu' else target.device}; "
+        f"plain {tps['plain']:.2f} tok/s, {plain_step * 1e3:.1f} ms a step"
+    )
+    head = [
+        "drafter",
+        "draft ms/step",
+        "compiled/eager",
+        "verify ms",
+        "tau",
+        "tok/s",
+        "speedup",
+        "warm-up s",
+        "same acceptance",
+        "output = plain",
+    ]
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for name, r in rows.items():
         ratio = f"{r['draft_over_eager']:.2f}x" if r["compiled"] else ""
         same = ("yes" if r["same_acceptance_as_eager"] else "NO") if r["compiled"] else ""
-        print(f"| {name} | {r['draft_s'] * 1e3:.1f} | {ratio} | {r['verify_s'] * 1e3:.1f} | {r['tau']:.2f} | "
-              f"{r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['warmup_s']:.0f} | {same} | "
-              f"{'yes' if r['outputs_match_plain'] else 'NO'} |")
+        print(
+            f"| {name} | {r['draft_s'] * 1e3:.1f} | {ratio} | {r['verify_s'] * 1e3:.1f} | {r['tau']:.2f} | "
+            f"{r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['warmup_s']:.0f} | {same} | "
+            f"{'yes' if r['outputs_match_plain'] else 'NO'} |"
+        )
     if args.json:
-        write_json({"target": args.target, "dtype": args.dtype, "device": str(target.device), "k": args.num_speculative_tokens,
-                    "tree": args.tree, "prompts": args.prompts, "num_prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
-                    "cpu": cpu, "plain_tokens_per_s": tps["plain"], "plain_step_in_loop_s": plain_step, "methods": rows}, args.json)
+        write_json(
+            {
+                "target": args.target,
+                "dtype": args.dtype,
+                "device": str(target.device),
+                "k": args.num_speculative_tokens,
+                "tree": args.tree,
+                "prompts": args.prompts,
+                "num_prompts": len(prompts),
+                "max_new_tokens": args.max_new_tokens,
+                "cpu": cpu,
+                "plain_tokens_per_s": tps["plain"],
+                "plain_step_in_loop_s": plain_step,
+                "methods": rows,
+            },
+            args.json,
+        )
         print(f"wrote {args.json}")
     return 0
 

@@ -18,15 +18,16 @@ import argparse
 import os
 import sys
 
-from draftsmith.errors import DraftsmithError, run_command
-from draftsmith.bench import Method, check_output_path, format_compare, plot_acceptance, run_compare, write_json
 from draftsmith.infer.engine import Engine
-from draftsmith.prompts import ContextFit, check_limit, load_prompt_sets
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig, load_choices
 from draftsmith.models import Target
-from draftsmith.train.kinds import load_drafter
 from draftsmith.models.loading import cache_dir
+from draftsmith.train.kinds import load_drafter
+
+from draftsmith.bench import Method, check_output_path, format_compare, plot_acceptance, run_compare, write_json
+from draftsmith.errors import DraftsmithError, run_command
+from draftsmith.prompts import ContextFit, check_limit, load_prompt_sets
 
 KEYS = {"k", "choices", "topk", "depth", "tokens", "children"}
 
@@ -63,9 +64,20 @@ def head_accuracies(drafter) -> dict | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="smollm2-135m-instruct")
-    ap.add_argument("--method", action="append", required=True, help="NAME=DRAFT[,k=K][,choices=FILE][,topk=N][,depth=N][,tokens=N]")
-    ap.add_argument("--prompts", default="chat", help="prompt set(s), comma-separated: chat, code, mt-bench, humaneval or jsonl files")
-    ap.add_argument("--num-prompts", type=int, default=8, help="per prompt set (mt-bench: questions, both turns each, over its 8 categories)")
+    ap.add_argument(
+        "--method", action="append", required=True, help="NAME=DRAFT[,k=K][,choices=FILE][,topk=N][,depth=N][,tokens=N]"
+    )
+    ap.add_argument(
+        "--prompts",
+        default="chat",
+        help="prompt set(s), comma-separated: chat, code, mt-bench, humaneval or jsonl files",
+    )
+    ap.add_argument(
+        "--num-prompts",
+        type=int,
+        default=8,
+        help="per prompt set (mt-bench: questions, both turns each, over its 8 categories)",
+    )
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--dtype", default=None, help="default: float32 on CPU, bfloat16 on CUDA")
@@ -84,11 +96,26 @@ def main() -> int:
     # Several sets ("chat,code", "mt-bench,humaneval"): each contributes --num-prompts prompts (MT-Bench:
     # questions), reported per category, per set and per MT-Bench turn too.
     draft_tokens = max(Engine(target, m.drafter, m.k, tree=m.tree).max_draft_tokens for m in methods)
-    fit = ContextFit(getattr(target.config, "max_position_embeddings", None), args.max_new_tokens, draft_tokens, model=args.target,
-                     truncate_flag=None)
-    prompts = load_prompt_sets(args.prompts, target.tokenizer, args.num_prompts, target=target, max_new_tokens=args.max_new_tokens,
-                               cache_dir=cache_dir(), progress=True, fit=fit)
-    result = run_compare(target, methods, prompts, args.max_new_tokens, SamplingConfig(temperature=args.temperature), args.seed)
+    fit = ContextFit(
+        getattr(target.config, "max_position_embeddings", None),
+        args.max_new_tokens,
+        draft_tokens,
+        model=args.target,
+        truncate_flag=None,
+    )
+    prompts = load_prompt_sets(
+        args.prompts,
+        target.tokenizer,
+        args.num_prompts,
+        target=target,
+        max_new_tokens=args.max_new_tokens,
+        cache_dir=cache_dir(),
+        progress=True,
+        fit=fit,
+    )
+    result = run_compare(
+        target, methods, prompts, args.max_new_tokens, SamplingConfig(temperature=args.temperature), args.seed
+    )
     result["prompts"] = args.prompts
     result["command"] = " ".join(sys.argv)
     result["head_accuracies"] = {d: h for d, dr in drafters.items() if (h := head_accuracies(dr))}

@@ -35,13 +35,13 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_verify_cost import SHAPES, random_model  # noqa: E402
-
-from draftsmith.errors import DraftsmithError, run_command  # noqa: E402
 from draftsmith.infer import Engine  # noqa: E402
-from draftsmith.bench import write_json  # noqa: E402
 from draftsmith.infer.proposal import Proposal  # noqa: E402
 from draftsmith.infer.tree import Tree, TreeConfig, full_choices  # noqa: E402
 from draftsmith.models import DraftLM, Target  # noqa: E402
+
+from draftsmith.bench import write_json  # noqa: E402
+from draftsmith.errors import DraftsmithError, run_command  # noqa: E402
 
 
 class Oracle:
@@ -84,7 +84,7 @@ def measure(shape, device, dtype, k, max_new, prompt_len, repeats, tree):
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, model.config.vocab_size, (prompt_len,), generator=gen).tolist()
     rows, eager_plain = [], None
-    for compiled in ([False, True] if device.type == "cuda" else [False]):
+    for compiled in [False, True] if device.type == "cuda" else [False]:
         target = Target(model, None, f"random {shape}", compile=compiled)
         # the reference, k+1 tokens longer so the oracle always has a full draft to offer
         ref = Engine(target).generate(prompt, max_new + k + 1, eos_token_ids=()).tokens
@@ -93,8 +93,11 @@ def measure(shape, device, dtype, k, max_new, prompt_len, repeats, tree):
         mode = "compiled" if compiled else "eager"
         result, plain_tps = run(Engine(target), prompt, max_new, repeats)
         eager_plain = eager_plain or plain_tps
-        methods = [("plain", None, None), (f"oracle chain{k}", oracle, None),
-                   (f"self chain{k}", DraftLM(model, target, "self"), None)]
+        methods = [
+            ("plain", None, None),
+            (f"oracle chain{k}", oracle, None),
+            (f"self chain{k}", DraftLM(model, target, "self"), None),
+        ]
         if tree:
             methods.append((f"oracle tree{sum(2**d for d in range(1, k + 1))}", oracle, TreeConfig(topk=2, depth=k)))
         for method, drafter, shape_ in methods:
@@ -102,15 +105,26 @@ def measure(shape, device, dtype, k, max_new, prompt_len, repeats, tree):
                 result, tps = run(Engine(target, drafter, k, tree=shape_), prompt, max_new, repeats)
             else:
                 tps = plain_tps
-            row = {"shape": shape, "mode": mode, "method": method, "k": k if drafter else 0,
-                   "tokens_per_s": tps, "speedup": tps / plain_tps, "speedup_vs_eager_plain": tps / eager_plain,
-                   "mean_acceptance_length": result.metrics.mean_acceptance_length,
-                   "same_as_plain": result.tokens == ref[:max_new], "new_tokens": len(result.tokens),
-                   "target_forwards": result.target_forwards}
+            row = {
+                "shape": shape,
+                "mode": mode,
+                "method": method,
+                "k": k if drafter else 0,
+                "tokens_per_s": tps,
+                "speedup": tps / plain_tps,
+                "speedup_vs_eager_plain": tps / eager_plain,
+                "mean_acceptance_length": result.metrics.mean_acceptance_length,
+                "same_as_plain": result.tokens == ref[:max_new],
+                "new_tokens": len(result.tokens),
+                "target_forwards": result.target_forwards,
+            }
             rows.append(row)
-            print(f"{shape:<13} {mode:<9} {method:<16} {tps:9.1f} tok/s  {row['speedup']:5.2f}x  "
-                  f"(vs eager plain {row['speedup_vs_eager_plain']:5.2f}x)  tau {row['mean_acceptance_length']:.2f}  "
-                  f"same {row['same_as_plain']}", flush=True)
+            print(
+                f"{shape:<13} {mode:<9} {method:<16} {tps:9.1f} tok/s  {row['speedup']:5.2f}x  "
+                f"(vs eager plain {row['speedup_vs_eager_plain']:5.2f}x)  tau {row['mean_acceptance_length']:.2f}  "
+                f"same {row['same_as_plain']}",
+                flush=True,
+            )
     del model
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -137,14 +151,28 @@ def main() -> int:
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:
         raise DraftsmithError(f"unknown shape(s) {', '.join(unknown)}: choose from {', '.join(SHAPES)}")
-    env = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", "dtype": str(dtype),
-           "torch": torch.__version__, "transformers": __import__("transformers").__version__}
+    env = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": str(dtype),
+        "torch": torch.__version__,
+        "transformers": __import__("transformers").__version__,
+    }
     pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for shape in shapes:  # written after every shape: a run stopped by a time limit keeps what it measured
-        rows += measure(shape, device, dtype, args.k, args.max_new_tokens, args.prompt_len, args.repeats, not args.no_tree)
-        write_json({"command": " ".join(sys.argv), "environment": env, "prompt_len": args.prompt_len,
-                    "max_new_tokens": args.max_new_tokens, "rows": rows}, args.out)
+        rows += measure(
+            shape, device, dtype, args.k, args.max_new_tokens, args.prompt_len, args.repeats, not args.no_tree
+        )
+        write_json(
+            {
+                "command": " ".join(sys.argv),
+                "environment": env,
+                "prompt_len": args.prompt_len,
+                "max_new_tokens": args.max_new_tokens,
+                "rows": rows,
+            },
+            args.out,
+        )
     print(f"wrote {args.out}")
     return 0
 

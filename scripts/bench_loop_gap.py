@@ -25,14 +25,14 @@ import contextlib
 import statistics
 import sys
 
-from draftsmith.bench import _mean_tps, in_loop_times, interleaved, write_json
 from draftsmith.infer.engine import Engine, expected_draft_cost, predicted_speedup
 from draftsmith.infer.hardware import cpu_info, format_cpu
 from draftsmith.infer.metrics import SpecMetrics
-from draftsmith.models import Target
-from draftsmith.models import draft_lm, pard
-from draftsmith.prompts import load_prompt_sets
+from draftsmith.models import Target, draft_lm, pard
 from draftsmith.train.kinds import load_drafter
+
+from draftsmith.bench import _mean_tps, in_loop_times, interleaved, write_json
+from draftsmith.prompts import load_prompt_sets
 
 PATCHED = {"draft_lm": draft_lm, "pard": pard}  # modules whose drafting asked for the last row as an int
 
@@ -55,7 +55,9 @@ def before_fix(kind: str):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", default="smollm2-135m-instruct")
-    p.add_argument("--draft", action="append", required=True, help="any drafter spec load_drafter accepts; repeat for several")
+    p.add_argument(
+        "--draft", action="append", required=True, help="any drafter spec load_drafter accepts; repeat for several"
+    )
     p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
     p.add_argument("-k", "--num-speculative-tokens", type=int, default=4)
     p.add_argument("--prompts", default="humaneval")
@@ -94,17 +96,26 @@ def main(argv=None) -> int:
             m = m.merge(r.metrics)
         tau = m.mean_acceptance_length
         with before_fix(kinds[name]):
-            c = engines[name].measure_step_costs(prompts[0].ids, per_position_acceptance=m.per_position_acceptance,
-                                                 max_new_tokens=args.max_new_tokens)
+            c = engines[name].measure_step_costs(
+                prompts[0].ids, per_position_acceptance=m.per_position_acceptance, max_new_tokens=args.max_new_tokens
+            )
         loop = in_loop_times(outs[name])
         measured = tps[name] / tps["plain"]
         old_draft = c["t_draft_by_accepted"][0]  # what measure_step_costs timed before: a step that kept nothing
         row = {
-            "tau": tau, "per_position_acceptance": m.per_position_acceptance, "speedup": measured,
+            "tau": tau,
+            "per_position_acceptance": m.per_position_acceptance,
+            "speedup": measured,
             "outputs_match_plain": all(a.tokens == b.tokens for a, b in zip(outs[name], outs["plain"])),
-            "step_costs_s": c, "step_costs_in_loop_s": {"t_step": loop_plain["verify"], **loop},
+            "step_costs_s": c,
+            "step_costs_in_loop_s": {"t_step": loop_plain["verify"], **loop},
             "predicted_alone_n0": predicted_speedup(tau, c["t_step"], old_draft, c["t_verify"]),
-            "predicted_alone": predicted_speedup(tau, c["t_step"], expected_draft_cost(c["t_draft_by_accepted"], m.per_position_acceptance), c["t_verify"]),
+            "predicted_alone": predicted_speedup(
+                tau,
+                c["t_step"],
+                expected_draft_cost(c["t_draft_by_accepted"], m.per_position_acceptance),
+                c["t_verify"],
+            ),
             "predicted_in_loop": predicted_speedup(tau, loop_plain["verify"], loop["draft"], loop["verify"]),
         }
         for key in ("predicted_alone_n0", "predicted_alone", "predicted_in_loop"):
@@ -112,23 +123,54 @@ def main(argv=None) -> int:
         rows[name] = row
 
     cpu = cpu_info()
-    print(f"{args.target} in {args.dtype}, k={args.num_speculative_tokens}, {len(prompts)} {args.prompts} prompts x "
-          f"{args.max_new_tokens} tokens on {format_cpu(cpu)}; plain {tps['plain']:.2f} tok/s")
-    head = ["method", "tau", "speedup", "t_step ms", "t_draft(n) ms", "t_verify ms", "in loop: draft/verify ms",
-            "predicted n=0 (old)", "predicted weighted", "predicted in loop", "measured/predicted old -> new", "same"]
+    print(
+        f"{args.target} in {args.dtype}, k={args.num_speculative_tokens}, {len(prompts)} {args.prompts} prompts x "
+        f"{args.max_new_tokens} tokens on {format_cpu(cpu)}; plain {tps['plain']:.2f} tok/s"
+    )
+    head = [
+        "method",
+        "tau",
+        "speedup",
+        "t_step ms",
+        "t_draft(n) ms",
+        "t_verify ms",
+        "in loop: draft/verify ms",
+        "predicted n=0 (old)",
+        "predicted weighted",
+        "predicted in loop",
+        "measured/predicted old -> new",
+        "same",
+    ]
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for name, r in rows.items():
         c, t = r["step_costs_s"], r["step_costs_in_loop_s"]
-        print(f"| {name} | {r['tau']:.2f} | {r['speedup']:.2f}x | {c['t_step'] * 1e3:.0f} | "
-              f"{'/'.join(f'{x * 1e3:.0f}' for x in c['t_draft_by_accepted'])} | {c['t_verify'] * 1e3:.0f} | "
-              f"{t['draft'] * 1e3:.0f}/{t['verify'] * 1e3:.0f} (step {t['t_step'] * 1e3:.0f}) | {r['predicted_alone_n0']:.2f}x | "
-              f"{r['predicted_alone']:.2f}x | {r['predicted_in_loop']:.2f}x | {r['measured_over_predicted_alone_n0']:.2f} -> "
-              f"{r['measured_over_predicted_alone']:.2f} | {'yes' if r['outputs_match_plain'] else 'NO'} |")
+        print(
+            f"| {name} | {r['tau']:.2f} | {r['speedup']:.2f}x | {c['t_step'] * 1e3:.0f} | "
+            f"{'/'.join(f'{x * 1e3:.0f}' for x in c['t_draft_by_accepted'])} | {c['t_verify'] * 1e3:.0f} | "
+            f"{t['draft'] * 1e3:.0f}/{t['verify'] * 1e3:.0f} (step {t['t_step'] * 1e3:.0f}) | "
+            f"{r['predicted_alone_n0']:.2f}x | "
+            f"{r['predicted_alone']:.2f}x | {r['predicted_in_loop']:.2f}x | "
+            f"{r['measured_over_predicted_alone_n0']:.2f} -> "
+            f"{r['measured_over_predicted_alone']:.2f} | {'yes' if r['outputs_match_plain'] else 'NO'} |"
+        )
     if args.json:
-        write_json({"target": args.target, "dtype": args.dtype, "k": args.num_speculative_tokens, "prompts": args.prompts,
-                    "num_prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "cpu": cpu,
-                    "plain_tokens_per_s": tps["plain"], "plain_step_in_loop_s": statistics.median(
-                        x for r in outs["plain"] for x in r.extra["step_times_s"]["verify"]), "methods": rows}, args.json)
+        write_json(
+            {
+                "target": args.target,
+                "dtype": args.dtype,
+                "k": args.num_speculative_tokens,
+                "prompts": args.prompts,
+                "num_prompts": len(prompts),
+                "max_new_tokens": args.max_new_tokens,
+                "cpu": cpu,
+                "plain_tokens_per_s": tps["plain"],
+                "plain_step_in_loop_s": statistics.median(
+                    x for r in outs["plain"] for x in r.extra["step_times_s"]["verify"]
+                ),
+                "methods": rows,
+            },
+            args.json,
+        )
         print(f"wrote {args.json}")
     return 0
 

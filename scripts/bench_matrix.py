@@ -15,12 +15,13 @@ import os
 import sys
 import time
 
-from draftsmith.errors import run_command
-from draftsmith.bench import environment, plot_acceptance, run_bench, write_json
-from draftsmith.prompts import load_prompts
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.models import Target
 from draftsmith.train.kinds import load_drafter
+
+from draftsmith.bench import environment, plot_acceptance, run_bench, write_json
+from draftsmith.errors import run_command
+from draftsmith.prompts import load_prompts
 
 
 def main() -> int:
@@ -47,13 +48,25 @@ def main() -> int:
         for i, k in enumerate(int(x) for x in args.ks.split(",")):
             # transformers' plain generate() only needs measuring once per prompt set
             baselines = ("hf_plain", "hf_assisted") if i == 0 else ("hf_assisted",)
-            r = run_bench(target, drafter, prompts, k, args.max_new_tokens, sampling, args.seed, baselines, progress=False)
+            r = run_bench(
+                target, drafter, prompts, k, args.max_new_tokens, sampling, args.seed, baselines, progress=False
+            )
             results[f"{set_name}/k={k}"] = r
             rows.append((set_name, k, r))
-            print(f"[{time.time() - t0:6.0f}s] {set_name} k={k}: tau {r['mean_acceptance_length']:.2f} speedup {r['speedup']:.2f}x", flush=True)
+            print(
+                f"[{time.time() - t0:6.0f}s] {set_name} k={k}: tau {r['mean_acceptance_length']:.2f} speedup "
+                f"{r['speedup']:.2f}x",
+                flush=True,
+            )
     fmt = lambda v: "  n/a" if v is None else f"{v:5.2f}"  # noqa: E731
-    print(f"\n{environment(target, drafter)['hardware']}, {args.dtype}, T={args.temperature}, {args.num_prompts} prompts x {args.max_new_tokens} tokens")
-    print(f"{'prompts':<8}{'K':>3}{'tau':>7}{'accept':>8}{'speedup':>9}{'vs HF asst':>11}{'predicted':>10}{'plain/HF':>9}{'match':>7}")
+    print(
+        f"\n{environment(target, drafter)['hardware']}, {args.dtype}, T={args.temperature}, {args.num_prompts} "
+        f"prompts x {args.max_new_tokens} tokens"
+    )
+    print(
+        f"{'prompts':<8}{'K':>3}{'tau':>7}{'accept':>8}{'speedup':>9}{'vs HF asst':>11}"
+        f"{'predicted':>10}{'plain/HF':>9}{'match':>7}"
+    )
     for set_name, k, r in rows:
         print(
             f"{set_name:<8}{k:>3}{r['mean_acceptance_length']:>7.2f}{r['draft_acceptance_rate']:>8.2f}{fmt(r['speedup']):>9}"

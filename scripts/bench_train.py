@@ -20,7 +20,6 @@ import tempfile
 import time
 
 import torch
-
 from draftsmith.infer.hardware import cpu_info, format_cpu
 
 
@@ -52,7 +51,10 @@ def print_profile(prof, tokens: int) -> None:
     print(f"profiled step: {total / 1e3:.0f} ms of operator time ({tokens} tokens); top operators by self CPU time")
     print(f"{'operator':<44}{'ms':>9}{'calls':>8}{'share':>8}")
     for e in events[:15]:
-        print(f"{e.key[:43]:<44}{e.self_cpu_time_total / 1e3:>9.1f}{e.count:>8}{100 * e.self_cpu_time_total / total:>7.1f}%")
+        print(
+            f"{e.key[:43]:<44}{e.self_cpu_time_total / 1e3:>9.1f}{e.count:>8}"
+            f"{100 * e.self_cpu_time_total / total:>7.1f}%"
+        )
 
 
 def main(argv=None) -> int:
@@ -66,12 +68,14 @@ def main(argv=None) -> int:
     p.add_argument("overrides", nargs="*", help="--section.key=value recipe overrides")
     args, extra = p.parse_known_args(argv)
 
-    from draftsmith.train.kinds import load_recipe
     from draftsmith.train.distributed import shutdown as _shutdown
+    from draftsmith.train.kinds import load_recipe
     from draftsmith.train.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
-        recipe = load_recipe(args.recipe, list(args.overrides) + extra + [f"--data.max_rows={args.max_rows}", "--logging.progress=false"])
+        recipe = load_recipe(
+            args.recipe, list(args.overrides) + extra + [f"--data.max_rows={args.max_rows}", "--logging.progress=false"]
+        )
         recipe.checkpoint.output_dir = tmp
         trainer = Trainer(recipe)
         acc, task, model, opt = trainer.acc, trainer.task, trainer.model, trainer.optimizer
@@ -95,7 +99,11 @@ def main(argv=None) -> int:
                 target(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
             t1 = time.perf_counter()
             profiling = args.profile and i == args.warmup + args.steps  # one extra step, untimed
-            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if profiling else contextlib.nullcontext()
+            prof = (
+                torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                if profiling
+                else contextlib.nullcontext()
+            )
             inside.clear()
             target.forward = timed_forward
             with prof:
@@ -112,9 +120,18 @@ def main(argv=None) -> int:
             elif i >= args.warmup:
                 fwd.append(n / (t1 - t0))
                 step.append(n / (t2 - t1))
-                parts.append({"target_forward": sum(inside), "draft_forward_and_loss": ta - t1 - sum(inside),
-                              "backward": tb - ta, "optimizer": t2 - tb})
-            print(f"batch {i}: target forward {n / (t1 - t0):8.0f} tok/s   train step {n / (t2 - t1):8.0f} tok/s", file=sys.stderr)
+                parts.append(
+                    {
+                        "target_forward": sum(inside),
+                        "draft_forward_and_loss": ta - t1 - sum(inside),
+                        "backward": tb - ta,
+                        "optimizer": t2 - tb,
+                    }
+                )
+            print(
+                f"batch {i}: target forward {n / (t1 - t0):8.0f} tok/s   train step {n / (t2 - t1):8.0f} tok/s",
+                file=sys.stderr,
+            )
         # The same quantities counted in FLOPs (torch's FlopCounterMode, one more batch): the
         # ratio the step's arithmetic allows, before any overhead.
         from torch.utils.flop_counter import FlopCounterMode
@@ -129,12 +146,19 @@ def main(argv=None) -> int:
         opt.zero_grad(set_to_none=True)
         flops = {"target_forward": floor_flops.get_total_flops(), "train_step": step_flops.get_total_flops()}
         c = target.config  # what scripts/flop_bound.py's formula needs to redo this count for any target
-        flop_model = {"seq_len": int(batch["input_ids"].shape[1]),
-                      "scored_fraction": float(batch["loss_mask"].sum() / batch["loss_mask"].numel()),  # of all (padded) rows
-                      "target_shape": {"d": c.hidden_size, "I": c.intermediate_size, "L": c.num_hidden_layers,
-                                       "H": c.num_attention_heads, "KV": c.num_key_value_heads,
-                                       "hd": getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
-                                       "V": target.get_output_embeddings().weight.shape[0]}}
+        flop_model = {
+            "seq_len": int(batch["input_ids"].shape[1]),
+            "scored_fraction": float(batch["loss_mask"].sum() / batch["loss_mask"].numel()),  # of all (padded) rows
+            "target_shape": {
+                "d": c.hidden_size,
+                "I": c.intermediate_size,
+                "L": c.num_hidden_layers,
+                "H": c.num_attention_heads,
+                "KV": c.num_key_value_heads,
+                "hd": getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
+                "V": target.get_output_embeddings().weight.shape[0],
+            },
+        }
         _shutdown()
 
     d = recipe.drafter
@@ -156,7 +180,8 @@ def main(argv=None) -> int:
         # where one training step's time goes (medians, ms): the target's forward inside it, the
         # draft's forward and loss, backward, optimizer
         "flops_per_batch": flops,
-        "flop_bound": flops["target_forward"] / flops["train_step"],  # train/forward-only if every FLOP ran at one speed
+        "flop_bound": flops["target_forward"]
+        / flops["train_step"],  # train/forward-only if every FLOP ran at one speed
         "flop_model": flop_model,
         "ttt_steps": getattr(d, "ttt_steps", None),
         "draft_vocab_size": getattr(d, "draft_vocab_size", None),
@@ -167,12 +192,21 @@ def main(argv=None) -> int:
     print(f"{'what':<28}{'tokens/s':>10}")
     print(f"{'target forward only':<28}{result['target_forward_tokens_per_s']:>10.0f}")
     print(f"{'training step':<28}{result['train_tokens_per_s']:>10.0f}")
-    print("one step, ms: " + ", ".join(f"{k} {v:.0f}" for k, v in result["step_parts_ms"].items())
-          + f"   (target forward alone {result['target_forward_ms']:.0f})")
-    print(f"FLOPs per batch: target forward {flops['target_forward'] / 1e12:.2f} T, training step {flops['train_step'] / 1e12:.2f} T:"
-          f" at equal speed training could reach {result['flop_bound']:.2f}x the forward-only rate")
+    print(
+        "one step, ms: "
+        + ", ".join(f"{k} {v:.0f}" for k, v in result["step_parts_ms"].items())
+        + f"   (target forward alone {result['target_forward_ms']:.0f})"
+    )
+    print(
+        f"FLOPs per batch: target forward {flops['target_forward'] / 1e12:.2f} T, training step "
+        f"{flops['train_step'] / 1e12:.2f} T:"
+        f" at equal speed training could reach {result['flop_bound']:.2f}x the forward-only rate"
+    )
     print(f"on {format_cpu(result['cpu'])}")
-    print(f"training / forward-only: {result['train_over_forward']:.2f}x   ({result['batch_tokens']} tokens per batch, {result['device']}, {result['threads']} threads)")
+    print(
+        f"training / forward-only: {result['train_over_forward']:.2f}x   ({result['batch_tokens']} tokens per batch, "
+        f"{result['device']}, {result['threads']} threads)"
+    )
     if args.json:
         pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         pathlib.Path(args.json).write_text(json.dumps(result, indent=2))

@@ -8,7 +8,8 @@ costs are real and the acceptance is not measured here (take τ from `draftsmith
 For each model shape and each of eager / compiled (CUDA graphs, CUDA only): the median time of a
 plain decode step (q = 1), of verifying chains of k+1 tokens and trees of n+1 tokens (tree
 attention mask, tree positions) at a given context length, and of a Medusa and an EAGLE-3
-drafter's propose (untrained weights: same cost as trained ones; EAGLE-3 with dynamic trees). Prints a table, writes JSON.
+drafter's propose (untrained weights: same cost as trained ones; EAGLE-3 with dynamic trees).
+Prints a table, writes JSON.
 
     python scripts/bench_verify_cost.py --shapes smollm2-135m,llama-1b --context 512 --out runs/bench/verify_cost.json
 """
@@ -21,7 +22,6 @@ import sys
 import time
 
 import torch
-
 from draftsmith.infer.hardware import auto_dtype, cpu_info, format_cpu, use_affinity_threads
 from draftsmith.infer.sampling import GREEDY
 from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies
@@ -31,9 +31,32 @@ from draftsmith.models.eagle3 import Eagle3, Eagle3Config, Eagle3Model, default_
 from draftsmith.models.medusa import Medusa, MedusaHeads, prior_accuracies
 
 SHAPES = {  # LlamaConfig keyword arguments
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, vocab_size=259),
-    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True),
-    "llama-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True),
+    "tiny": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=259,
+    ),
+    "smollm2-135m": dict(
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        vocab_size=49152,
+        tie_word_embeddings=True,
+    ),
+    "llama-1b": dict(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        tie_word_embeddings=True,
+    ),
 }
 
 
@@ -86,7 +109,9 @@ def measure(shape: str, compile: bool, context: int, chains, trees, repeats: int
     row["t_step"] = timed(step(Tree.chain(0)), repeats, device)
     for k in chains:
         row[f"t_verify_chain{k}"] = timed(step(Tree.chain(k)), repeats, device)
-    heads = MedusaHeads.from_target(model, num_heads=4, num_layers=1, share_lm_head=False).to(device=device, dtype=dtype)
+    heads = MedusaHeads.from_target(model, num_heads=4, num_layers=1, share_lm_head=False).to(
+        device=device, dtype=dtype
+    )
     medusa = Medusa(heads, target, "untrained")
     medusa.start(prompt, max_length, hidden=hidden)
     seq = prompt
@@ -94,13 +119,21 @@ def measure(shape: str, compile: bool, context: int, chains, trees, repeats: int
         tree = Tree.from_choices(choices_from_accuracies(prior_accuracies(4), n, topk=8, depth=4))
         row[f"t_verify_tree{n}"] = timed(step(tree), repeats, device)
         cfg = TreeConfig(choices=tuple(tree.paths[1:]))
-        row[f"t_propose_tree{n}"] = timed(lambda cfg=cfg: medusa.propose(seq, 4, GREEDY, None, tree=cfg), repeats, device)
+        row[f"t_propose_tree{n}"] = timed(
+            lambda cfg=cfg: medusa.propose(seq, 4, GREEDY, None, tree=cfg), repeats, device
+        )
     row["t_propose_chain4"] = timed(lambda: medusa.propose(seq, 4, GREEDY, None), repeats, device)
     # EAGLE-3 (untrained: same cost as trained), a 32k draft vocabulary as in the paper's recipes
     # (capped at the target's): one catch-up row per step plus `depth` draft forwards.
     aux = default_aux_layers(config.num_hidden_layers)
-    e3 = Eagle3Model(Eagle3Config(vocab_size=config.vocab_size, draft_vocab_size=min(32000, config.vocab_size),
-                                  hidden_layers=aux, **EagleConfig.layer_fields(config)))
+    e3 = Eagle3Model(
+        Eagle3Config(
+            vocab_size=config.vocab_size,
+            draft_vocab_size=min(32000, config.vocab_size),
+            hidden_layers=aux,
+            **EagleConfig.layer_fields(config),
+        )
+    )
     e3.set_vocab(torch.arange(min(32000, config.vocab_size)))
     eagle = Eagle3(e3.to(device=device, dtype=dtype), target, "untrained")
     _, aux_hidden = target.forward_hidden(prompt[:, -2:], cache, logits_to_keep=1, hidden_layers=tuple(aux))
@@ -110,6 +143,7 @@ def measure(shape: str, compile: bool, context: int, chains, trees, repeats: int
         def run():  # one new row to catch up, as after a step that accepted nothing
             eagle._rows, eagle._pending = context - 2, aux_hidden[-1:]
             eagle.propose(prompt, 4, GREEDY, None, tree=cfg)
+
         return run
 
     eagle.start(prompt, max_length, hidden=torch.zeros(context - 1, aux_hidden.shape[-1], device=device, dtype=dtype))
@@ -128,9 +162,12 @@ def main() -> int:
     ap.add_argument("--chains", default="2,4")
     ap.add_argument("--trees", default="8,16,32,64")
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--dtype", default="auto",
-                    help="one or several, comma-separated, measured side by side: float32,bfloat16,auto "
-                         "(auto: what `--dtype auto` picks on this machine, infer/hardware.py)")
+    ap.add_argument(
+        "--dtype",
+        default="auto",
+        help="one or several, comma-separated, measured side by side: float32,bfloat16,auto "
+        "(auto: what `--dtype auto` picks on this machine, infer/hardware.py)",
+    )
     ap.add_argument("--out", default="runs/bench/verify_cost.json")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -156,12 +193,24 @@ def main() -> int:
             rows.append(row)
             t1 = row["t_step"]
             cells = [f"chain{k} {row[f't_verify_chain{k}'] / t1:.2f}x" for k in chains]
-            cells += [f"tree{n} {row[f't_verify_tree{n}'] / t1:.2f}x (+propose medusa {row[f't_propose_tree{n}'] / t1:.2f}x, "
-                      f"eagle3 {row[f't_propose_eagle3_tree{n}'] / t1:.2f}x)" for n in trees]
+            cells += [
+                f"tree{n} {row[f't_verify_tree{n}'] / t1:.2f}x (+propose medusa {row[f't_propose_tree{n}'] / t1:.2f}x, "
+                f"eagle3 {row[f't_propose_eagle3_tree{n}'] / t1:.2f}x)"
+                for n in trees
+            ]
             cells.append(f"eagle3 chain4 propose {row['t_propose_eagle3_chain4'] / t1:.2f}x")
-            print(f"{shape:<13} {row['dtype']:<9} {'compiled' if compile else 'eager':<9} step {t1 * 1e3:7.2f} ms | verify/step: " + "  ".join(cells), flush=True)
-    env = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "dtypes": [str(d) for d in dtypes],
-           "auto": reasons, "cpu": cpu_info(), "torch": torch.__version__}
+            print(
+                f"{shape:<13} {row['dtype']:<9} {'compiled' if compile else 'eager':<9} step {t1 * 1e3:7.2f} ms | "
+                "verify/step: " + "  ".join(cells),
+                flush=True,
+            )
+    env = {
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "dtypes": [str(d) for d in dtypes],
+        "auto": reasons,
+        "cpu": cpu_info(),
+        "torch": torch.__version__,
+    }
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"environment": env, "rows": rows}, f, indent=2)

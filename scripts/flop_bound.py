@@ -68,8 +68,13 @@ def draft_flops(target: dict, drafter: dict, T: int, s: float) -> float:
     if drafter["kind"] == "eagle3":
         c = target
         d = c["d"]
-        step = (2 * 2 * d * (c["H"] + 2 * c["KV"]) * c["hd"] + 2 * c["H"] * c["hd"] * d + 6 * d * c["I"]
-                + 4 * T * c["H"] * c["hd"] + 2 * d * drafter["draft_vocab"] * s)
+        step = (
+            2 * 2 * d * (c["H"] + 2 * c["KV"]) * c["hd"]
+            + 2 * c["H"] * c["hd"] * d
+            + 6 * d * c["I"]
+            + 4 * T * c["H"] * c["hd"]
+            + 2 * d * drafter["draft_vocab"] * s
+        )
         return 2 * 3 * d * d + drafter["steps"] * step
     raise ValueError(f"no FLOP model for {drafter['kind']!r}")
 
@@ -78,9 +83,18 @@ def bound(target_name: str, drafter: dict, T: int, s: float, shape: dict | None 
     c = shape or SHAPES[target_name]
     floor, in_training = target_flops(c, T, s)
     draft = draft_flops(c, drafter, T, s)
-    return {"target": target_name, "drafter": describe(drafter), "T": T, "scored_fraction": s,
-            "gflop_per_token": {"floor": floor / 1e9, "target_in_training": in_training / 1e9, "draft_forward": draft / 1e9},
-            "bound": floor / (in_training + 3 * draft)}
+    return {
+        "target": target_name,
+        "drafter": describe(drafter),
+        "T": T,
+        "scored_fraction": s,
+        "gflop_per_token": {
+            "floor": floor / 1e9,
+            "target_in_training": in_training / 1e9,
+            "draft_forward": draft / 1e9,
+        },
+        "bound": floor / (in_training + 3 * draft),
+    }
 
 
 def describe(drafter: dict) -> str:
@@ -98,11 +112,16 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     rows = [bound(t, d, T, s) for t, d in PAIRS for T in args.seq_len for s in args.scored_fraction]
-    print("| target | drafter | T | scored | GFLOP/token: floor, target in training, draft fwd | bound |\n|---|---|---|---|---|---|")
+    print(
+        "| target | drafter | T | scored | GFLOP/token: floor, target in training, draft fwd | bound "
+        "|\n|---|---|---|---|---|---|"
+    )
     for r in rows:
         g = r["gflop_per_token"]
-        print(f"| {r['target']} | {r['drafter']} | {r['T']} | {r['scored_fraction']:.2f} | "
-              f"{g['floor']:.2f}, {g['target_in_training']:.2f}, {g['draft_forward']:.2f} | {r['bound']:.2f}x |")
+        print(
+            f"| {r['target']} | {r['drafter']} | {r['T']} | {r['scored_fraction']:.2f} | "
+            f"{g['floor']:.2f}, {g['target_in_training']:.2f}, {g['draft_forward']:.2f} | {r['bound']:.2f}x |"
+        )
     checks = []
     for path in args.check:  # the formula against FlopCounterMode on the real training step
         b = json.loads(open(path).read())
@@ -115,8 +134,10 @@ def main(argv=None) -> int:
         m = b["flop_model"]
         r = bound(b["target"], drafter, m["seq_len"], m["scored_fraction"], shape=m["target_shape"])
         checks.append({"json": path, "counted": b["flop_bound"], "formula": r["bound"]})
-        print(f"check {path}: FlopCounterMode {b['flop_bound']:.3f}x, formula {r['bound']:.3f}x "
-              f"(T {m['seq_len']}, scored {m['scored_fraction']:.2f})")
+        print(
+            f"check {path}: FlopCounterMode {b['flop_bound']:.3f}x, formula {r['bound']:.3f}x "
+            f"(T {m['seq_len']}, scored {m['scored_fraction']:.2f})"
+        )
     if args.json:
         write_json({"rows": rows, "checks": checks}, args.json)
         print(f"wrote {args.json}")

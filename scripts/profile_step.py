@@ -8,7 +8,8 @@ cache's bookkeeping, the stop rule), then profiles the forwards with torch.profi
 the operators by self CPU time: how much is matrix multiplication (the floor any runtime pays)
 and how much is everything else (norms, rotary, attention over the static cache, copies, Python).
 
-    python scripts/profile_step.py --target smollm2-135m-instruct --dtype float32 --context 256 --steps 48 --json out.json
+    python scripts/profile_step.py --target smollm2-135m-instruct --dtype float32 --context 256 --steps 48 \
+        --json out.json
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import statistics
 import time
 
 import torch
-
-from draftsmith.bench import cpu_info, format_cpu, write_json
 from draftsmith.infer.engine import Engine
 from draftsmith.models import Target
+
+from draftsmith.bench import cpu_info, format_cpu, write_json
 
 MATMUL = ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear", "aten::matmul", "mkldnn", "onednn")
 
@@ -36,7 +37,7 @@ def main() -> int:
     args = ap.parse_args()
 
     target = Target.load(args.target, dtype=args.dtype, device="cpu")
-    prompt = (list(range(1000, 1000 + args.context)))  # token ids; the content does not change the cost
+    prompt = list(range(1000, 1000 + args.context))  # token ids; the content does not change the cost
     engine = Engine(target)
     forward, spent = target.forward_hidden, []
 
@@ -62,18 +63,39 @@ def main() -> int:
     total = sum(e.self_cpu_time_total for e in events)
     top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:15]
     matmul = sum(e.self_cpu_time_total for e in events if any(m in e.key for m in MATMUL))
-    result = {"target": args.target, "dtype": args.dtype, "context": args.context, "steps": len(steps), "cpu": cpu_info(),
-              "torch": torch.__version__, "tokens": len(r.tokens),
-              "ms_per_step": step_wall * 1e3, "ms_forward": step_forward * 1e3, "ms_engine": (step_wall - step_forward) * 1e3,
-              "matmul_share_of_op_time": matmul / total if total else None,
-              "ops": [{"op": e.key, "self_ms_per_step": e.self_cpu_time_total / 1e3 / (len(steps) + 1), "calls_per_step":
-                       e.count / (len(steps) + 1), "share": e.self_cpu_time_total / total} for e in top]}
+    result = {
+        "target": args.target,
+        "dtype": args.dtype,
+        "context": args.context,
+        "steps": len(steps),
+        "cpu": cpu_info(),
+        "torch": torch.__version__,
+        "tokens": len(r.tokens),
+        "ms_per_step": step_wall * 1e3,
+        "ms_forward": step_forward * 1e3,
+        "ms_engine": (step_wall - step_forward) * 1e3,
+        "matmul_share_of_op_time": matmul / total if total else None,
+        "ops": [
+            {
+                "op": e.key,
+                "self_ms_per_step": e.self_cpu_time_total / 1e3 / (len(steps) + 1),
+                "calls_per_step": e.count / (len(steps) + 1),
+                "share": e.self_cpu_time_total / total,
+            }
+            for e in top
+        ],
+    }
     print(f"{args.target} {args.dtype}, context {args.context}, {len(steps)} steps on {format_cpu(result['cpu'])}")
-    print(f"one step {result['ms_per_step']:.1f} ms = forward {result['ms_forward']:.1f} ms + engine {result['ms_engine']:.1f} ms; "
-          f"matrix multiplications {100 * result['matmul_share_of_op_time']:.0f}% of operator time")
+    print(
+        f"one step {result['ms_per_step']:.1f} ms = forward {result['ms_forward']:.1f} ms + engine "
+        f"{result['ms_engine']:.1f} ms; "
+        f"matrix multiplications {100 * result['matmul_share_of_op_time']:.0f}% of operator time"
+    )
     print(f"{'operator':<40}{'ms/step':>9}{'calls/step':>12}{'share':>8}")
     for op in result["ops"]:
-        print(f"{op['op'][:39]:<40}{op['self_ms_per_step']:>9.2f}{op['calls_per_step']:>12.1f}{100 * op['share']:>7.1f}%")
+        print(
+            f"{op['op'][:39]:<40}{op['self_ms_per_step']:>9.2f}{op['calls_per_step']:>12.1f}{100 * op['share']:>7.1f}%"
+        )
     if args.json:
         write_json(result, args.json)
     return 0

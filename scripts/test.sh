@@ -7,5 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 PY=${PYTHON:-python3}
-if [[ $# -eq 0 ]]; then set -- -m "not slow and not gpu and not engines"; fi
+if [[ $# -eq 0 ]]; then
+  # The default tier starts with the formatter and linter (settings in pyproject.toml).
+  $PY -m ruff format --check --quiet . && $PY -m ruff check --quiet .
+  set -- -m "not slow and not gpu and not engines"
+fi
 exec $PY -m pytest -q "$@"

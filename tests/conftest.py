@@ -53,6 +53,7 @@ def recorded_compile():
         def run(**kw):
             shapes.append((kw["input_ids"].shape[1], kw["logits_to_keep"]))
             return forward(**kw)
+
         return run
 
     return record, shapes

@@ -32,16 +32,23 @@ import shutil
 import subprocess
 import sys
 import typing
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny"
 # A few seconds of tiny training; cases append their own --optim.max_steps etc.
-QUICK = ("--data.max_rows=60", "--data.max_length=64", "--data.eval_rows=4", "--optim.batch_size=4",
-         "--logging.progress=false", "--logging.acceptance_prompts=0", "--logging.eval_every=1000",
-         "--logging.eval_batches=1")
+QUICK = (
+    "--data.max_rows=60",
+    "--data.max_length=64",
+    "--data.eval_rows=4",
+    "--optim.batch_size=4",
+    "--logging.progress=false",
+    "--logging.acceptance_prompts=0",
+    "--logging.eval_every=1000",
+    "--logging.eval_batches=1",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,65 +121,178 @@ def delete(rel: str):
 # --- training and recipes -----------------------------------------------------------------------
 
 TRAINING = [
-    Case("unknown-key", ("train", "{tiny}/draft_lm.yaml", "--optim.lrr=1", "--output-dir", "{tmp}/out"),
-         "unknown config key 'optim.lrr' (did you mean 'optim.lr'?)", absent=("{tmp}/out",)),
-    Case("existing-checkpoints-without-resume", ("train", "{tiny}/draft_lm.yaml", "{quick}", "--output-dir", "{tmp}/run"),
-         "already holds checkpoints: pass --resume", setup=copy_run(), unchanged=("{tmp}/run",)),
-    Case("recipe-missing", ("train", "{tmp}/nope.yaml", "--output-dir", "{tmp}/out"), "not found", absent=("{tmp}/out",)),
-    Case("recipe-is-a-directory", ("train", "{tiny}", "--output-dir", "{tmp}/out"), "is a directory, not a YAML file",
-         absent=("{tmp}/out",)),
-    Case("recipe-empty", ("train", "{tmp}/empty.yaml", "--output-dir", "{tmp}/out"), "recipe {tmp}/empty.yaml is empty",
-         setup=write("empty.yaml", ""), absent=("{tmp}/out",)),
-    Case("recipe-only-comments", ("train", "{tmp}/c.yaml", "--output-dir", "{tmp}/out"), "is empty",
-         setup=write("c.yaml", "# model:\n#   target: tiny-random\n"), absent=("{tmp}/out",)),
-    Case("recipe-binary", ("train", "{tmp}/b.yaml", "--output-dir", "{tmp}/out"), "is not a text file",
-         setup=write("b.yaml", bytes(range(256))), absent=("{tmp}/out",)),
-    Case("recipe-bad-yaml", ("train", "{tmp}/y.yaml", "--output-dir", "{tmp}/out"), "is not valid YAML: while parsing a flow sequence (line 2, column 11)",
-         setup=write("y.yaml", "model:\n  target: [tiny-random\n"), absent=("{tmp}/out",)),
-    Case("eval-every-negative", ("train", "{tiny}/draft_lm.yaml", "--logging.eval_every=-5", "--output-dir", "{tmp}/out"),
-         "config key 'logging.eval_every' must be >= 0 (0: only the final evaluation), got -5", absent=("{tmp}/out",)),
-    Case("log-every-negative", ("train", "{tiny}/draft_lm.yaml", "--logging.log_every=-1", "--output-dir", "{tmp}/out"),
-         "config key 'logging.log_every' must be >= 0", absent=("{tmp}/out",)),
-    Case("save-every-negative", ("train", "{tiny}/medusa.yaml", "--checkpoint.save_every=-1", "--output-dir", "{tmp}/out"),
-         "config key 'checkpoint.save_every' must be >= 0", absent=("{tmp}/out",)),
-    Case("lr-infinite", ("train", "{tiny}/draft_lm.yaml", "--optim.lr=.inf", "--output-dir", "{tmp}/out"),
-         "config key 'optim.lr': expected a finite number", absent=("{tmp}/out",)),
-    Case("output-dir-is-a-file", ("train", "{tiny}/draft_lm.yaml", "{quick}", "--output-dir", "{tmp}/afile"),
-         "output dir {tmp}/afile is a file, not a folder", setup=write("afile", "keep me"), unchanged=("{tmp}/afile",)),
-    Case("output-dir-under-a-file", ("train", "{tiny}/draft_lm.yaml", "{quick}", "--output-dir", "{tmp}/afile/run"),
-         "{tmp}/afile is a file", setup=write("afile", "keep me"), unchanged=("{tmp}/afile",)),
+    Case(
+        "unknown-key",
+        ("train", "{tiny}/draft_lm.yaml", "--optim.lrr=1", "--output-dir", "{tmp}/out"),
+        "unknown config key 'optim.lrr' (did you mean 'optim.lr'?)",
+        absent=("{tmp}/out",),
+    ),
+    Case(
+        "existing-checkpoints-without-resume",
+        ("train", "{tiny}/draft_lm.yaml", "{quick}", "--output-dir", "{tmp}/run"),
+        "already holds checkpoints: pass --resume",
+        setup=copy_run(),
+        unchanged=("{tmp}/run",),
+    ),
+    Case(
+        "recipe-missing", ("train", "{tmp}/nope.yaml", "--output-dir", "{tmp}/out"), "not found", absent=("{tmp}/out",)
+    ),
+    Case(
+        "recipe-is-a-directory",
+        ("train", "{tiny}", "--output-dir", "{tmp}/out"),
+        "is a directory, not a YAML file",
+        absent=("{tmp}/out",),
+    ),
+    Case(
+        "recipe-empty",
+        ("train", "{tmp}/empty.yaml", "--output-dir", "{tmp}/out"),
+        "recipe {tmp}/empty.yaml is empty",
+        setup=write("empty.yaml", ""),
+        absent=("{tmp}/out",),
+    ),
+    Case(
+        "recipe-only-comments",
+        ("train", "{tmp}/c.yaml", "--output-dir", "{tmp}/out"),
+        "is empty",
+        setup=write("c.yaml", "# model:\n#   target: tiny-random\n"),
+        absent=("{tmp}/out",),
+    ),
+    Case(
+        "recipe-binary",
+        ("train", "{tmp}/b.yaml", "--output-dir", "{tmp}/out"),
+        "is not a text file",
+        setup=write("b.yaml", bytes(range(256))),
+        absent=("{tmp}/out",),
+    ),
+    Case(
+        "recipe-bad-yaml",
+        ("train", "{tmp}/y.yaml", "--output-dir", "{tmp}/out"),
+        "is not valid YAML: while parsing a flow sequence (line 2, column 11)",
+        setup=write("y.yaml", "model:\n  target: [tiny-random\n"),
+        absent=("{tmp}/out",),
+    ),
+    Case(
+        "eval-every-negative",
+        ("train", "{tiny}/draft_lm.yaml", "--logging.eval_every=-5", "--output-dir", "{tmp}/out"),
+        "config key 'logging.eval_every' must be >= 0 (0: only the final evaluation), got -5",
+        absent=("{tmp}/out",),
+    ),
+    Case(
+        "log-every-negative",
+        ("train", "{tiny}/draft_lm.yaml", "--logging.log_every=-1", "--output-dir", "{tmp}/out"),
+        "config key 'logging.log_every' must be >= 0",
+        absent=("{tmp}/out",),
+    ),
+    Case(
+        "save-every-negative",
+        ("train", "{tiny}/medusa.yaml", "--checkpoint.save_every=-1", "--output-dir", "{tmp}/out"),
+        "config key 'checkpoint.save_every' must be >= 0",
+        absent=("{tmp}/out",),
+    ),
+    Case(
+        "lr-infinite",
+        ("train", "{tiny}/draft_lm.yaml", "--optim.lr=.inf", "--output-dir", "{tmp}/out"),
+        "config key 'optim.lr': expected a finite number",
+        absent=("{tmp}/out",),
+    ),
+    Case(
+        "output-dir-is-a-file",
+        ("train", "{tiny}/draft_lm.yaml", "{quick}", "--output-dir", "{tmp}/afile"),
+        "output dir {tmp}/afile is a file, not a folder",
+        setup=write("afile", "keep me"),
+        unchanged=("{tmp}/afile",),
+    ),
+    Case(
+        "output-dir-under-a-file",
+        ("train", "{tiny}/draft_lm.yaml", "{quick}", "--output-dir", "{tmp}/afile/run"),
+        "{tmp}/afile is a file",
+        setup=write("afile", "keep me"),
+        unchanged=("{tmp}/afile",),
+    ),
     # Root writes anywhere its permissions allow, so /sys (EPERM even for root) stands in for a
     # read-only folder there; as another user a 0o555 folder is refused by the permission check.
-    Case("output-dir-read-only", ("train", "{tiny}/draft_lm.yaml", "{quick}", "--output-dir",
-                                  "/sys/draftsmith-test-run" if os.geteuid() == 0 else "{tmp}/ro/run"),
-         "cannot be written", setup=mkdir("ro", 0o555), unchanged=("{tmp}/ro",), absent=("{tmp}/ro/run",)),
-    Case("resume-with-another-kind", ("train", "{tiny}/medusa.yaml", "{quick}", "--output-dir", "{tmp}/run", "--resume"),
-         "a 'draft_lm' checkpoint; this recipe trains a 'medusa' drafter", setup=copy_run(), unchanged=("{tmp}/run",)),
-    Case("init-without-config", ("train", "{tiny}/draft_lm.yaml", "{quick}", "--drafter.init={tmp}/run/final",
-                                 "--output-dir", "{tmp}/out"),
-         "{tmp}/run/final/config.json is missing", setup=copy_run(then=delete("final/config.json")),
-         unchanged=("{tmp}/run",), absent=("{tmp}/out",)),
+    Case(
+        "output-dir-read-only",
+        (
+            "train",
+            "{tiny}/draft_lm.yaml",
+            "{quick}",
+            "--output-dir",
+            "/sys/draftsmith-test-run" if os.geteuid() == 0 else "{tmp}/ro/run",
+        ),
+        "cannot be written",
+        setup=mkdir("ro", 0o555),
+        unchanged=("{tmp}/ro",),
+        absent=("{tmp}/ro/run",),
+    ),
+    Case(
+        "resume-with-another-kind",
+        ("train", "{tiny}/medusa.yaml", "{quick}", "--output-dir", "{tmp}/run", "--resume"),
+        "a 'draft_lm' checkpoint; this recipe trains a 'medusa' drafter",
+        setup=copy_run(),
+        unchanged=("{tmp}/run",),
+    ),
+    Case(
+        "init-without-config",
+        ("train", "{tiny}/draft_lm.yaml", "{quick}", "--drafter.init={tmp}/run/final", "--output-dir", "{tmp}/out"),
+        "{tmp}/run/final/config.json is missing",
+        setup=copy_run(then=delete("final/config.json")),
+        unchanged=("{tmp}/run",),
+        absent=("{tmp}/out",),
+    ),
 ]
 
 # --- checkpoints, export, publish -------------------------------------------------------------
 
 CHECKPOINTS = [
-    Case("export-into-non-empty-folder", ("export", "{run}/final", "--format", "hf", "--output-dir", "{run}"),
-         "exists and is not an empty folder", unchanged=("{run}",)),
-    *(Case(f"export-{fmt}-truncated-weights", ("export", "{tmp}/run/final", "--format", fmt, "--output-dir", "{tmp}/exp"),
-           "{tmp}/run/final/model.safetensors is damaged: truncated", setup=copy_run(then=truncate("final/model.safetensors", 100_000)),
-           unchanged=("{tmp}/run",), absent=("{tmp}/exp",)) for fmt in ("hf", "vllm")),
-    Case("export-weights-shorter-than-a-header", ("export", "{tmp}/run/final", "--format", "hf", "--output-dir", "{tmp}/exp"),
-         "shorter than a safetensors header", setup=copy_run(then=truncate("final/model.safetensors", 5)),
-         unchanged=("{tmp}/run",), absent=("{tmp}/exp",)),
-    Case("export-without-config", ("export", "{tmp}/run/final", "--format", "vllm", "--output-dir", "{tmp}/exp"),
-         "{tmp}/run/final/config.json is missing", setup=copy_run(then=delete("final/config.json")),
-         unchanged=("{tmp}/run",), absent=("{tmp}/exp",)),
-    Case("publish-dry-run-truncated-weights", ("publish", "{tmp}/run/final", "--dry-run", "--stage-dir", "{tmp}/stage"),
-         "{tmp}/run/final/model.safetensors is damaged: truncated", setup=copy_run(then=truncate("final/model.safetensors", 100_000)),
-         unchanged=("{tmp}/run",), absent=("{tmp}/stage",)),
-    Case("eval-draft-without-config", ("eval", "--draft", "{tmp}/run/final", "--num-prompts", "1", "--max-new-tokens", "2", "--quiet"),
-         "{tmp}/run/final/config.json is missing", setup=copy_run(then=delete("final/config.json")), unchanged=("{tmp}/run",)),
+    Case(
+        "export-into-non-empty-folder",
+        ("export", "{run}/final", "--format", "hf", "--output-dir", "{run}"),
+        "exists and is not an empty folder",
+        unchanged=("{run}",),
+    ),
+    *(
+        Case(
+            f"export-{fmt}-truncated-weights",
+            ("export", "{tmp}/run/final", "--format", fmt, "--output-dir", "{tmp}/exp"),
+            "{tmp}/run/final/model.safetensors is damaged: truncated",
+            setup=copy_run(then=truncate("final/model.safetensors", 100_000)),
+            unchanged=("{tmp}/run",),
+            absent=("{tmp}/exp",),
+        )
+        for fmt in ("hf", "vllm")
+    ),
+    Case(
+        "export-weights-shorter-than-a-header",
+        ("export", "{tmp}/run/final", "--format", "hf", "--output-dir", "{tmp}/exp"),
+        "shorter than a safetensors header",
+        setup=copy_run(then=truncate("final/model.safetensors", 5)),
+        unchanged=("{tmp}/run",),
+        absent=("{tmp}/exp",),
+    ),
+    Case(
+        "export-without-config",
+        ("export", "{tmp}/run/final", "--format", "vllm", "--output-dir", "{tmp}/exp"),
+        "{tmp}/run/final/config.json is missing",
+        setup=copy_run(then=delete("final/config.json")),
+        unchanged=("{tmp}/run",),
+        absent=("{tmp}/exp",),
+    ),
+    Case(
+        "publish-dry-run-truncated-weights",
+        ("publish", "{tmp}/run/final", "--dry-run", "--stage-dir", "{tmp}/stage"),
+        "{tmp}/run/final/model.safetensors is damaged: truncated",
+        setup=copy_run(then=truncate("final/model.safetensors", 100_000)),
+        unchanged=("{tmp}/run",),
+        absent=("{tmp}/stage",),
+    ),
+    Case(
+        "eval-draft-without-config",
+        ("eval", "--draft", "{tmp}/run/final", "--num-prompts", "1", "--max-new-tokens", "2", "--quiet"),
+        "{tmp}/run/final/config.json is missing",
+        setup=copy_run(then=delete("final/config.json")),
+        unchanged=("{tmp}/run",),
+    ),
 ]
 
 # --- bench / eval (bench engineer) --------------------------------------------------------------
@@ -180,58 +300,132 @@ CHECKPOINTS = [
 EVAL = ("--target", "tiny-random", "--draft", "truncated:2", "--quiet")
 BENCH: list[Case] = [
     # Numbers are checked before anything loads: with a target that does not exist, the number is what is named.
-    Case("max-new-tokens-zero", ("bench", "--target", "{tmp}/no-model", "--draft", "truncated:2", "--max-new-tokens", "0"),
-         "--max-new-tokens must be >= 1, got 0"),
-    Case("generate-max-new-tokens-zero", ("generate", "--target", "tiny-random", "--max-new-tokens", "0", "hi"),
-         "--max-new-tokens must be >= 1, got 0"),
+    Case(
+        "max-new-tokens-zero",
+        ("bench", "--target", "{tmp}/no-model", "--draft", "truncated:2", "--max-new-tokens", "0"),
+        "--max-new-tokens must be >= 1, got 0",
+    ),
+    Case(
+        "generate-max-new-tokens-zero",
+        ("generate", "--target", "tiny-random", "--max-new-tokens", "0", "hi"),
+        "--max-new-tokens must be >= 1, got 0",
+    ),
     Case("num-prompts-negative", ("eval", *EVAL, "--num-prompts", "-1"), "--num-prompts must be >= 1, got -1"),
     Case("num-prompts-zero", ("bench", *EVAL, "--num-prompts", "0"), "--num-prompts must be >= 1, got 0"),
-    Case("temperature-negative", ("eval", *EVAL, "--temperature", "-0.5"), "--temperature must be >= 0 (0 = greedy), got -0.5"),
-    Case("temperature-nan", ("generate", "--target", "tiny-random", "--temperature", "nan", "hi"), "--temperature must be >= 0"),
+    Case(
+        "temperature-negative",
+        ("eval", *EVAL, "--temperature", "-0.5"),
+        "--temperature must be >= 0 (0 = greedy), got -0.5",
+    ),
+    Case(
+        "temperature-nan",
+        ("generate", "--target", "tiny-random", "--temperature", "nan", "hi"),
+        "--temperature must be >= 0",
+    ),
     Case("top-p-zero", ("eval", *EVAL, "--top-p", "0"), "--top-p must be in (0, 1], got 0.0"),
     Case("top-p-above-one", ("bench", *EVAL, "--top-p", "1.5"), "--top-p must be in (0, 1], got 1.5"),
     Case("top-k-negative", ("eval", *EVAL, "--top-k", "-1"), "--top-k must be >= 0 (0 = off), got -1"),
     Case("k-zero", ("eval", *EVAL, "-k", "0"), "--num-speculative-tokens must be >= 1, got 0"),
     Case("tree-depth-zero", ("eval", *EVAL, "--tree-depth", "0"), "--tree-depth must be >= 1, got 0"),
-    Case("tree-tokens-one", ("bench", *EVAL, "--tree-num-draft-tokens", "1"), "--tree-num-draft-tokens must be >= 2 (it counts the root)"),
+    Case(
+        "tree-tokens-one",
+        ("bench", *EVAL, "--tree-num-draft-tokens", "1"),
+        "--tree-num-draft-tokens must be >= 2 (it counts the root)",
+    ),
     # Output paths are checked before the run (a finished run was lost to them at the end).
-    Case("json-is-a-directory", ("eval", *EVAL, "--json", "{tmp}/out"), "--json {tmp}/out is a directory: name a file in it",
-         setup=mkdir("out"), unchanged=("{tmp}/out",)),
-    Case("json-under-a-file", ("bench", *EVAL, "--json", "{tmp}/afile/r.json"), "{tmp}/afile is a file, not a folder",
-         setup=write("afile", "keep me"), unchanged=("{tmp}/afile",)),
-    Case("json-read-only", ("eval", *EVAL, "--json", "/sys/draftsmith-test/r.json" if os.geteuid() == 0 else "{tmp}/ro/r.json"),
-         "cannot write in", setup=mkdir("ro", 0o555), unchanged=("{tmp}/ro",), absent=("{tmp}/ro/r.json",)),
-    Case("plot-not-an-image", ("bench", *EVAL, "--plot", "{tmp}/p.txt"), "--plot {tmp}/p.txt: name a .png / .pdf / .svg",
-         absent=("{tmp}/p.txt",)),
-    Case("plot-is-a-directory", ("bench", *EVAL, "--plot", "{tmp}/p.png"), "--plot {tmp}/p.png is a directory",
-         setup=mkdir("p.png"), unchanged=("{tmp}/p.png",)),
+    Case(
+        "json-is-a-directory",
+        ("eval", *EVAL, "--json", "{tmp}/out"),
+        "--json {tmp}/out is a directory: name a file in it",
+        setup=mkdir("out"),
+        unchanged=("{tmp}/out",),
+    ),
+    Case(
+        "json-under-a-file",
+        ("bench", *EVAL, "--json", "{tmp}/afile/r.json"),
+        "{tmp}/afile is a file, not a folder",
+        setup=write("afile", "keep me"),
+        unchanged=("{tmp}/afile",),
+    ),
+    Case(
+        "json-read-only",
+        ("eval", *EVAL, "--json", "/sys/draftsmith-test/r.json" if os.geteuid() == 0 else "{tmp}/ro/r.json"),
+        "cannot write in",
+        setup=mkdir("ro", 0o555),
+        unchanged=("{tmp}/ro",),
+        absent=("{tmp}/ro/r.json",),
+    ),
+    Case(
+        "plot-not-an-image",
+        ("bench", *EVAL, "--plot", "{tmp}/p.txt"),
+        "--plot {tmp}/p.txt: name a .png / .pdf / .svg",
+        absent=("{tmp}/p.txt",),
+    ),
+    Case(
+        "plot-is-a-directory",
+        ("bench", *EVAL, "--plot", "{tmp}/p.png"),
+        "--plot {tmp}/p.png is a directory",
+        setup=mkdir("p.png"),
+        unchanged=("{tmp}/p.png",),
+    ),
     # A prompt past the target's positions (tiny-random: 2,048) is refused, not decoded into meaningless numbers.
-    Case("prompt-longer-than-the-context", ("eval", *EVAL, "--prompts", "{tmp}/long.jsonl", "--json", "{tmp}/r.json"),
-         "has 4,800 tokens; with --max-new-tokens 128 and 4 draft tokens it needs 4,932 positions, but tiny-random has 2,048",
-         setup=write("long.jsonl", '{"prompt": "' + "word " * 960 + '"}\n'), unchanged=("{tmp}/long.jsonl",), absent=("{tmp}/r.json",)),
-    Case("generate-prompt-longer-than-the-context", ("generate", "--target", "tiny-random", "word " * 960),
-         "prompt given has 4,800 tokens; with --max-new-tokens 128 it needs 4,928 positions, but tiny-random has 2,048"),
-    Case("max-new-tokens-past-the-context", ("generate", "--target", "tiny-random", "--max-new-tokens", "5000", "hi"),
-         "--max-new-tokens 5000 leaves no room for a prompt in tiny-random's 2,048 positions"),
+    Case(
+        "prompt-longer-than-the-context",
+        ("eval", *EVAL, "--prompts", "{tmp}/long.jsonl", "--json", "{tmp}/r.json"),
+        "has 4,800 tokens; with --max-new-tokens 128 and 4 draft tokens it needs 4,932 positions, but tiny-random has "
+        "2,048",
+        setup=write("long.jsonl", '{"prompt": "' + "word " * 960 + '"}\n'),
+        unchanged=("{tmp}/long.jsonl",),
+        absent=("{tmp}/r.json",),
+    ),
+    Case(
+        "generate-prompt-longer-than-the-context",
+        ("generate", "--target", "tiny-random", "word " * 960),
+        "prompt given has 4,800 tokens; with --max-new-tokens 128 it needs 4,928 positions, but tiny-random has 2,048",
+    ),
+    Case(
+        "max-new-tokens-past-the-context",
+        ("generate", "--target", "tiny-random", "--max-new-tokens", "5000", "hi"),
+        "--max-new-tokens 5000 leaves no room for a prompt in tiny-random's 2,048 positions",
+    ),
 ]
 
 # --- data files (data engineer) -----------------------------------------------------------------
+
 
 def _train_on(name: str) -> tuple[str, ...]:
     return ("train", "{tiny}/draft_lm.yaml", "{quick}", "--data.path", "{tmp}/" + name, "--output-dir", "{tmp}/out")
 
 
 DATA: list[Case] = [
-    Case("data-empty-jsonl", _train_on("empty.jsonl"), "data file {tmp}/empty.jsonl: the file is empty",
-         setup=write("empty.jsonl", ""), unchanged=("{tmp}/empty.jsonl",)),
-    Case("data-malformed-jsonl-line", _train_on("bad.jsonl"), "bad.jsonl: line 3 is not valid JSON",
-         setup=write("bad.jsonl", '{"text": "one"}\n{"text": "two"}\n{"text": "three"\n{"text": "four"}\n'),
-         unchanged=("{tmp}/bad.jsonl",)),
-    Case("data-binary-file", _train_on("blob.jsonl"), "blob.jsonl: line 1 holds binary data",
-         setup=write("blob.jsonl", bytes(range(256)) * 4), unchanged=("{tmp}/blob.jsonl",)),
-    Case("data-not-utf8", _train_on("latin1.jsonl"), "latin1.jsonl: line 2 is not UTF-8 text",
-         setup=write("latin1.jsonl", '{"text": "ok"}\n{"text": "caf\u00e9"}\n'.encode("latin-1")),
-         unchanged=("{tmp}/latin1.jsonl",)),
+    Case(
+        "data-empty-jsonl",
+        _train_on("empty.jsonl"),
+        "data file {tmp}/empty.jsonl: the file is empty",
+        setup=write("empty.jsonl", ""),
+        unchanged=("{tmp}/empty.jsonl",),
+    ),
+    Case(
+        "data-malformed-jsonl-line",
+        _train_on("bad.jsonl"),
+        "bad.jsonl: line 3 is not valid JSON",
+        setup=write("bad.jsonl", '{"text": "one"}\n{"text": "two"}\n{"text": "three"\n{"text": "four"}\n'),
+        unchanged=("{tmp}/bad.jsonl",),
+    ),
+    Case(
+        "data-binary-file",
+        _train_on("blob.jsonl"),
+        "blob.jsonl: line 1 holds binary data",
+        setup=write("blob.jsonl", bytes(range(256)) * 4),
+        unchanged=("{tmp}/blob.jsonl",),
+    ),
+    Case(
+        "data-not-utf8",
+        _train_on("latin1.jsonl"),
+        "latin1.jsonl: line 2 is not UTF-8 text",
+        setup=write("latin1.jsonl", '{"text": "ok"}\n{"text": "caf\u00e9"}\n'.encode("latin-1")),
+        unchanged=("{tmp}/latin1.jsonl",),
+    ),
 ]
 
 CASES = TRAINING + CHECKPOINTS + BENCH + DATA
@@ -253,8 +447,17 @@ def trained_run(tiny_cache, tmp_path_factory):
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
     try:
-        rc = main(["train", str(TINY / "draft_lm.yaml"), "--output-dir", str(out), *QUICK, "--optim.max_steps=2",
-                   "--checkpoint.save_every=1"])
+        rc = main(
+            [
+                "train",
+                str(TINY / "draft_lm.yaml"),
+                "--output-dir",
+                str(out),
+                *QUICK,
+                "--optim.max_steps=2",
+                "--checkpoint.save_every=1",
+            ]
+        )
     finally:
         AcceleratorState._reset_state(True)
         GradientState._reset_state()
@@ -294,8 +497,13 @@ def snapshot(path: pathlib.Path) -> dict[str, str]:
 def run_draftsmith(argv: list[str], capsys, in_subprocess: bool) -> tuple[int, str]:
     """(exit status, stderr) of `draftsmith argv`."""
     if in_subprocess:
-        p = subprocess.run([sys.executable, "-m", "draftsmith", *argv], capture_output=True, text=True, timeout=600,
-                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+        p = subprocess.run(
+            [sys.executable, "-m", "draftsmith", *argv],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
         return p.returncode, p.stderr
     from draftsmith.cli import main
 
@@ -340,10 +548,22 @@ def _start_training(out: pathlib.Path, *extra: str) -> tuple[subprocess.Popen, l
     dir). Its stderr keeps being drained into the returned list."""
     import threading
 
-    cmd = [sys.executable, "-m", "draftsmith", "train", str(TINY / "draft_lm.yaml"), "--output-dir", str(out), *QUICK,
-           "--optim.max_steps=6", "--logging.log_every=1", *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "draftsmith",
+        "train",
+        str(TINY / "draft_lm.yaml"),
+        "--output-dir",
+        str(out),
+        *QUICK,
+        "--optim.max_steps=6",
+        "--logging.log_every=1",
+        *extra,
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     lines: list[str] = []
     for line in proc.stderr:  # with logging.progress=false the run logs "step N ..." once per step
         lines.append(line)
@@ -355,7 +575,9 @@ def _start_training(out: pathlib.Path, *extra: str) -> tuple[subprocess.Popen, l
     return proc, lines
 
 
-def test_second_run_into_a_busy_output_dir_is_refused_and_changes_nothing(tiny_cache, tmp_path, capsys, fresh_accelerate):
+def test_second_run_into_a_busy_output_dir_is_refused_and_changes_nothing(
+    tiny_cache, tmp_path, capsys, fresh_accelerate
+):
     import signal
 
     out = tmp_path / "run"
@@ -367,8 +589,11 @@ def test_second_run_into_a_busy_output_dir_is_refused_and_changes_nothing(tiny_c
         before = snapshot(out)
         # Without --resume (no checkpoint yet, so only the lock stops it) and with --resume.
         for extra in ([], ["--resume"]):
-            rc, err = run_draftsmith(["train", str(TINY / "draft_lm.yaml"), *QUICK, "--optim.max_steps=3",
-                                      "--output-dir", str(out), *extra], capsys, in_subprocess=False)
+            rc, err = run_draftsmith(
+                ["train", str(TINY / "draft_lm.yaml"), *QUICK, "--optim.max_steps=3", "--output-dir", str(out), *extra],
+                capsys,
+                in_subprocess=False,
+            )
             assert_one_clear_line(rc, err, f"output dir {out} is in use by another training run (pid {first.pid} on ")
         assert snapshot(out) == before  # the refused runs wrote nothing (the first one is frozen)
         first.send_signal(signal.SIGCONT)
@@ -396,8 +621,11 @@ def test_a_killed_run_leaves_no_stale_lock(tiny_cache, tmp_path, capsys, fresh_a
     first.send_signal(signal.SIGKILL)
     first.wait()
     assert (out / ".draftsmith-train.lock").is_file()  # the file stays; the kernel dropped the lock
-    rc, err = run_draftsmith(["train", str(TINY / "draft_lm.yaml"), *QUICK, "--optim.max_steps=2", "--output-dir", str(out),
-                              "--resume"], capsys, in_subprocess=False)
+    rc, err = run_draftsmith(
+        ["train", str(TINY / "draft_lm.yaml"), *QUICK, "--optim.max_steps=2", "--output-dir", str(out), "--resume"],
+        capsys,
+        in_subprocess=False,
+    )
     assert rc == 0, err[-3000:]
     assert (out / "final" / "model.safetensors").is_file()
 
@@ -411,8 +639,9 @@ def test_refused_resume_keeps_recipe_and_card(trained_run, tmp_path, capsys, fre
     shutil.copytree(trained_run, run)
     recipe = (run / "recipe.yaml").read_bytes()
     card = build_card(run / "final", [])
-    rc, err = run_draftsmith(["train", str(TINY / "medusa.yaml"), *QUICK, "--output-dir", str(run), "--resume"], capsys,
-                             in_subprocess=False)
+    rc, err = run_draftsmith(
+        ["train", str(TINY / "medusa.yaml"), *QUICK, "--output-dir", str(run), "--resume"], capsys, in_subprocess=False
+    )
     assert_one_clear_line(rc, err, "a 'draft_lm' checkpoint; this recipe trains a 'medusa' drafter")
     assert (run / "recipe.yaml").read_bytes() == recipe
     assert build_card(run / "final", []) == card and "kind: medusa" not in card
@@ -432,18 +661,26 @@ def _just_outside(spec: str, hint):
         value = lo - 1 if bounds[0] == "[" else lo
     if float not in _leaf_types(hint):
         value = int(value)
-    return [value, value] if list in (typing.get_origin(hint), *map(typing.get_origin, typing.get_args(hint))) else value
+    return (
+        [value, value] if list in (typing.get_origin(hint), *map(typing.get_origin, typing.get_args(hint))) else value
+    )
 
 
 def test_every_numeric_knob_has_a_range_that_is_enforced():
     """Each int/float knob of every section declares its range, and a value just outside it is
     refused naming the key (issue 16 item 7: eval_every=-5 was accepted)."""
-    from draftsmith.errors import DraftsmithError
     from draftsmith.train import config as c
     from draftsmith.train import kinds
 
-    sections = [("model", c.ModelConfig, {}), ("data", c.DataConfig, {}), ("optim", c.OptimConfig, {}),
-                ("checkpoint", c.CheckpointConfig, {}), ("logging", c.LoggingConfig, {})]
+    from draftsmith.errors import DraftsmithError
+
+    sections = [
+        ("model", c.ModelConfig, {}),
+        ("data", c.DataConfig, {}),
+        ("optim", c.OptimConfig, {}),
+        ("checkpoint", c.CheckpointConfig, {}),
+        ("logging", c.LoggingConfig, {}),
+    ]
     for kind, cls in kinds.DRAFTER_CONFIGS.items():
         sections.append(("drafter", cls, {"kind": kind}))
         if "lora" in {f.name for f in dataclasses.fields(cls)}:

@@ -10,10 +10,10 @@ import subprocess
 import sys
 
 import pytest
-
-from draftsmith.bench import context_buckets
 from draftsmith.infer.engine import Engine
 from draftsmith.train.kinds import load_drafter
+
+from draftsmith.bench import context_buckets
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("bench_all", ROOT / "scripts" / "bench_all.py")
@@ -36,12 +36,24 @@ def test_context_buckets_partition_the_steps(tiny_target):
 
 
 def _round(speedup, tau, match=True, ctx_steps=4):
-    method = {"speedup": speedup, "tokens_per_s": 10 * speedup, "mean_acceptance_length": tau, "outputs_match_plain": match,
-              "per_position_acceptance": [tau - 1, (tau - 1) / 2], "draft": "d", "drafter_kind": "eagle3",
-              "by_domain": {"chat": {"mean_acceptance_length": tau, "speedup": speedup}},
-              "by_context": {"<64": {"mean_acceptance_length": tau, "steps": ctx_steps}}}
-    plain = {"speedup": 1.0, "tokens_per_s": 10.0, "mean_acceptance_length": 1.0, "outputs_match_plain": True,
-             "by_domain": {"chat": {"mean_acceptance_length": 1.0, "speedup": 1.0}}}
+    method = {
+        "speedup": speedup,
+        "tokens_per_s": 10 * speedup,
+        "mean_acceptance_length": tau,
+        "outputs_match_plain": match,
+        "per_position_acceptance": [tau - 1, (tau - 1) / 2],
+        "draft": "d",
+        "drafter_kind": "eagle3",
+        "by_domain": {"chat": {"mean_acceptance_length": tau, "speedup": speedup}},
+        "by_context": {"<64": {"mean_acceptance_length": tau, "steps": ctx_steps}},
+    }
+    plain = {
+        "speedup": 1.0,
+        "tokens_per_s": 10.0,
+        "mean_acceptance_length": 1.0,
+        "outputs_match_plain": True,
+        "by_domain": {"chat": {"mean_acceptance_length": 1.0, "speedup": 1.0}},
+    }
     return {"methods": {"plain": plain, "m": method}}
 
 
@@ -58,13 +70,19 @@ def test_aggregate_medians_spread_and_pooled_buckets():
 
 
 def _groups_round(tau_writing, speedup):
-    cell = lambda tau, sp: {"mean_acceptance_length": tau, "speedup": sp, "draft_acceptance_rate": (tau - 1) / 3,  # noqa: E731
-                            "per_position_acceptance": [tau - 1]}
+    cell = lambda tau, sp: {
+        "mean_acceptance_length": tau,
+        "speedup": sp,
+        "draft_acceptance_rate": (tau - 1) / 3,  # noqa: E731
+        "per_position_acceptance": [tau - 1],
+    }
     r = _round(speedup, tau_writing)
     r["methods"]["plain"]["by_domain"] = {"writing": cell(1.0, 1.0), "humaneval": cell(1.0, 1.0)}
-    r["methods"]["m"].update(by_domain={"writing": cell(tau_writing, speedup), "humaneval": cell(2.5, 1.5)},
-                             by_turn={"turn1": cell(tau_writing, speedup), "turn2": cell(1.2, 0.9)},
-                             by_set={"mt-bench": cell(tau_writing, speedup), "humaneval": cell(2.5, 1.5)})
+    r["methods"]["m"].update(
+        by_domain={"writing": cell(tau_writing, speedup), "humaneval": cell(2.5, 1.5)},
+        by_turn={"turn1": cell(tau_writing, speedup), "turn2": cell(1.2, 0.9)},
+        by_set={"mt-bench": cell(tau_writing, speedup), "humaneval": cell(2.5, 1.5)},
+    )
     return r
 
 
@@ -75,11 +93,24 @@ def test_aggregate_and_table_carry_categories_sets_and_turns():
     assert m["by_domain"]["writing"]["speedup"] == {"median": 1.2000000000000002, "min": 1.1, "max": 1.3, "n": 2}
     assert m["by_turn"]["turn2"]["mean_acceptance_length"]["median"] == 1.2
     assert m["by_set"]["humaneval"]["draft_acceptance_rate"] == pytest.approx(0.5)
-    cpu = {"model": "Some CPU", "flags": {"avx2": True, "avx512f": True, "avx512_bf16": False, "amx_bf16": False, "amx_tile": False},
-           "cores": 2, "threads": 2}
-    meta = {"target": "t", "dtype": "float32", "device": "cpu", "hardware": "Some CPU, 2 threads", "cpu": cpu, "num_prompts": 4,
-            "max_new_tokens": 8}
-    table = bench_all.markdown({"pairs": {"p": {"meta": meta, "rounds": 2, "methods": rows, "training": {"m": "1 min"}}}})
+    cpu = {
+        "model": "Some CPU",
+        "flags": {"avx2": True, "avx512f": True, "avx512_bf16": False, "amx_bf16": False, "amx_tile": False},
+        "cores": 2,
+        "threads": 2,
+    }
+    meta = {
+        "target": "t",
+        "dtype": "float32",
+        "device": "cpu",
+        "hardware": "Some CPU, 2 threads",
+        "cpu": cpu,
+        "num_prompts": 4,
+        "max_new_tokens": 8,
+    }
+    table = bench_all.markdown(
+        {"pairs": {"p": {"meta": meta, "rounds": 2, "methods": rows, "training": {"m": "1 min"}}}}
+    )
     assert "Some CPU (avx2 yes, avx512f yes, avx512_bf16 no, amx_bf16 no; 2 threads of 2 cores)" in table
     head = next(line for line in table.splitlines() if line.startswith("| method"))
     assert head.split(" | ")[3:8] == ["τ writing", "τ humaneval", "τ mt-bench", "τ turn1", "τ turn2"]
@@ -97,16 +128,26 @@ def test_a_round_on_mt_bench_and_humaneval(tiny_cache, tmp_path, monkeypatch):
     from draftsmith import prompts as prompt_sets
 
     mt, he = tmp_path / "question.jsonl", tmp_path / "HumanEval.jsonl.gz"
-    mt.write_text("".join(json.dumps({"question_id": i, "category": c, "turns": [f"tell {c}", "more"]}) + "\n"
-                          for i, c in enumerate(prompt_sets.MT_BENCH_CATEGORIES)))
-    he.write_bytes(gzip.compress(json.dumps({"task_id": "HumanEval/0", "prompt": "def f(x):\n", "entry_point": "f"}).encode()))
+    mt.write_text(
+        "".join(
+            json.dumps({"question_id": i, "category": c, "turns": [f"tell {c}", "more"]}) + "\n"
+            for i, c in enumerate(prompt_sets.MT_BENCH_CATEGORIES)
+        )
+    )
+    he.write_bytes(
+        gzip.compress(json.dumps({"task_id": "HumanEval/0", "prompt": "def f(x):\n", "entry_point": "f"}).encode())
+    )
     files = {"mt-bench": mt, "humaneval": he}
     monkeypatch.setattr(prompt_sets, "locate", lambda name: files[name])
     for name, path in files.items():
-        monkeypatch.setitem(prompt_sets.STANDARD_SETS, name, dataclasses.replace(
-            prompt_sets.STANDARD_SETS[name], sha256=hashlib.sha256(path.read_bytes()).hexdigest()))
-    args = argparse.Namespace(prompts="mt-bench,humaneval", num_prompts=2, max_new_tokens=5, seed=0, progress=False,
-                              context_edges=[64, 128])
+        monkeypatch.setitem(
+            prompt_sets.STANDARD_SETS,
+            name,
+            dataclasses.replace(prompt_sets.STANDARD_SETS[name], sha256=hashlib.sha256(path.read_bytes()).hexdigest()),
+        )
+    args = argparse.Namespace(
+        prompts="mt-bench,humaneval", num_prompts=2, max_new_tokens=5, seed=0, progress=False, context_edges=[64, 128]
+    )
     path = tmp_path / "tiny-r1.json"
     bench_all.bench_round(args, "tiny", "tiny-random", "float32", [("trunc_k2", "truncated:4", 2, None)], path)
     r = json.loads(path.read_text())
@@ -118,9 +159,30 @@ def test_a_round_on_mt_bench_and_humaneval(tiny_cache, tmp_path, monkeypatch):
 
 
 def _run(tmp_path, *extra):
-    cmd = [sys.executable, "scripts/bench_all.py", "--recipes", "configs/tiny", "--kinds", "eagle3", "--minutes", "0.05",
-           "--pair", "none", "--num-prompts", "1", "--max-new-tokens", "10", "--runs-dir", str(tmp_path / "runs"),
-           "--out", str(tmp_path / "out"), "--train-flags=--data.max_rows=150", "--compare-data", "chitchat", *extra]
+    cmd = [
+        sys.executable,
+        "scripts/bench_all.py",
+        "--recipes",
+        "configs/tiny",
+        "--kinds",
+        "eagle3",
+        "--minutes",
+        "0.05",
+        "--pair",
+        "none",
+        "--num-prompts",
+        "1",
+        "--max-new-tokens",
+        "10",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "out"),
+        "--train-flags=--data.max_rows=150",
+        "--compare-data",
+        "chitchat",
+        *extra,
+    ]
     return subprocess.run(cmd, cwd=ROOT, env=os.environ.copy(), capture_output=True, text=True, timeout=900)
 
 
@@ -159,6 +221,8 @@ def test_bench_all_trains_benches_then_resumes_without_redoing(tiny_cache, tmp_p
     (tmp_path / "out" / "plan.json").unlink()
     third = _run(tmp_path, "--repeats", "2")
     assert third.returncode == 2 and "was trained differently (optim.max_minutes: 9.0 (wanted 0.05))" in third.stderr
-    recipe.write_text(recipe.read_text().replace("max_minutes: 9.0", "max_minutes: 0.05").replace("max_rows: 150", "max_rows: 99"))
+    recipe.write_text(
+        recipe.read_text().replace("max_minutes: 9.0", "max_minutes: 0.05").replace("max_rows: 150", "max_rows: 99")
+    )
     fourth = _run(tmp_path, "--repeats", "2")  # nor one trained on other data
     assert fourth.returncode == 2 and "data.max_rows: 99 (wanted 150)" in fourth.stderr

@@ -9,17 +9,48 @@ from draftsmith.cli import main
 from draftsmith.prompts import load_prompts
 
 SUMMARY_KEYS = {
-    "drafts", "drafted_tokens", "accepted_tokens", "draft_acceptance_rate", "mean_acceptance_length",
-    "per_position_acceptance", "tokens_per_s", "speedup", "speedup_vs_hf_assisted", "predicted_speedup",
-    "plain_vs_hf_plain", "greedy_outputs_match", "target", "draft", "dtype", "device", "temperature", "versions",
+    "drafts",
+    "drafted_tokens",
+    "accepted_tokens",
+    "draft_acceptance_rate",
+    "mean_acceptance_length",
+    "per_position_acceptance",
+    "tokens_per_s",
+    "speedup",
+    "speedup_vs_hf_assisted",
+    "predicted_speedup",
+    "plain_vs_hf_plain",
+    "greedy_outputs_match",
+    "target",
+    "draft",
+    "dtype",
+    "device",
+    "temperature",
+    "versions",
 }
 TINY = ["--target", "tiny-random", "--quiet"]
 
 
 def test_bench_writes_json_table_and_plot(tiny_cache, tmp_path, capsys):
     out, png = tmp_path / "b.json", tmp_path / "b.png"
-    rc = main(["bench", *TINY, "--draft", "truncated:4", "--num-prompts", "2", "--max-new-tokens", "12",
-               "-k", "3", "--json", str(out), "--plot", str(png)])
+    rc = main(
+        [
+            "bench",
+            *TINY,
+            "--draft",
+            "truncated:4",
+            "--num-prompts",
+            "2",
+            "--max-new-tokens",
+            "12",
+            "-k",
+            "3",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ]
+    )
     assert rc == 0
     r = json.loads(out.read_text())
     assert SUMMARY_KEYS <= set(r)
@@ -35,8 +66,24 @@ def test_bench_writes_json_table_and_plot(tiny_cache, tmp_path, capsys):
 
 def test_bench_prompt_lookup_has_no_hf_assisted_baseline(tiny_cache, tmp_path):
     out = tmp_path / "b.json"
-    assert main(["bench", *TINY, "--draft", "prompt_lookup", "--num-prompts", "1", "--max-new-tokens", "8",
-                 "--no-hf", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                *TINY,
+                "--draft",
+                "prompt_lookup",
+                "--num-prompts",
+                "1",
+                "--max-new-tokens",
+                "8",
+                "--no-hf",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     r = json.loads(out.read_text())
     assert r["speedup_vs_hf_assisted"] is None and r["plain_vs_hf_plain"] is None
     assert set(r["methods"]) == {"plain", "speculative"}
@@ -45,12 +92,29 @@ def test_bench_prompt_lookup_has_no_hf_assisted_baseline(tiny_cache, tmp_path):
 def test_eval_reports_acceptance_by_domain(tiny_cache, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(
-        json.dumps({"prompt": "hello there", "domain": "a"}) + "\n"
-        + json.dumps({"messages": [{"role": "user", "content": "hi"}], "domain": "b"}) + "\n"
+        json.dumps({"prompt": "hello there", "domain": "a"})
+        + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": "hi"}], "domain": "b"})
+        + "\n"
     )
     out = tmp_path / "e.json"
-    assert main(["eval", *TINY, "--draft", "truncated:6", "--prompts", str(prompts), "--max-new-tokens", "10",
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                *TINY,
+                "--draft",
+                "truncated:6",
+                "--prompts",
+                str(prompts),
+                "--max-new-tokens",
+                "10",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     r = json.loads(out.read_text())
     assert set(r["by_domain"]) == {"a", "b"}
     assert r["drafts"] == r["by_domain"]["a"]["drafts"] + r["by_domain"]["b"]["drafts"]
@@ -66,8 +130,12 @@ def test_generate_marks_drafted_tokens(tiny_cache, capsys):
 
 @pytest.mark.parametrize(
     "content, message",
-    [("", "no prompts"), ("\n\n", "no prompts"), ('{"prompt": "ok"}\n{not json\n', ":2: not valid JSON"),
-     ('{"text": "x"}\n', "needs a 'prompt'")],
+    [
+        ("", "no prompts"),
+        ("\n\n", "no prompts"),
+        ('{"prompt": "ok"}\n{not json\n', ":2: not valid JSON"),
+        ('{"text": "x"}\n', "needs a 'prompt'"),
+    ],
 )
 def test_bad_prompt_files_are_one_clear_error(tiny_cache, tmp_path, capsys, content, message):
     bad = tmp_path / "bad.jsonl"
@@ -115,8 +183,10 @@ def test_prompts_from_a_datasets_source(tiny_cache, tmp_path):
     from draftsmith.models.loading import load_tokenizer
 
     (tmp_path / "test.jsonl").write_text(
-        json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}) + "\n"
-        + json.dumps({"messages": [{"role": "user", "content": "how are you"}]}) + "\n"
+        json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})
+        + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": "how are you"}]})
+        + "\n"
     )
     prompts = load_prompts(str(tmp_path), load_tokenizer("tiny-random"), split="test")
     assert len(prompts) == 2
@@ -140,8 +210,25 @@ def test_bench_medusa_chain_and_tree_from_a_checkpoint(medusa_folder, tmp_path, 
     """The target comes from drafter.json; a tree is reported as a tree; greedy stays exact."""
     for extra in (["-k", "3"], ["--tree-topk", "2", "--tree-depth", "3", "--tree-num-draft-tokens", "7"]):
         out = tmp_path / "m.json"
-        assert main(["bench", "--quiet", "--draft", str(medusa_folder), "--num-prompts", "1", "--max-new-tokens", "10",
-                     "--no-hf", "--json", str(out), *extra]) == 0
+        assert (
+            main(
+                [
+                    "bench",
+                    "--quiet",
+                    "--draft",
+                    str(medusa_folder),
+                    "--num-prompts",
+                    "1",
+                    "--max-new-tokens",
+                    "10",
+                    "--no-hf",
+                    "--json",
+                    str(out),
+                    *extra,
+                ]
+            )
+            == 0
+        )
         r = json.loads(out.read_text())
         assert r["target"] == "tiny-random" and r["drafter_kind"] == "medusa" and r["greedy_outputs_match"] is True
         if "--tree-topk" in extra:
@@ -153,13 +240,16 @@ def test_bench_medusa_chain_and_tree_from_a_checkpoint(medusa_folder, tmp_path, 
     assert "tree {'topk': 2" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("args, message", [
-    (["-k", "5"], "has 3 heads"),
-    (["--tree-depth", "4"], "at most 3 tokens ahead"),
-    (["--tree-choices", "TREE"], "no parent [1]"),
-    (["--tree-children", "sampled"], "applies to trees"),
-    (["--tree-topk", "2", "--tree-children", "sampled"], "temperature > 0"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-k", "5"], "has 3 heads"),
+        (["--tree-depth", "4"], "at most 3 tokens ahead"),
+        (["--tree-choices", "TREE"], "no parent [1]"),
+        (["--tree-children", "sampled"], "applies to trees"),
+        (["--tree-topk", "2", "--tree-children", "sampled"], "temperature > 0"),
+    ],
+)
 def test_bad_medusa_requests_are_one_line_errors(medusa_folder, tmp_path, capsys, args, message):
     tree = tmp_path / "tree.json"
     tree.write_text("[[0], [1, 0]]")
@@ -172,8 +262,24 @@ def test_bad_medusa_requests_are_one_line_errors(medusa_folder, tmp_path, capsys
 def test_typical_acceptance_must_be_asked_for_by_name(medusa_folder, capsys):
     with pytest.raises(SystemExit):  # argparse: only lossless | typical-lossy exist
         main(["generate", "--quiet", "--draft", str(medusa_folder), "--verification", "typical", "hi"])
-    assert main(["generate", "--quiet", "--draft", str(medusa_folder), "--verification", "typical-lossy",
-                 "--temperature", "0.8", "--max-new-tokens", "6", "hi"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--quiet",
+                "--draft",
+                str(medusa_folder),
+                "--verification",
+                "typical-lossy",
+                "--temperature",
+                "0.8",
+                "--max-new-tokens",
+                "6",
+                "hi",
+            ]
+        )
+        == 0
+    )
 
 
 def test_finished_results_survive_an_output_that_fails_at_the_end(tiny_cache, tmp_path, capsys, monkeypatch):
@@ -191,7 +297,12 @@ def test_finished_results_survive_an_output_that_fails_at_the_end(tiny_cache, tm
         return real(result, path)
 
     monkeypatch.setattr(bench, "write_json", disk_full)
-    assert main(["eval", *TINY, "--draft", "truncated:4", "--num-prompts", "1", "--max-new-tokens", "6", "--json", str(out)]) == 2
+    assert (
+        main(
+            ["eval", *TINY, "--draft", "truncated:4", "--num-prompts", "1", "--max-new-tokens", "6", "--json", str(out)]
+        )
+        == 2
+    )
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("draftsmith: error:")]
     assert len(lines) == 1 and f"could not write --json {out} (No space left on device)" in lines[0]
     kept = lines[0].split("the results are saved in ")[1]
@@ -199,9 +310,29 @@ def test_finished_results_survive_an_output_that_fails_at_the_end(tiny_cache, tm
     os.unlink(kept)
 
     monkeypatch.setattr(bench, "write_json", real)  # the JSON is written, the plot fails: the error points at the JSON
-    monkeypatch.setattr(bench, "plot_acceptance", lambda *a: (_ for _ in ()).throw(ValueError("Format 'png' is not supported")))
-    assert main(["bench", *TINY, "--draft", "truncated:4", "--num-prompts", "1", "--max-new-tokens", "6", "--no-hf",
-                 "--json", str(out), "--plot", str(png)]) == 2
+    monkeypatch.setattr(
+        bench, "plot_acceptance", lambda *a: (_ for _ in ()).throw(ValueError("Format 'png' is not supported"))
+    )
+    assert (
+        main(
+            [
+                "bench",
+                *TINY,
+                "--draft",
+                "truncated:4",
+                "--num-prompts",
+                "1",
+                "--max-new-tokens",
+                "6",
+                "--no-hf",
+                "--json",
+                str(out),
+                "--plot",
+                str(png),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert f"could not write --plot {png} (Format 'png' is not supported); the results are saved in {out}" in err
     assert json.loads(out.read_text())["num_prompts"] == 1

@@ -18,7 +18,6 @@ import itertools
 
 import pytest
 import torch
-
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.tree import TreeConfig
@@ -39,15 +38,22 @@ PROMPTS = ([5, 40, 41, 42, 43, 9, 12], [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
 
 
 def _eagle(target):
-    model = EagleModel(EagleConfig(vocab_size=target.vocab_size, target="tiny", hidden_layers=[-1],
-                                   **EagleConfig.layer_fields(target.config)))
+    model = EagleModel(
+        EagleConfig(
+            vocab_size=target.vocab_size, target="tiny", hidden_layers=[-1], **EagleConfig.layer_fields(target.config)
+        )
+    )
     return Eagle(model.to(device=target.device, dtype=torch.float32), target, "eagle")
 
 
 def _eagle3(target):
-    cfg = Eagle3Config(vocab_size=target.vocab_size, draft_vocab_size=100, target="tiny",
-                       hidden_layers=default_aux_layers(target.config.num_hidden_layers),
-                       **EagleConfig.layer_fields(target.config))
+    cfg = Eagle3Config(
+        vocab_size=target.vocab_size,
+        draft_vocab_size=100,
+        target="tiny",
+        hidden_layers=default_aux_layers(target.config.num_hidden_layers),
+        **EagleConfig.layer_fields(target.config),
+    )
     model = Eagle3Model(cfg)
     model.set_vocab(torch.randperm(target.vocab_size)[:100].sort().values, target.model.get_output_embeddings())
     return Eagle3(model.to(device=target.device, dtype=torch.float32), target, "eagle3")
@@ -59,8 +65,15 @@ def _medusa(target):
 
 def _dflash(target):
     layers = target.config.num_hidden_layers
-    cfg = DFlashConfig(vocab_size=target.vocab_size, target="tiny", hidden_layers=default_target_layers(layers, 1),
-                       num_hidden_layers=1, block_size=K + 1, mask_token_id=0, **EagleConfig.layer_fields(target.config))
+    cfg = DFlashConfig(
+        vocab_size=target.vocab_size,
+        target="tiny",
+        hidden_layers=default_target_layers(layers, 1),
+        num_hidden_layers=1,
+        block_size=K + 1,
+        mask_token_id=0,
+        **EagleConfig.layer_fields(target.config),
+    )
     return DFlash(DFlashModel(cfg).to(device=target.device, dtype=torch.float32), target, "dflash")
 
 
@@ -130,7 +143,9 @@ def counting_compile(monkeypatch):
 
 
 @pytest.mark.parametrize("name", list(KINDS))
-def test_drafting_compiles_to_fixed_graphs_and_drafts_what_eager_drafts(name, tiny_target, monkeypatch, counting_compile):
+def test_drafting_compiles_to_fixed_graphs_and_drafts_what_eager_drafts(
+    name, tiny_target, monkeypatch, counting_compile
+):
     build, _module, tree, most = KINDS[name]
     graphs = counting_compile
     torch.manual_seed(0)
@@ -152,14 +167,15 @@ def test_drafting_compiles_to_fixed_graphs_and_drafts_what_eager_drafts(name, ti
             runs[label] = engine.generate(prompt, 24, eos_token_ids=())
             assert runs[label].tokens == plain.tokens, f"{name} {label}: output differs from plain decoding"
         e, c = runs["eager"].metrics, runs["compiled"].metrics
-        assert (c.drafts, c.drafted_tokens, c.accepted_tokens) == (e.drafts, e.drafted_tokens, e.accepted_tokens), \
+        assert (c.drafts, c.drafted_tokens, c.accepted_tokens) == (e.drafts, e.drafted_tokens, e.accepted_tokens), (
             f"{name}: the compiled drafter drafted differently from the eager one"
+        )
         if tree is None:  # every catch-up count was met
             assert e.accepted_tokens >= sum(range(K + 1)) and e.drafts >= K + 1
         if i == 0:
             seen_after_first = list(graphs)
     assert 1 <= len(seen_after_first) <= most, f"{name}: {len(seen_after_first)} graphs {seen_after_first}"
-    assert graphs == seen_after_first, f"{name}: a longer prompt compiled new graphs {graphs[len(seen_after_first):]}"
+    assert graphs == seen_after_first, f"{name}: a longer prompt compiled new graphs {graphs[len(seen_after_first) :]}"
 
 
 def test_bench_compiled_drafting_reports_eager_and_compiled_side_by_side(tiny_cache, tmp_path, counting_compile):
@@ -168,11 +184,32 @@ def test_bench_compiled_drafting_reports_eager_and_compiled_side_by_side(tiny_ca
 
     bench = runpy.run_path("scripts/bench_compiled_drafting.py")
     out = tmp_path / "compiled.json"
-    assert bench["main"](["--target", "tiny-random", "--draft", "truncated:1", "--dtype", "float32", "--prompts", "chat",
-                          "--num-prompts", "3", "--max-new-tokens", "12", "--json", str(out)]) == 0
+    assert (
+        bench["main"](
+            [
+                "--target",
+                "tiny-random",
+                "--draft",
+                "truncated:1",
+                "--dtype",
+                "float32",
+                "--prompts",
+                "chat",
+                "--num-prompts",
+                "3",
+                "--max-new-tokens",
+                "12",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = json.loads(out.read_text())["methods"]
     assert set(rows) == {"draft_lm eager", "draft_lm compiled"}
     c = rows["draft_lm compiled"]
     assert c["compiled"] and not rows["draft_lm eager"]["compiled"] and c["draft_over_eager"] > 0
     assert c["same_acceptance_as_eager"] and c["outputs_match_plain"] and rows["draft_lm eager"]["outputs_match_plain"]
-    assert 1 <= len(counting_compile) <= 2  # the compiled copy's decode shapes (1-2 tokens); the eager copy compiles none
+    assert (
+        1 <= len(counting_compile) <= 2
+    )  # the compiled copy's decode shapes (1-2 tokens); the eager copy compiles none

@@ -8,13 +8,13 @@ from collections import defaultdict
 
 import pytest
 import torch
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.models.loading import load_tokenizer
 from draftsmith.train import corpora
 from draftsmith.train import data as data_mod
 from draftsmith.train.config import DataConfig
 from draftsmith.train.data import build_data, collate, load_rows
+
+from draftsmith.errors import DraftsmithError
 
 END = "<|im_end|>"
 # SmolLM2's template: a default system prompt when the chat does not start with one.
@@ -53,8 +53,10 @@ def quiet_tok(tok):
 def chat(i: int, turns: int = 2, system: bool = False) -> list[dict]:
     msgs = [{"role": "system", "content": f"system prompt {i}"}] if system else []
     for t in range(turns):
-        msgs += [{"role": "user", "content": f"question {i}.{t}: what now?"},
-                 {"role": "assistant", "content": f"answer {i}.{t}: this."}]
+        msgs += [
+            {"role": "user", "content": f"question {i}.{t}: what now?"},
+            {"role": "assistant", "content": f"answer {i}.{t}: this."},
+        ]
     return msgs
 
 
@@ -99,8 +101,9 @@ def test_masks_cover_exactly_the_assistant_turns(tmp_path, quiet_tok, template):
     if template:
         quiet_tok.chat_template = template
     chats = [chat(i, turns=3, system=i % 2 == 0) for i in range(6)]
-    data = build_data(cfg(write_jsonl(tmp_path / "c.jsonl", [{"messages": c} for c in chats]), pack=False),
-                      quiet_tok, progress=False)
+    data = build_data(
+        cfg(write_jsonl(tmp_path / "c.jsonl", [{"messages": c} for c in chats]), pack=False), quiet_tok, progress=False
+    )
     assert len(data.train) == 5 and len(data.eval) == 1
     for i, (text, masked) in {**rows_by_chat(data.train, quiet_tok), **rows_by_chat(data.eval, quiet_tok)}.items():
         expected = [m["content"] + END for m in chats[i] if m["role"] == "assistant"]
@@ -139,8 +142,9 @@ def test_sharegpt_columns(tmp_path, tok):
     roles = {"user": "human", "assistant": "gpt", "system": "system"}
     chats = [chat(i, system=True) for i in range(3)]
     rows = [{"conversations": [{"from": roles[m["role"]], "value": m["content"]} for m in c]} for c in chats]
-    data = build_data(cfg(write_jsonl(tmp_path / "s.jsonl", rows), pack=False, messages_column="conversations"),
-                      tok, progress=False)
+    data = build_data(
+        cfg(write_jsonl(tmp_path / "s.jsonl", rows), pack=False, messages_column="conversations"), tok, progress=False
+    )
     for i, (_, masked) in rows_by_chat(data.train, tok).items():
         assert masked == [m["content"] + END for m in chats[i] if m["role"] == "assistant"]
 
@@ -151,22 +155,49 @@ def test_sharegpt_columns(tmp_path, tok):
 def sharegpt_fixture(tmp_path, cut: bool = True):
     """A ShareGPT-shaped JSON list with the quirks of the real file, cut mid-record like it."""
     records = [
-        {"id": "a_0", "conversations": [{"from": "human", "value": "question 0.0: hi?"},
-                                        {"from": "gpt", "value": "answer 0.0: hello."}]},
-        {"id": "a_1", "conversations": [{"from": "gpt", "value": "a reply left from part 0"},  # a split's later part
-                                        {"from": "human", "value": "question 1.0: and?"},
-                                        {"from": "chatgpt", "value": "answer 1.0: and so."}]},
-        {"id": "b_0", "conversations": [{"from": "system", "value": "be brief"},
-                                        {"from": "human", "value": "question 2.0: one"},
-                                        {"from": "human", "value": "two"},  # same speaker twice: merged
-                                        {"from": "gpt", "value": "  "},  # empty: dropped
-                                        {"from": "bard", "value": "answer 2.0: three."}]},
-        {"id": "c_0", "conversations": [{"from": "human", "value": "question 3.0: x"},
-                                        {"from": "narrator", "value": "who?"}]},  # unknown speaker: skipped
-        {"id": "d_0", "conversations": [{"from": "user", "value": "question 4.0: y"},
-                                        {"from": "bing", "value": "answer 4.0: z."}]},
-        {"id": "e_0", "conversations": [{"from": "human", "value": "question 5.0: never complete"},
-                                        {"from": "gpt", "value": "answer 5.0: the file ends in here"}]},
+        {
+            "id": "a_0",
+            "conversations": [
+                {"from": "human", "value": "question 0.0: hi?"},
+                {"from": "gpt", "value": "answer 0.0: hello."},
+            ],
+        },
+        {
+            "id": "a_1",
+            "conversations": [
+                {"from": "gpt", "value": "a reply left from part 0"},  # a split's later part
+                {"from": "human", "value": "question 1.0: and?"},
+                {"from": "chatgpt", "value": "answer 1.0: and so."},
+            ],
+        },
+        {
+            "id": "b_0",
+            "conversations": [
+                {"from": "system", "value": "be brief"},
+                {"from": "human", "value": "question 2.0: one"},
+                {"from": "human", "value": "two"},  # same speaker twice: merged
+                {"from": "gpt", "value": "  "},  # empty: dropped
+                {"from": "bard", "value": "answer 2.0: three."},
+            ],
+        },
+        {
+            "id": "c_0",
+            "conversations": [{"from": "human", "value": "question 3.0: x"}, {"from": "narrator", "value": "who?"}],
+        },  # unknown speaker: skipped
+        {
+            "id": "d_0",
+            "conversations": [
+                {"from": "user", "value": "question 4.0: y"},
+                {"from": "bing", "value": "answer 4.0: z."},
+            ],
+        },
+        {
+            "id": "e_0",
+            "conversations": [
+                {"from": "human", "value": "question 5.0: never complete"},
+                {"from": "gpt", "value": "answer 5.0: the file ends in here"},
+            ],
+        },
     ]
     text = json.dumps(records, indent=2)
     if cut:
@@ -181,13 +212,19 @@ def test_sharegpt_reads_the_complete_records_of_a_cut_file(tmp_path, tok, monkey
     monkeypatch.setattr(corpora, "READ_CHUNK", 64)  # records span many reads
     rows, fmt = load_rows(DataConfig(path="sharegpt"))
     assert fmt == "chat" and len(rows) == 4  # 6 records: one with an unknown speaker, one cut off
-    assert rows[0]["messages"] == [{"role": "user", "content": "question 0.0: hi?"},
-                                   {"role": "assistant", "content": "answer 0.0: hello."}]
-    assert rows[1]["messages"] == [{"role": "user", "content": "question 1.0: and?"},
-                                   {"role": "assistant", "content": "answer 1.0: and so."}]
-    assert rows[2]["messages"] == [{"role": "system", "content": "be brief"},
-                                   {"role": "user", "content": "question 2.0: one\n\ntwo"},
-                                   {"role": "assistant", "content": "answer 2.0: three."}]
+    assert rows[0]["messages"] == [
+        {"role": "user", "content": "question 0.0: hi?"},
+        {"role": "assistant", "content": "answer 0.0: hello."},
+    ]
+    assert rows[1]["messages"] == [
+        {"role": "user", "content": "question 1.0: and?"},
+        {"role": "assistant", "content": "answer 1.0: and so."},
+    ]
+    assert rows[2]["messages"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "question 2.0: one\n\ntwo"},
+        {"role": "assistant", "content": "answer 2.0: three."},
+    ]
     assert rows[3]["messages"][1] == {"role": "assistant", "content": "answer 4.0: z."}
     with caplog.at_level(logging.INFO, logger="draftsmith.train.data"):
         data = build_data(DataConfig(path="sharegpt", pack=False, eval_rows=1), tok, progress=False)
@@ -341,18 +378,23 @@ def test_unloadable_sources_are_one_line_errors(tmp_path, tok, monkeypatch):
         raise ConnectionError("Couldn't reach 'someone/some-set' on the Hub (LocalEntryNotFoundError)\nmore")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(DraftsmithError, match=r"'someone/some-set' could not be loaded: ConnectionError: Couldn't reach") as e:
+    with pytest.raises(
+        DraftsmithError, match=r"'someone/some-set' could not be loaded: ConnectionError: Couldn't reach"
+    ) as e:
         build_data(DataConfig(path="someone/some-set"), tok, progress=False)
     assert "\n" not in str(e.value)
     with pytest.raises(DraftsmithError, match="not found"):
         build_data(cfg(tmp_path / "missing.jsonl"), tok, progress=False)
 
 
-@pytest.mark.parametrize("name, content, line", [
-    ("blank.jsonl", "\n  \n", "the file is empty"),
-    ("cut.jsonl", '{"text": "a"}\n{"text": "b"}\n{"text": "c', "line 3 is not valid JSON: Unterminated string"),
-    ("doc.json", '[\n  {"text": "a"},\n  {"text": "b"\n]\n', "line 4 is not valid JSON: Expecting ',' delimiter"),
-])
+@pytest.mark.parametrize(
+    "name, content, line",
+    [
+        ("blank.jsonl", "\n  \n", "the file is empty"),
+        ("cut.jsonl", '{"text": "a"}\n{"text": "b"}\n{"text": "c', "line 3 is not valid JSON: Unterminated string"),
+        ("doc.json", '[\n  {"text": "a"},\n  {"text": "b"\n]\n', "line 4 is not valid JSON: Expecting ',' delimiter"),
+    ],
+)
 def test_bad_json_files_name_the_file_and_line(tmp_path, tok, name, content, line):
     (tmp_path / name).write_text(content)
     with pytest.raises(DraftsmithError) as e:

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lawtest import chisquare_pvalue, engine_samples, exact_law
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig
@@ -16,15 +13,25 @@ from draftsmith.models.dflash import DFlash, DFlashConfig, DFlashModel, default_
 from draftsmith.models.eagle import EagleConfig
 from draftsmith.train.dflash import DFlashTask, DFlashTrainConfig, sample_anchors, target_layers
 from draftsmith.train.features import target_hidden_states
+from lawtest import chisquare_pvalue, engine_samples, exact_law
+
+from draftsmith.errors import DraftsmithError
 
 BLOCK = 4  # the pending token + 3 masks: K = 3
 
 
 def _model(target, seed=0, causal=False, layers=1) -> DFlashModel:
     torch.manual_seed(seed)
-    cfg = DFlashConfig(vocab_size=target.vocab_size, target="tiny", hidden_layers=default_target_layers(8, layers),
-                       num_hidden_layers=layers, block_size=BLOCK, mask_token_id=0, causal=causal,
-                       **EagleConfig.layer_fields(target.config))
+    cfg = DFlashConfig(
+        vocab_size=target.vocab_size,
+        target="tiny",
+        hidden_layers=default_target_layers(8, layers),
+        num_hidden_layers=layers,
+        block_size=BLOCK,
+        mask_token_id=0,
+        causal=causal,
+        **EagleConfig.layer_fields(target.config),
+    )
     return DFlashModel(cfg).float()
 
 
@@ -38,8 +45,17 @@ def _target_text(target, n_rows=16, length=40, seed=0) -> dict:
     torch.manual_seed(seed)
     with torch.no_grad():
         new = length - len(PROMPT)
-        ids = target.model.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=True, top_k=3, top_p=1.0,
-                                    temperature=1.0, max_new_tokens=new, min_new_tokens=new, pad_token_id=0)
+        ids = target.model.generate(
+            prompts,
+            attention_mask=torch.ones_like(prompts),
+            do_sample=True,
+            top_k=3,
+            top_p=1.0,
+            temperature=1.0,
+            max_new_tokens=new,
+            min_new_tokens=new,
+            pad_token_id=0,
+        )
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": torch.ones_like(ids)}
 
 
@@ -80,8 +96,13 @@ def test_training_forward_equals_runtime_drafting(tiny_target):
     block = torch.zeros(1, 2, BLOCK, dtype=torch.long)
     block[..., 0] = ids[0, anchors[0]]
     with torch.no_grad():
-        out = model(block.view(1, -1), positions.view(1, -1), feats, torch.arange(T)[None],
-                    attention_mask=training_mask(anchors, keep, torch.ones_like(ids), BLOCK, False))
+        out = model(
+            block.view(1, -1),
+            positions.view(1, -1),
+            feats,
+            torch.arange(T)[None],
+            attention_mask=training_mask(anchors, keep, torch.ones_like(ids), BLOCK, False),
+        )
         train_probs = model.logits(out.view(1, 2, BLOCK, -1)[0, :, 1:]).softmax(-1)
     sampling = SamplingConfig(temperature=1.0)
     for i, a in enumerate(anchors[0].tolist()):
@@ -99,7 +120,9 @@ def test_loss_falls_and_eval_reports_acceptance(tiny_target, trained):
     assert losses[-1] < 0.8 * losses[0]
     with torch.no_grad():
         _, stats = task.loss(task.model, batch, step=None)
-    assert {"loss", "num_tokens", "step1_top1", "step3_top1", "top1_agreement", "simulated_acceptance_length"} <= set(stats)
+    assert {"loss", "num_tokens", "step1_top1", "step3_top1", "top1_agreement", "simulated_acceptance_length"} <= set(
+        stats
+    )
     assert 1.0 <= stats["simulated_acceptance_length"] <= 1 + task.acceptance_k
     assert stats["top1_agreement"] > 0.1  # above chance (1/259): it has learnt something of the target
 
@@ -112,11 +135,20 @@ def test_checkpoint_round_trip_never_saves_the_target(tiny_target, trained, tmp_
     with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
         names = set(f.keys())
     assert not any("embed" in n or "lm_head" in n for n in names)  # borrowed from the target
-    assert {"fc.weight", "hidden_norm.weight", "norm.weight", "layers.0.self_attn.q_norm.weight",
-            "layers.0.self_attn.k_norm.weight", "layers.0.mlp.gate_proj.weight"} <= names
+    assert {
+        "fc.weight",
+        "hidden_norm.weight",
+        "norm.weight",
+        "layers.0.self_attn.q_norm.weight",
+        "layers.0.self_attn.k_norm.weight",
+        "layers.0.mlp.gate_proj.weight",
+    } <= names
     drafter = DFlash.from_pretrained(tmp_path, tiny_target)
     assert drafter.hidden_layers == target_layers(task.cfg, tiny_target.config)
-    assert drafter.model.config.block_size == BLOCK and drafter.model.config.mask_token_id == task.model.config.mask_token_id
+    assert (
+        drafter.model.config.block_size == BLOCK
+        and drafter.model.config.mask_token_id == task.model.config.mask_token_id
+    )
     fresh = DFlashModel(drafter.model.config).rotary
     assert torch.equal(drafter.model.rotary.inv_freq, fresh.inv_freq)  # non-persistent: recomputed
     for name, p in task.model.state_dict().items():
@@ -189,12 +221,18 @@ def test_anchors_are_distinct_trained_positions():
 
 # --- export: the layouts vLLM and SGLang load ------------------------------------------------------
 
+
 # vLLM's DFlashQwen3ForCausalLM.load_weights (model_executor/models/qwen3_dflash.py), restated:
 # t2d dropped, d2t -> draft_id_to_target_id, every other name but lm_head gets "model."; then
 # DFlashQwen3Model's mapper stacks q/k/v into qkv_proj and gate/up into gate_up_proj.
 def _vllm_param_names(names, num_layers: int) -> set[str]:
-    stacked = {".q_proj": ".qkv_proj", ".k_proj": ".qkv_proj", ".v_proj": ".qkv_proj", ".gate_proj": ".gate_up_proj",
-               ".up_proj": ".gate_up_proj"}
+    stacked = {
+        ".q_proj": ".qkv_proj",
+        ".k_proj": ".qkv_proj",
+        ".v_proj": ".qkv_proj",
+        ".gate_proj": ".gate_up_proj",
+        ".up_proj": ".gate_up_proj",
+    }
     out = set()
     for name in names:
         assert "mask_hidden" not in name and "embed_tokens" not in name and "lm_head" not in name
@@ -208,11 +246,22 @@ def _vllm_param_names(names, num_layers: int) -> set[str]:
 def _vllm_params(num_layers: int) -> set[str]:
     """The parameters of vLLM's DFlashQwen3Model that a checkpoint must fill (embed_tokens,
     lm_head: shared from the target; mask_embedding: only with mask_embedding.pt)."""
-    layer = ["input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.qkv_proj.weight",
-             "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight", "mlp.gate_up_proj.weight",
-             "mlp.down_proj.weight"]
-    return {"model.fc.weight", "model.hidden_norm.weight", "model.norm.weight",
-            *(f"model.layers.{i}.{n}" for i in range(num_layers) for n in layer)}
+    layer = [
+        "input_layernorm.weight",
+        "post_attention_layernorm.weight",
+        "self_attn.qkv_proj.weight",
+        "self_attn.o_proj.weight",
+        "self_attn.q_norm.weight",
+        "self_attn.k_norm.weight",
+        "mlp.gate_up_proj.weight",
+        "mlp.down_proj.weight",
+    ]
+    return {
+        "model.fc.weight",
+        "model.hidden_norm.weight",
+        "model.norm.weight",
+        *(f"model.layers.{i}.{n}" for i in range(num_layers) for n in layer),
+    }
 
 
 def test_vllm_and_sglang_exports_load_by_name(tiny_target, trained, tmp_path):
@@ -237,6 +286,7 @@ def test_vllm_and_sglang_exports_load_by_name(tiny_target, trained, tmp_path):
     assert _vllm_param_names(shapes, 1) == _vllm_params(1)
     assert shapes["fc.weight"] == (64, 3 * 64)
     notes = json.loads((tmp_path / "vllm" / EXPORT_META).read_text())
-    assert '"method": "dflash"' in json.dumps(notes) and '"num_speculative_tokens": 3' in json.dumps(notes)  # the whole block
+    assert '"method": "dflash"' in json.dumps(notes) and '"num_speculative_tokens": 3' in json.dumps(
+        notes
+    )  # the whole block
     assert json.loads((tmp_path / "sglang" / "config.json").read_text()) == cfg  # one layout for both engines
-

@@ -7,18 +7,25 @@ import json
 
 import pytest
 import torch
-from lawtest import chisquare_pvalue, engine_samples, exact_law
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.sampling import GREEDY, SamplingConfig
 from draftsmith.infer.tree import TreeConfig
-from draftsmith.train.kinds import load_drafter
 from draftsmith.models.eagle import Eagle, EagleConfig, EagleModel
-from draftsmith.models.eagle3 import Eagle3, Eagle3Config, Eagle3Model, check_vocab, default_aux_layers, frequent_tokens, vocab_maps
-from draftsmith.train.kinds import load_recipe
+from draftsmith.models.eagle3 import (
+    Eagle3,
+    Eagle3Config,
+    Eagle3Model,
+    check_vocab,
+    default_aux_layers,
+    frequent_tokens,
+    vocab_maps,
+)
 from draftsmith.train.eagle import Eagle3Task, simulated_acceptance_length
 from draftsmith.train.features import target_hidden_states
+from draftsmith.train.kinds import load_drafter, load_recipe
+from lawtest import chisquare_pvalue, engine_samples, exact_law
+
+from draftsmith.errors import DraftsmithError
 
 
 def _eagle(target, version: int, seed: int = 0, draft_vocab: int = 100):
@@ -28,7 +35,11 @@ def _eagle(target, version: int, seed: int = 0, draft_vocab: int = 100):
         model = EagleModel(EagleConfig(vocab_size=target.vocab_size, target="tiny", hidden_layers=[-1], **fields))
         return Eagle(model.float(), target, "test-eagle")
     aux = default_aux_layers(target.config.num_hidden_layers)
-    model = Eagle3Model(Eagle3Config(vocab_size=target.vocab_size, draft_vocab_size=draft_vocab, hidden_layers=aux, target="tiny", **fields))
+    model = Eagle3Model(
+        Eagle3Config(
+            vocab_size=target.vocab_size, draft_vocab_size=draft_vocab, hidden_layers=aux, target="tiny", **fields
+        )
+    )
     ids = torch.randperm(target.vocab_size)[:draft_vocab].sort().values
     model.set_vocab(ids, target.model.get_output_embeddings())
     return Eagle3(model.float(), target, "test-eagle3")
@@ -71,7 +82,9 @@ def test_unrolled_eagle3_loss_equals_step_by_step_reference(tiny_target):
     cfg = load_recipe("configs/tiny/eagle3.yaml", ["--drafter.ttt_steps=3", "--drafter.draft_vocab_size=100"]).drafter
     task = Eagle3Task(cfg, tiny_target)
     torch.manual_seed(0)
-    task.model.set_vocab(torch.randperm(tiny_target.vocab_size)[:100].sort().values, tiny_target.model.get_output_embeddings())
+    task.model.set_vocab(
+        torch.randperm(tiny_target.vocab_size)[:100].sort().values, tiny_target.model.get_output_embeddings()
+    )
     g = torch.Generator().manual_seed(2)
     ids = torch.randint(3, tiny_target.vocab_size, (2, 10), generator=g)
     loss_mask = torch.ones_like(ids)
@@ -125,8 +138,9 @@ def test_dynamic_tree_nodes_are_the_draft_top_k_along_their_paths(tiny_target, v
             h = captured["last"]
             for i, anc in enumerate(path[:-1]):  # the ancestors, drafted as a plain chain
                 slot = torch.tensor([c + i])
-                h = drafter._run(torch.tensor([tokens[anc - 1]]), h, torch.tensor([n - 1 + i]), slot,
-                                 (drafter._span <= c + i)[None])
+                h = drafter._run(
+                    torch.tensor([tokens[anc - 1]]), h, torch.tensor([n - 1 + i]), slot, (drafter._span <= c + i)[None]
+                )
             ranked = drafter.model.target_ids(drafter.model.draft_logits(h)[0].topk(3).indices).tolist()
             assert ranked[tree.ranks[node]] == tokens[node - 1]
 
@@ -168,8 +182,15 @@ def trained(tmp_path_factory, tiny_cache):
     out = {}
     for kind in ("eagle", "eagle3"):
         folder = tmp_path_factory.mktemp(kind)
-        recipe = load_recipe(f"configs/tiny/{kind}.yaml", ["--optim.max_steps=24", "--logging.eval_every=12",
-                                                          "--checkpoint.save_every=100", "--logging.progress=false"])
+        recipe = load_recipe(
+            f"configs/tiny/{kind}.yaml",
+            [
+                "--optim.max_steps=24",
+                "--logging.eval_every=12",
+                "--checkpoint.save_every=100",
+                "--logging.progress=false",
+            ],
+        )
         recipe.checkpoint.output_dir = str(folder)
         out[kind] = (folder, train(recipe))
     return out
@@ -184,7 +205,11 @@ def test_eagle_trains_saves_reloads_and_decodes_like_plain(tiny_target, trained,
     assert 1.0 <= ev["eval/simulated_acceptance_length"] <= 1 + 3
     assert summary["acceptance"]["mean_acceptance_length"] >= 1.0  # the real one, through the runtime
     final = folder / "final"
-    names = json.loads((final / "model.safetensors.index.json").read_text())["weight_map"] if (final / "model.safetensors.index.json").exists() else None
+    names = (
+        json.loads((final / "model.safetensors.index.json").read_text())["weight_map"]
+        if (final / "model.safetensors.index.json").exists()
+        else None
+    )
     from safetensors import safe_open
 
     with safe_open(str(final / "model.safetensors"), "pt") as f:
@@ -245,8 +270,15 @@ def test_side_by_side_bench_reports_each_domain(tiny_target, trained):
     from draftsmith.prompts import Prompt
 
     drafter = load_drafter(str(trained["eagle"][0] / "final"), tiny_target)
-    methods = [Method("eagle_k3", drafter, 3), Method("eagle2_tree", drafter, 3, TreeConfig(topk=2, depth=3, num_draft_tokens=6))]
-    prompts = [Prompt([5, 40, 41, 42], "a", "chat"), Prompt([7, 8, 9, 10, 11], "b", "code"), Prompt([60, 61, 62], "c", "code")]
+    methods = [
+        Method("eagle_k3", drafter, 3),
+        Method("eagle2_tree", drafter, 3, TreeConfig(topk=2, depth=3, num_draft_tokens=6)),
+    ]
+    prompts = [
+        Prompt([5, 40, 41, 42], "a", "chat"),
+        Prompt([7, 8, 9, 10, 11], "b", "code"),
+        Prompt([60, 61, 62], "c", "code"),
+    ]
     result = run_compare(tiny_target, methods, prompts, 12, GREEDY, progress=False)
     for name in ("plain", "eagle_k3", "eagle2_tree"):
         row = result["methods"][name]

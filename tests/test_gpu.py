@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from draftsmith.infer import Engine
 from draftsmith.models import Target
 from draftsmith.train.kinds import load_drafter
@@ -48,8 +47,14 @@ def test_compiled_cuda_eagle_dynamic_tree_matches_plain(tiny_cache):
     compiled = Target.load("tiny-random", dtype="float32", device="cuda", compile=True)
     c = compiled.config
     torch.manual_seed(0)
-    model = Eagle3Model(Eagle3Config(vocab_size=compiled.vocab_size, draft_vocab_size=128, hidden_layers=default_aux_layers(c.num_hidden_layers),
-                                     **EagleConfig.layer_fields(c)))
+    model = Eagle3Model(
+        Eagle3Config(
+            vocab_size=compiled.vocab_size,
+            draft_vocab_size=128,
+            hidden_layers=default_aux_layers(c.num_hidden_layers),
+            **EagleConfig.layer_fields(c),
+        )
+    )
     model.set_vocab(torch.arange(0, 256, 2), compiled.model.get_output_embeddings())
     drafter = Eagle3(model.to("cuda"), compiled, "untrained")
     _chain_and_tree_match_plain(compiled, drafter, TreeConfig(topk=3, depth=3, num_draft_tokens=10))
@@ -60,7 +65,7 @@ def test_compiled_cuda_drafting_matches_eager(tiny_cache, name):
     """Every kind's drafting as CUDA graphs (issue 17): outputs == plain decoding and the same
     acceptance as the eager drafter, with acceptance forced through every count 0..k (CPU twin
     with a counting backend: tests/test_compiled_drafting.py)."""
-    from test_compiled_drafting import KINDS, PROMPTS, K, Forced
+    from test_compiled_drafting import KINDS, PROMPTS, Forced, K
 
     build, _module, tree, _most = KINDS[name]
     runs = {}

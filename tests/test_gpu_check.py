@@ -20,11 +20,28 @@ def test_gpu_check_script_parses():
 
 def test_bench_engine_without_optional_packages(tmp_path):
     out, k, n = tmp_path / "engine.json", 4, 24
-    argv = ["bench_engine.py", "--shapes", "tiny", "--device", "cpu", "-k", str(k), "--max-new-tokens", str(n),
-            "--prompt-len", "8", "--repeats", "1", "--out", str(out)]
-    code = (f"import sys, runpy\nfor m in {ABSENT!r}: sys.modules[m] = None\n"
-            f"sys.argv = {argv!r}\nrunpy.run_path({str(ROOT / 'scripts' / 'bench_engine.py')!r}, run_name='__main__')\n"
-            f"assert not [m for m in {ABSENT!r} if sys.modules.get(m) is not None]\n")
+    argv = [
+        "bench_engine.py",
+        "--shapes",
+        "tiny",
+        "--device",
+        "cpu",
+        "-k",
+        str(k),
+        "--max-new-tokens",
+        str(n),
+        "--prompt-len",
+        "8",
+        "--repeats",
+        "1",
+        "--out",
+        str(out),
+    ]
+    code = (
+        f"import sys, runpy\nfor m in {ABSENT!r}: sys.modules[m] = None\n"
+        f"sys.argv = {argv!r}\nrunpy.run_path({str(ROOT / 'scripts' / 'bench_engine.py')!r}, run_name='__main__')\n"
+        f"assert not [m for m in {ABSENT!r} if sys.modules.get(m) is not None]\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, timeout=300)
     rows = {r["method"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"plain", f"oracle chain{k}", f"self chain{k}", "oracle tree30"}  # CPU: eager only
@@ -41,8 +58,16 @@ def test_gpu_check_kinds_and_training_steps_run_on_cpu(tmp_path):
     decoded through `draftsmith bench --compile off`, the training-throughput bench, and the
     summary's rows for both (the compiled mode and FSDP need a GPU)."""
     out = tmp_path / "gpu"
-    env = {**os.environ, "STEPS": "kinds train", "KINDS": "draft_lm", "MODES": "off", "DEVICE": "cpu",
-           "TRAIN_STEPS": "3", "SKIP_INSTALL": "1", "OUT": str(out)}
+    env = {
+        **os.environ,
+        "STEPS": "kinds train",
+        "KINDS": "draft_lm",
+        "MODES": "off",
+        "DEVICE": "cpu",
+        "TRAIN_STEPS": "3",
+        "SKIP_INSTALL": "1",
+        "OUT": str(out),
+    }
     subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], check=True, env=env, cwd=ROOT, timeout=900)
     bench = json.loads((out / "kind_draft_lm_off.json").read_text())
     assert bench["compiled"] is False and bench["greedy_outputs_match"] is True and bench["drafter_kind"] == "draft_lm"
@@ -52,7 +77,10 @@ def test_gpu_check_kinds_and_training_steps_run_on_cpu(tmp_path):
         # scripts/flop_bound.py's formula (what it states for targets too large to run here)
         # redoes FlopCounterMode's count of this real training step
         flop_bound = runpy.run_path(str(ROOT / "scripts" / "flop_bound.py"))
-        assert flop_bound["main"](["--check", str(out / f"train_{kind}.json"), "--json", str(out / f"bound_{kind}.json")]) == 0
+        assert (
+            flop_bound["main"](["--check", str(out / f"train_{kind}.json"), "--json", str(out / f"bound_{kind}.json")])
+            == 0
+        )
         check = json.loads((out / f"bound_{kind}.json").read_text())["checks"][0]
         assert abs(check["formula"] - check["counted"]) < 0.05 * check["counted"], check
     summary = (out / "summary.txt").read_text()
@@ -64,9 +92,31 @@ def test_gpu_check_summary_shows_compiled_drafting(tmp_path):
     the truncated draft's decode forwards) turns into the summary's table."""
     out = tmp_path / "gpu"
     out.mkdir()
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_compiled_drafting.py"), "--target", "tiny-random",
-                    "--draft", "truncated:1", "--dtype", "float32", "--device", "cpu", "--prompts", "chat", "--num-prompts", "2",
-                    "--max-new-tokens", "12", "--json", str(out / "compiled_drafting.json")], check=True, cwd=ROOT, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_compiled_drafting.py"),
+            "--target",
+            "tiny-random",
+            "--draft",
+            "truncated:1",
+            "--dtype",
+            "float32",
+            "--device",
+            "cpu",
+            "--prompts",
+            "chat",
+            "--num-prompts",
+            "2",
+            "--max-new-tokens",
+            "12",
+            "--json",
+            str(out / "compiled_drafting.json"),
+        ],
+        check=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     env = {**os.environ, "STEPS": "none", "SKIP_INSTALL": "1", "OUT": str(out)}
     subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], check=True, env=env, cwd=ROOT, timeout=300)
     summary = (out / "summary.txt").read_text()

@@ -5,7 +5,6 @@ import json
 
 import pytest
 import torch
-
 from draftsmith.infer import hardware
 
 
@@ -17,8 +16,11 @@ def measured(monkeypatch, tmp_path):
     calls = []
 
     def setup(flags: dict, times: dict):
-        monkeypatch.setattr(hardware, "cpu_info", lambda: {"model": "Test CPU", "flags": flags, "cores": 2,
-                                                            "affinity_cores": 2, "threads": 2})
+        monkeypatch.setattr(
+            hardware,
+            "cpu_info",
+            lambda: {"model": "Test CPU", "flags": flags, "cores": 2, "affinity_cores": 2, "threads": 2},
+        )
 
         def probe(dtype, repeats=30):
             calls.append(dtype)
@@ -96,8 +98,29 @@ def test_bench_verify_cost_measures_each_dtype_side_by_side(tmp_path):
 
     out = tmp_path / "cost.json"
     script = Path(__file__).resolve().parents[1] / "scripts" / "bench_verify_cost.py"
-    r = subprocess.run([sys.executable, str(script), "--shapes", "tiny", "--context", "32", "--chains", "3", "--trees", "8",
-                        "--repeats", "2", "--dtype", "float32,bfloat16", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--shapes",
+            "tiny",
+            "--context",
+            "32",
+            "--chains",
+            "3",
+            "--trees",
+            "8",
+            "--repeats",
+            "2",
+            "--dtype",
+            "float32,bfloat16",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     data = json.loads(out.read_text())
     assert [row["dtype"] for row in data["rows"]] == ["float32", "bfloat16"]

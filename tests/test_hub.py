@@ -29,9 +29,16 @@ def ckpt(tmp_path_factory, tiny_cache):
     from draftsmith.train.trainer import train
 
     run = tmp_path_factory.mktemp("run")
-    r = load_recipe("configs/tiny/eagle3.yaml", ["--optim.max_steps=4", "--logging.eval_every=1000",
-                                                 "--logging.acceptance_prompts=0", "--logging.progress=false",
-                                                 "--checkpoint.save_every=100"])
+    r = load_recipe(
+        "configs/tiny/eagle3.yaml",
+        [
+            "--optim.max_steps=4",
+            "--logging.eval_every=1000",
+            "--logging.acceptance_prompts=0",
+            "--logging.progress=false",
+            "--checkpoint.save_every=100",
+        ],
+    )
     r.checkpoint.output_dir = str(run)
     train(r)
     return run / "final"
@@ -49,8 +56,27 @@ def eval_json(ckpt):
     from draftsmith.cli import main as cli
 
     out = ckpt.parent / "eval.json"
-    assert cli(["eval", "--target", "tiny-random", "--quiet", "--draft", str(ckpt), "--num-prompts", "2",
-                "--max-new-tokens", "8", "-k", "3", "--json", str(out)]) == 0
+    assert (
+        cli(
+            [
+                "eval",
+                "--target",
+                "tiny-random",
+                "--quiet",
+                "--draft",
+                str(ckpt),
+                "--num-prompts",
+                "2",
+                "--max-new-tokens",
+                "8",
+                "-k",
+                "3",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -176,11 +202,20 @@ class _StandIn(BaseHTTPRequestHandler):
         elif self.path == "/api/validate-yaml":
             reply = {"errors": [], "warnings": []}
         elif "/preupload/" in self.path:  # "regular" for every file: no LFS/Xet upload step follows
-            reply = {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None}
-                               for f in json.loads(body)["files"]]}
+            reply = {
+                "files": [
+                    {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None}
+                    for f in json.loads(body)["files"]
+                ]
+            }
         elif "/commit/" in self.path:
             oid = "0123456789abcdef0123456789abcdef01234567"
-            reply = {"success": True, "commitOid": oid, "commitUrl": f"{base}/{REPO}/commit/{oid}", "pullRequestUrl": None}
+            reply = {
+                "success": True,
+                "commitOid": oid,
+                "commitUrl": f"{base}/{REPO}/commit/{oid}",
+                "pullRequestUrl": None,
+            }
         else:
             self.send_error(404)
             return
@@ -205,20 +240,48 @@ def test_upload_requests_against_a_local_stand_in_hub(ckpt, eval_json, tmp_path)
     _StandIn.requests = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _StandIn)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_OIDC_RESOURCE")}
-    env.update(HF_ENDPOINT=f"http://127.0.0.1:{server.server_port}", HF_TOKEN=FAKE_TOKEN, HF_HOME=str(tmp_path / "hf"),
-               HF_HUB_DISABLE_TELEMETRY="1", NO_PROXY="127.0.0.1", no_proxy="127.0.0.1")
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_OIDC_RESOURCE")
+    }
+    env.update(
+        HF_ENDPOINT=f"http://127.0.0.1:{server.server_port}",
+        HF_TOKEN=FAKE_TOKEN,
+        HF_HOME=str(tmp_path / "hf"),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        NO_PROXY="127.0.0.1",
+        no_proxy="127.0.0.1",
+    )
     staged = tmp_path / "staged"
     try:
-        proc = subprocess.run([sys.executable, "-m", "draftsmith.hub", str(ckpt), "--repo-id", REPO, "--private",
-                               "--stage-dir", str(staged)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "draftsmith.hub",
+                str(ckpt),
+                "--repo-id",
+                REPO,
+                "--private",
+                "--stage-dir",
+                str(staged),
+            ],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     finally:
         server.shutdown()
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert FAKE_TOKEN not in proc.stdout + proc.stderr
     calls = [(m, p) for m, p, _, _ in _StandIn.requests]
-    assert calls == [("POST", "/api/repos/create"), ("POST", "/api/validate-yaml"),
-                     ("POST", f"/api/models/{REPO}/preupload/main"), ("POST", f"/api/models/{REPO}/commit/main")]
+    assert calls == [
+        ("POST", "/api/repos/create"),
+        ("POST", "/api/validate-yaml"),
+        ("POST", f"/api/models/{REPO}/preupload/main"),
+        ("POST", f"/api/models/{REPO}/commit/main"),
+    ]
     assert all(auth == f"Bearer {FAKE_TOKEN}" for _, _, auth, _ in _StandIn.requests)
     create = json.loads(_StandIn.requests[0][3])
     assert (create["organization"], create["name"]) == ("test-org", "tiny-eagle3")

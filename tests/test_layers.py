@@ -6,8 +6,12 @@ import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FOLDERS = {"draftsmith": ROOT / "draftsmith", "draftsmith.infer": ROOT / "infer", "draftsmith.models": ROOT / "models",
-           "draftsmith.train": ROOT / "train"}
+FOLDERS = {
+    "draftsmith": ROOT / "draftsmith",
+    "draftsmith.infer": ROOT / "infer",
+    "draftsmith.models": ROOT / "models",
+    "draftsmith.train": ROOT / "train",
+}
 # Lowest first. The bench and the prompt sets are tools on the runtime (beside the CLI on disk);
 # the trainer's periodic evaluation uses them, so they sit below train/.
 LAYERS = [
@@ -78,8 +82,12 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_layers_import_only_downwards():
-    bad = [f"{m} (layer {layer(m)}) imports {d} (layer {layer(d)})"
-           for m, deps in graph().items() for d in deps if layer(d) > layer(m)]
+    bad = [
+        f"{m} (layer {layer(m)}) imports {d} (layer {layer(d)})"
+        for m, deps in graph().items()
+        for d in deps
+        if layer(d) > layer(m)
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -93,7 +101,7 @@ def test_no_import_loops():
         state[m] = 1
         for d in sorted(g.get(m, ())):
             if state.get(d) == 1:
-                loops.append(" -> ".join(stack[stack.index(d):] + [d]))
+                loops.append(" -> ".join(stack[stack.index(d) :] + [d]))
             elif d not in state:
                 visit(d, stack + [d])
         state[m] = 2

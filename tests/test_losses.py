@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from draftsmith.train.losses import (
     KINDS,
     cross_entropy,

@@ -6,20 +6,27 @@ import pathlib
 
 import pytest
 import torch
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine
 from draftsmith.infer.sampling import GREEDY, SamplingConfig
 from draftsmith.infer.tree import TreeConfig
 from draftsmith.models.medusa import Medusa, MedusaConfig, MedusaHeads
 from draftsmith.train.kinds import load_recipe
 
+from draftsmith.errors import DraftsmithError
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY1 = ROOT / "configs" / "tiny" / "medusa.yaml"
 TINY2 = ROOT / "configs" / "tiny" / "medusa2.yaml"
-QUICK = ["--data.max_rows=120", "--data.max_length=64", "--optim.batch_size=4", "--logging.progress=false",
-         "--logging.eval_every=1000", "--logging.eval_batches=1", "--logging.acceptance_prompts=1",
-         "--logging.acceptance_max_new_tokens=8"]
+QUICK = [
+    "--data.max_rows=120",
+    "--data.max_length=64",
+    "--optim.batch_size=4",
+    "--logging.progress=false",
+    "--logging.eval_every=1000",
+    "--logging.eval_batches=1",
+    "--logging.acceptance_prompts=1",
+    "--logging.acceptance_max_new_tokens=8",
+]
 
 
 def train_recipe(recipe, out, *overrides):
@@ -192,7 +199,9 @@ def test_bad_requests_are_clear_errors(tiny_target, heads):
     with pytest.raises(DraftsmithError, match="depth 5"):
         d.propose(seq, 4, GREEDY, None, tree=TreeConfig(topk=2, depth=5))
     with pytest.raises(DraftsmithError, match="depth 5"):
-        d.propose(seq, 4, GREEDY, None, tree=TreeConfig(choices=((0,), (0, 0), (0, 0, 0), (0, 0, 0, 0), (0, 0, 0, 0, 0))))
+        d.propose(
+            seq, 4, GREEDY, None, tree=TreeConfig(choices=((0,), (0, 0), (0, 0, 0), (0, 0, 0, 0), (0, 0, 0, 0, 0)))
+        )
     with pytest.raises(DraftsmithError, match="sampled"):
         d.propose(seq, 4, GREEDY, None, tree=TreeConfig(topk=2, depth=2, children="sampled"))
 
@@ -217,9 +226,16 @@ def test_bad_checkpoints_are_clear_errors(tiny_target, tmp_path):
 # --- decoding through the engine -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tree", [None, TreeConfig(choices=((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 0, 0))),
-                                  TreeConfig(topk=2, depth=3, num_draft_tokens=8), TreeConfig(topk=2)],
-                         ids=["chain", "choices", "topk", "topk-only"])
+@pytest.mark.parametrize(
+    "tree",
+    [
+        None,
+        TreeConfig(choices=((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 0, 0))),
+        TreeConfig(topk=2, depth=3, num_draft_tokens=8),
+        TreeConfig(topk=2),
+    ],
+    ids=["chain", "choices", "topk", "topk-only"],
+)
 def test_greedy_decoding_through_the_engine_equals_plain(tiny_target, heads, tree):
     d = Medusa(heads, tiny_target, "test")
     prompt = tiny_target.tokenizer("hello there, how are")["input_ids"]
@@ -244,7 +260,9 @@ def target_spy(monkeypatch):
         seen["before"] = fingerprint(self.target.model, skip=("lora_",))
         out = original(self)
         seen["after"] = fingerprint(self.target.model, skip=("lora_",))
-        seen["lora_b"] = [p.detach().abs().sum().item() for n, p in self.target.model.named_parameters() if "lora_B" in n]
+        seen["lora_b"] = [
+            p.detach().abs().sum().item() for n, p in self.target.model.named_parameters() if "lora_B" in n
+        ]
         seen["lrs"] = [g["initial_lr"] for g in self.optimizer.param_groups]
         return out
 
@@ -286,8 +304,15 @@ def test_medusa2_training_changes_the_target_only_through_lora(tiny_target, tmp_
     from draftsmith.train.kinds import load_drafter
 
     # regenerate=false: the tiny target's own replies take minutes to generate on 2 cores
-    s = train_recipe(TINY2, tmp_path, "--optim.max_steps=4", "--logging.log_every=2", "--data.regenerate=false",
-                     "--logging.acceptance_prompts=0", "--data.max_rows=60")
+    s = train_recipe(
+        TINY2,
+        tmp_path,
+        "--optim.max_steps=4",
+        "--logging.log_every=2",
+        "--data.regenerate=false",
+        "--logging.acceptance_prompts=0",
+        "--data.max_rows=60",
+    )
     assert target_spy["before"] == target_spy["after"]  # base weights frozen
     assert target_spy["lora_b"] and any(v > 0 for v in target_spy["lora_b"])  # adapters trained
     assert target_spy["lrs"] == pytest.approx([2e-3, 8e-3])  # LoRA at optim.lr, heads x heads_lr_multiplier
@@ -327,11 +352,23 @@ def test_real_recipe_two_steps(recipe, tmp_path, fresh_accelerate):
     from draftsmith.models.loading import resolve_model
     from draftsmith.train.trainer import train
 
-    r = load_recipe(ROOT / "configs" / recipe, ["--optim.max_steps=2", "--optim.batch_size=1", "--optim.grad_accum=1",
-                                                 "--data.max_length=64", "--data.max_rows=40", "--data.eval_rows=4",
-                                                 "--data.regenerate=false", "--logging.progress=false", "--logging.eval_batches=1",
-                                                 "--logging.acceptance_prompts=1", "--logging.acceptance_max_new_tokens=8",
-                                                 f"--checkpoint.output_dir={tmp_path}"])
+    r = load_recipe(
+        ROOT / "configs" / recipe,
+        [
+            "--optim.max_steps=2",
+            "--optim.batch_size=1",
+            "--optim.grad_accum=1",
+            "--data.max_length=64",
+            "--data.max_rows=40",
+            "--data.eval_rows=4",
+            "--data.regenerate=false",
+            "--logging.progress=false",
+            "--logging.eval_batches=1",
+            "--logging.acceptance_prompts=1",
+            "--logging.acceptance_max_new_tokens=8",
+            f"--checkpoint.output_dir={tmp_path}",
+        ],
+    )
     try:
         resolve_model(r.model.target)
     except DraftsmithError as e:

@@ -17,9 +17,17 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny" / "draft_lm.yaml"
 STEPS = 6
-ARGS = ["--data.max_rows=120", "--data.max_length=64", "--optim.batch_size=4", "--logging.progress=false",
-        f"--optim.max_steps={STEPS}", "--checkpoint.save_every=2", "--logging.log_every=1", "--logging.eval_every=1000",
-        "--logging.acceptance_prompts=0"]
+ARGS = [
+    "--data.max_rows=120",
+    "--data.max_length=64",
+    "--optim.batch_size=4",
+    "--logging.progress=false",
+    f"--optim.max_steps={STEPS}",
+    "--checkpoint.save_every=2",
+    "--logging.log_every=1",
+    "--logging.eval_every=1000",
+    "--logging.acceptance_prompts=0",
+]
 
 
 def _free_port() -> int:
@@ -29,7 +37,13 @@ def _free_port() -> int:
 
 
 def _launch(config: str, out: pathlib.Path, machine_rank: int | None, port: int, env_extra: dict, extra=(), log=None):
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "configs" / "accelerate" / config)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "configs" / "accelerate" / config),
+    ]
     if machine_rank is not None:
         cmd += ["--machine_rank", str(machine_rank), "--main_process_ip", "127.0.0.1", "--main_process_port", str(port)]
     cmd += ["-m", "draftsmith.train", str(TINY), "--output-dir", str(out), *ARGS, *extra]
@@ -45,7 +59,10 @@ def _launch(config: str, out: pathlib.Path, machine_rank: int | None, port: int,
 def two_machines(config: str, out: pathlib.Path, env_extra=None, extra=()) -> tuple[dict, str]:
     """Both machines' launches at once -> (train_summary.json, both machines' logs)."""
     port = _free_port()
-    procs = [_launch(config, out, r, port, env_extra or {}, extra, log=out.parent / f"{out.name}-machine{r}.log") for r in (0, 1)]
+    procs = [
+        _launch(config, out, r, port, env_extra or {}, extra, log=out.parent / f"{out.name}-machine{r}.log")
+        for r in (0, 1)
+    ]
     for p in procs:
         p.wait(timeout=900)
     logs = [p.log.read_text() for p in procs]
@@ -87,7 +104,11 @@ def test_two_machines_train_as_one_two_process_run(two_machine_ddp, single_machi
 
 def test_checkpoints_are_written_once_over_all_machines(two_machine_ddp):
     out, _, logs = two_machine_ddp
-    written = [line.split("checkpoint ", 1)[1].split(" written")[0] for line in logs.splitlines() if " written by process " in line]
+    written = [
+        line.split("checkpoint ", 1)[1].split(" written")[0]
+        for line in logs.splitlines()
+        if " written by process " in line
+    ]
     assert written == ["step-0000002", "step-0000004", "step-0000006", "final"]
     assert all("written by process 0 of 2" in line for line in logs.splitlines() if " written by process " in line)
     kept = sorted(p.name for p in out.iterdir() if p.name.startswith(("step-", "final")))
@@ -130,14 +151,40 @@ def test_slurm_script_launches_one_accelerate_per_node(tmp_path):
     (fake / "srun").write_text('#!/bin/sh\nexec "$@"\n')  # one node's task, run here
     for f in fake.iterdir():
         f.chmod(0o755)
-    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "node-[a-b]", "SLURM_NNODES": "2",
-           "SLURM_NODEID": "1", "SLURM_JOB_ID": "42", "DRY_RUN": "1", "PROCESSES_PER_NODE": "4"}
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "slurm_train.sh"), "configs/accelerate/multinode_ddp.yaml",
-                        "configs/smollm2-135m-instruct/eagle3.yaml", "--optim.max_steps=10"],
-                       capture_output=True, text=True, env=env, timeout=60)
+    env = {
+        **os.environ,
+        "PATH": f"{fake}:{os.environ['PATH']}",
+        "SLURM_JOB_NODELIST": "node-[a-b]",
+        "SLURM_NNODES": "2",
+        "SLURM_NODEID": "1",
+        "SLURM_JOB_ID": "42",
+        "DRY_RUN": "1",
+        "PROCESSES_PER_NODE": "4",
+    }
+    r = subprocess.run(
+        [
+            "bash",
+            str(ROOT / "scripts" / "slurm_train.sh"),
+            "configs/accelerate/multinode_ddp.yaml",
+            "configs/smollm2-135m-instruct/eagle3.yaml",
+            "--optim.max_steps=10",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     cmd = r.stdout.strip().splitlines()[-1]
-    for part in ("accelerate launch", "--config_file configs/accelerate/multinode_ddp.yaml", "--num_machines 2",
-                 "--num_processes 8", "--machine_rank 1", "--main_process_ip node-a", "-m draftsmith.train",
-                 "configs/smollm2-135m-instruct/eagle3.yaml", "--optim.max_steps=10"):
+    for part in (
+        "accelerate launch",
+        "--config_file configs/accelerate/multinode_ddp.yaml",
+        "--num_machines 2",
+        "--num_processes 8",
+        "--machine_rank 1",
+        "--main_process_ip node-a",
+        "-m draftsmith.train",
+        "configs/smollm2-135m-instruct/eagle3.yaml",
+        "--optim.max_steps=10",
+    ):
         assert part in cmd, (part, cmd)

@@ -7,21 +7,23 @@ import pathlib
 
 import pytest
 import torch
-from lawtest import chisquare_pvalue, engine_samples, exact_law
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.models.draft_lm import truncate_model
 from draftsmith.models.pard import Pard, choose_mask_token
 from draftsmith.train.pard import PardTask, PardTrainConfig, _additive, cod_layout, pard_attention
+from lawtest import chisquare_pvalue, engine_samples, exact_law
+
+from draftsmith.errors import DraftsmithError
 
 MASK = 258  # byte 0xFF of the tiny byte-level vocabulary: never in UTF-8 text
 
 
 def random_prompts(n, vocab=200, seed=0, min_len=3, max_len=24):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, vocab, (int(torch.randint(min_len, max_len + 1, (1,), generator=g)),), generator=g).tolist()
-            for _ in range(n)]
+    return [
+        torch.randint(3, vocab, (int(torch.randint(min_len, max_len + 1, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(n)
+    ]
 
 
 def make_task(tiny_target, **kw):
@@ -198,15 +200,23 @@ def test_sampled_output_follows_target_distribution(tiny_target):
 # --- the recipe through the trainer, and the engine exports -------------------------------------
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-QUICK = ["--data.max_rows=60", "--data.max_length=48", "--optim.batch_size=4", "--optim.max_steps=4",
-         "--logging.progress=false", "--logging.eval_every=1000", "--logging.eval_batches=1",
-         "--logging.acceptance_prompts=1", "--logging.acceptance_max_new_tokens=8", "--checkpoint.save_every=0"]
+QUICK = [
+    "--data.max_rows=60",
+    "--data.max_length=48",
+    "--optim.batch_size=4",
+    "--optim.max_steps=4",
+    "--logging.progress=false",
+    "--logging.eval_every=1000",
+    "--logging.eval_batches=1",
+    "--logging.acceptance_prompts=1",
+    "--logging.acceptance_max_new_tokens=8",
+    "--checkpoint.save_every=0",
+]
 
 
 @pytest.fixture(scope="module")
 def recipe_run(tiny_cache, tmp_path_factory):
     from accelerate.state import AcceleratorState, GradientState
-
     from draftsmith.train.kinds import load_recipe
     from draftsmith.train.trainer import train
 
@@ -238,7 +248,10 @@ def test_trained_recipe_loads_as_a_drafter(recipe_run, tiny_target):
     assert isinstance(drafter, Pard) and drafter.mask_token_id == MASK
     prompt = [5, 6, 7, 8]
     engine = Engine(tiny_target, drafter, 4)
-    assert engine.generate(prompt, 12, eos_token_ids=()).tokens == engine.generate(prompt, 12, speculative=False, eos_token_ids=()).tokens
+    assert (
+        engine.generate(prompt, 12, eos_token_ids=()).tokens
+        == engine.generate(prompt, 12, speculative=False, eos_token_ids=()).tokens
+    )
 
 
 def test_vllm_export_has_what_parallel_drafting_reads(recipe_run, tmp_path):
@@ -272,8 +285,9 @@ def test_vllm_cpu_runs_pard_like_our_runtime(tmp_path):
     import subprocess
     import sys
 
-    from draftsmith import engines
     from draftsmith.models import Target
+
+    from draftsmith import engines
 
     if engines.installed("vllm") is None:
         pytest.skip("vllm is not installed: bash scripts/install_engines.sh vllm")
@@ -283,9 +297,28 @@ def test_vllm_cpu_runs_pard_like_our_runtime(tmp_path):
     task = PardTask(PardTrainConfig(init="truncated:20", num_speculative_tokens=3), target)
     task.save(task.model, task.model.state_dict(), tmp_path / "ckpt", {"step": 0})
     out = tmp_path / "vllm.json"
-    argv = [sys.executable, "-m", "draftsmith.cli", "crosscheck", str(tmp_path / "ckpt"), "--engines", "vllm",
-            "--prompts", "chat,code", "--num-prompts", "2", "--max-new-tokens", "24", "-k", "3", "--json", str(out),
-            "--quiet", "--workdir", str(tmp_path / "work")]
+    argv = [
+        sys.executable,
+        "-m",
+        "draftsmith.cli",
+        "crosscheck",
+        str(tmp_path / "ckpt"),
+        "--engines",
+        "vllm",
+        "--prompts",
+        "chat,code",
+        "--num-prompts",
+        "2",
+        "--max-new-tokens",
+        "24",
+        "-k",
+        "3",
+        "--json",
+        str(out),
+        "--quiet",
+        "--workdir",
+        str(tmp_path / "work"),
+    ]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads(out.read_text())

@@ -12,10 +12,21 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def test_quickstart_trains_for_its_budget_then_benchmarks_and_says_so(tiny_cache, tmp_path):
     out = tmp_path / "qs"
-    env = {**os.environ, "SKIP_SETUP": "1", "RECIPE": "configs/tiny/eagle3.yaml", "OUT": str(out),
-           "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    proc = subprocess.run(["bash", "scripts/quickstart.sh", "--minutes", "0.5", "--no-hf", "--quiet"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "SKIP_SETUP": "1",
+        "RECIPE": "configs/tiny/eagle3.yaml",
+        "OUT": str(out),
+        "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    proc = subprocess.run(
+        ["bash", "scripts/quickstart.sh", "--minutes", "0.5", "--no-hf", "--quiet"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "eagle3" / "train_summary.json").read_text())
     assert 1 <= summary["steps"]

@@ -13,15 +13,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine
 from draftsmith.models.loading import load_tokenizer
 from draftsmith.train import regenerate as regen_mod
 from draftsmith.train.config import DataConfig
-from draftsmith.train.kinds import recipe_from_dict
 from draftsmith.train.data import build_data
+from draftsmith.train.kinds import recipe_from_dict
 from draftsmith.train.regenerate import cache_path, regenerate
+
+from draftsmith.errors import DraftsmithError
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +32,10 @@ def tok(tiny_cache):
 def chat(i: int, turns: int = 2, words: int = 1) -> list[dict]:
     msgs = []
     for t in range(turns):
-        msgs += [{"role": "user", "content": f"question {i}.{t}: " + "what now? " * words},
-                 {"role": "assistant", "content": f"answer {i}.{t}: this."}]
+        msgs += [
+            {"role": "user", "content": f"question {i}.{t}: " + "what now? " * words},
+            {"role": "assistant", "content": f"answer {i}.{t}: this."},
+        ]
     return msgs
 
 
@@ -78,8 +80,13 @@ class StandIn:
             def do_GET(self):
                 if not stand_in.models_route or self.path != "/v1/models":
                     return self.answer(404, {"object": "error", "message": f"Not Found: {self.path}"})
-                self.answer(200, {"object": "list", "data": [{"id": stand_in.model, "object": "model",
-                                                              "max_model_len": stand_in.max_model_len}]})
+                self.answer(
+                    200,
+                    {
+                        "object": "list",
+                        "data": [{"id": stand_in.model, "object": "model", "max_model_len": stand_in.max_model_len}],
+                    },
+                )
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -94,17 +101,39 @@ class StandIn:
                     if self.path != "/v1/chat/completions":
                         self.answer(404, {"object": "error", "message": f"Not Found: {self.path}"})
                     elif body["model"] != stand_in.model:
-                        self.answer(404, {"object": "error", "message": f"The model `{body['model']}` does not exist.",
-                                          "type": "NotFoundError", "code": 404})
+                        self.answer(
+                            404,
+                            {
+                                "object": "error",
+                                "message": f"The model `{body['model']}` does not exist.",
+                                "type": "NotFoundError",
+                                "code": 404,
+                            },
+                        )
                     elif isinstance(fate, int):
                         self.answer(fate, {"object": "error", "message": "engine overloaded"})
                     else:
                         text = reply_for(body["messages"])
-                        self.answer(200, {"id": f"chatcmpl-{n}", "object": "chat.completion", "model": stand_in.model,
-                                          "choices": [{"index": 0, "finish_reason": "stop",
-                                                       "message": {"role": "assistant", "content": " " + text + "\n"}}],
-                                          "usage": {"prompt_tokens": 9, "completion_tokens": len(text),
-                                                    "total_tokens": 9 + len(text)}})
+                        self.answer(
+                            200,
+                            {
+                                "id": f"chatcmpl-{n}",
+                                "object": "chat.completion",
+                                "model": stand_in.model,
+                                "choices": [
+                                    {
+                                        "index": 0,
+                                        "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": " " + text + "\n"},
+                                    }
+                                ],
+                                "usage": {
+                                    "prompt_tokens": 9,
+                                    "completion_tokens": len(text),
+                                    "total_tokens": 9 + len(text),
+                                },
+                            },
+                        )
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
                     pass
                 finally:
@@ -142,9 +171,16 @@ def quick_backoff(monkeypatch):
 
 
 def endpoint_cfg(url: str, tmp_path, **kw) -> DataConfig:
-    kw = {"regenerate": True, "regenerate_with": "endpoint", "regenerate_endpoint": url,
-          "regenerate_model": "served-model", "regenerate_concurrency": 4, "regenerate_retries": 2,
-          "regenerate_timeout_s": 5.0, **kw}
+    kw = {
+        "regenerate": True,
+        "regenerate_with": "endpoint",
+        "regenerate_endpoint": url,
+        "regenerate_model": "served-model",
+        "regenerate_concurrency": 4,
+        "regenerate_retries": 2,
+        "regenerate_timeout_s": 5.0,
+        **kw,
+    }
     return DataConfig(path=str(tmp_path / "chats.jsonl"), **kw)
 
 
@@ -171,7 +207,9 @@ def test_endpoint_regenerates_chats_in_parallel(server, tmp_path, tok):
         assert path == "/v1/chat/completions" and body["model"] == "served-model"
         assert body["max_tokens"] == 33 and body["temperature"] == 0.7 and body["messages"][-1]["role"] == "user"
     # A second turn was asked with the first *regenerated* reply in its history.
-    assert any(body["messages"][1]["content"].startswith("R1<") for _, body in server.requests if len(body["messages"]) > 2)
+    assert any(
+        body["messages"][1]["content"].startswith("R1<") for _, body in server.requests if len(body["messages"]) > 2
+    )
     for chat_in, row in zip(chats, out):
         assert_regenerated_by_stand_in(chat_in, row["messages"])
     lines = cached_lines(c)
@@ -266,7 +304,9 @@ def test_a_wrong_url_is_one_line(server, tmp_path, tok):
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
     with pytest.raises(DraftsmithError) as e:
         regenerate(rows_of(chats), endpoint_cfg(dead, tmp_path), tok, None, progress=False)
-    assert dead + "/chat/completions" in str(e.value) and "Connection" in str(e.value) and "after 3 tries" in str(e.value)
+    assert (
+        dead + "/chat/completions" in str(e.value) and "Connection" in str(e.value) and "after 3 tries" in str(e.value)
+    )
     wrong_path = server.url.replace("/v1", "/api/v1")
     with pytest.raises(DraftsmithError, match=r"api/v1/chat/completions answered HTTP 404: Not Found"):
         regenerate(rows_of(chats), endpoint_cfg(wrong_path, tmp_path), tok, None, progress=False)
@@ -276,12 +316,18 @@ def test_a_wrong_url_is_one_line(server, tmp_path, tok):
 def test_the_cache_key_names_the_served_model(tmp_path, tiny_target):
     a = endpoint_cfg("http://127.0.0.1:1/v1", tmp_path)
     assert regen_mod.regen_key(a, None) == regen_mod.regen_key(endpoint_cfg("http://other:8000", tmp_path), None)
-    assert regen_mod.regen_key(a, None) != regen_mod.regen_key(endpoint_cfg("http://x", tmp_path, regenerate_model="m2"), None)
+    assert regen_mod.regen_key(a, None) != regen_mod.regen_key(
+        endpoint_cfg("http://x", tmp_path, regenerate_model="m2"), None
+    )
     local = DataConfig(path=a.path, regenerate=True)
     assert regen_mod.regen_key(local, tiny_target) != regen_mod.regen_key(a, tiny_target)
     batched = regen_mod.regen_key(local, tiny_target)  # the way of running and the budget are not in it
-    assert batched == regen_mod.regen_key(DataConfig(path=a.path, regenerate=True, regenerate_with="engine",
-                                                     regenerate_batch_size=3, regenerate_max_rows=5), tiny_target)
+    assert batched == regen_mod.regen_key(
+        DataConfig(
+            path=a.path, regenerate=True, regenerate_with="engine", regenerate_batch_size=3, regenerate_max_rows=5
+        ),
+        tiny_target,
+    )
 
 
 def test_turns_past_the_context_are_cut(server, tmp_path, tok, tiny_target):
@@ -294,7 +340,11 @@ def test_turns_past_the_context_are_cut(server, tmp_path, tok, tiny_target):
     out, counts = regenerate(rows_of(chats), c, tok, tiny_target, progress=False)
     assert len(out[0]["messages"]) == 2 and out[0]["messages"][1]["content"] == reply_for(fits[:1])
     assert out[1]["messages"] == chats[1] and len(out[2]["messages"]) == 4
-    assert (counts["regenerate_cut_rows"], counts["regenerate_skipped_too_long"], counts["regenerated_rows"]) == (1, 1, 2)
+    assert (counts["regenerate_cut_rows"], counts["regenerate_skipped_too_long"], counts["regenerated_rows"]) == (
+        1,
+        1,
+        2,
+    )
     before = len(server.requests)
     again, counts = regenerate(rows_of(chats), c, tok, tiny_target, progress=False)
     assert len(server.requests) == before and again == out  # the cut chat is reused from the cache
@@ -311,24 +361,32 @@ def test_the_served_context_cuts_chats_and_a_wrong_model_fails_first(server, tmp
     c = endpoint_cfg(server.url, tmp_path, regenerate_max_new_tokens=16)
     out, counts = regenerate(rows_of(chats), c, tok, tiny_target, progress=False)
     assert len(out[0]["messages"]) == 2 and counts["regenerate_cut_rows"] == 1 and counts["regenerated_rows"] == 2
-    prompts = [tok.apply_chat_template(body["messages"], add_generation_prompt=True, tokenize=True)
-               for path, body in server.requests if path.endswith("/chat/completions")]
+    prompts = [
+        tok.apply_chat_template(body["messages"], add_generation_prompt=True, tokenize=True)
+        for path, body in server.requests
+        if path.endswith("/chat/completions")
+    ]
     assert len(prompts) == 2 and all(len(p["input_ids"] if hasattr(p, "keys") else p) + 16 <= 160 for p in prompts)
     server.model, before = "another-model", len(server.requests)
-    with pytest.raises(DraftsmithError, match=r"/v1/models serves another-model, not data.regenerate_model='served-model'"):
+    with pytest.raises(
+        DraftsmithError, match=r"/v1/models serves another-model, not data.regenerate_model='served-model'"
+    ):
         regenerate(rows_of([chat(5, turns=1)]), endpoint_cfg(server.url, tmp_path), tok, tiny_target, progress=False)
     assert len(server.requests) == before  # nothing was sent
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"regenerate_with": "endpoint"}, "needs data.regenerate_endpoint"),
-    ({"regenerate_with": "endpoint", "regenerate_endpoint": "http://h:8000/v1"}, "needs data.regenerate_model"),
-    ({"regenerate_endpoint": "http://h:8000/v1", "regenerate_model": "m"}, "add data.regenerate_with=endpoint"),
-    ({"regenerate_with": "endpoint", "regenerate_endpoint": "h:8000", "regenerate_model": "m"}, "http(s):// URL"),
-    ({"regenerate_with": "vllm"}, "is not one of batched, engine, endpoint"),
-    ({"regenerate_concurrency": 0}, "regenerate_concurrency"),
-    ({"regenerate_timeout_s": 0}, "regenerate_timeout_s"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"regenerate_with": "endpoint"}, "needs data.regenerate_endpoint"),
+        ({"regenerate_with": "endpoint", "regenerate_endpoint": "http://h:8000/v1"}, "needs data.regenerate_model"),
+        ({"regenerate_endpoint": "http://h:8000/v1", "regenerate_model": "m"}, "add data.regenerate_with=endpoint"),
+        ({"regenerate_with": "endpoint", "regenerate_endpoint": "h:8000", "regenerate_model": "m"}, "http(s):// URL"),
+        ({"regenerate_with": "vllm"}, "is not one of batched, engine, endpoint"),
+        ({"regenerate_concurrency": 0}, "regenerate_concurrency"),
+        ({"regenerate_timeout_s": 0}, "regenerate_timeout_s"),
+    ],
+)
 def test_recipe_checks(overrides, message):
     with pytest.raises(DraftsmithError, match=message.replace("(", r"\(").replace(")", r"\)")):
         recipe_from_dict({"data": {"regenerate": True, **overrides}})
@@ -394,7 +452,9 @@ def test_batched_regeneration_caches_and_resumes(tmp_path, tok, tiny_target, mon
     assert sum(calls) == 3 * 2 and max(calls) == 2  # three chats of two turns, in batches of 2
     assert again.stats["regenerated_from_cache"] == 3
     assert any("3 of 6 rows from the cache" in r.getMessage() for r in caplog.records)
-    assert sorted(json.loads(line)["index"] for line in cache_path(c, tiny_target).read_text().splitlines()) == list(range(6))
+    assert sorted(json.loads(line)["index"] for line in cache_path(c, tiny_target).read_text().splitlines()) == list(
+        range(6)
+    )
     assert torch.equal(again.train.input_ids, first.train.input_ids)
 
 
@@ -408,8 +468,9 @@ def test_engine_regeneration_rewrites_assistant_turns(tmp_path, tok, tiny_target
     assert [m["content"] for m in msgs if m["role"] == "user"] == [chat(0)[0]["content"], chat(0)[2]["content"]]
     # The first reply is exactly what the target writes after the original user turn.
     prompt = tok.apply_chat_template(msgs[:1], add_generation_prompt=True, tokenize=False)
-    out = Engine(tiny_target, None, 1).generate(tok(prompt, add_special_tokens=False)["input_ids"], 6,
-                                                seed=0, speculative=False)
+    out = Engine(tiny_target, None, 1).generate(
+        tok(prompt, add_special_tokens=False)["input_ids"], 6, seed=0, speculative=False
+    )
     assert msgs[1]["content"] == tok.decode(out.tokens, skip_special_tokens=True).strip() != "answer 0.0: this."
     assert data.stats["regenerated_from_cache"] == 0
 

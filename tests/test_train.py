@@ -12,15 +12,22 @@ import time
 import pytest
 import torch
 import yaml
+from draftsmith.train.kinds import load_recipe
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.train.kinds import load_recipe
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny" / "draft_lm.yaml"
 # Small and quick: the tiny recipe cut down to a few seconds of training.
-QUICK = ["--data.max_rows=120", "--data.max_length=64", "--optim.batch_size=4", "--logging.progress=false",
-         "--logging.eval_every=1000", "--logging.acceptance_prompts=1", "--logging.acceptance_max_new_tokens=8"]
+QUICK = [
+    "--data.max_rows=120",
+    "--data.max_length=64",
+    "--optim.batch_size=4",
+    "--logging.progress=false",
+    "--logging.eval_every=1000",
+    "--logging.acceptance_prompts=1",
+    "--logging.acceptance_max_new_tokens=8",
+]
 
 
 def run(tmp_path, *overrides, resume=None):
@@ -53,7 +60,9 @@ def test_every_recipe_parses_and_starts_with_its_launch_command():
 
 
 def test_overrides_and_unknown_keys():
-    r = load_recipe(TINY, ["--optim.lr=3e-4", "--data.max_length", "96", "--drafter.loss=jsd", "--logging.trackers=[tensorboard]"])
+    r = load_recipe(
+        TINY, ["--optim.lr=3e-4", "--data.max_length", "96", "--drafter.loss=jsd", "--logging.trackers=[tensorboard]"]
+    )
     assert (r.optim.lr, r.data.max_length, r.drafter.loss, r.logging.trackers) == (3e-4, 96, "jsd", ["tensorboard"])
     with pytest.raises(DraftsmithError, match=r"unknown config key 'optim.lrr' \(did you mean 'optim.lr'\?\)"):
         load_recipe(TINY, ["--optim.lrr=1"])
@@ -66,7 +75,9 @@ def test_overrides_and_unknown_keys():
 
 
 def test_cli_reports_config_errors_in_one_line(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "draftsmith", "train", str(TINY), "--optim.warmup=3"], capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "draftsmith", "train", str(TINY), "--optim.warmup=3"], capture_output=True, text=True
+    )
     assert p.returncode == 2
     assert "unknown config key 'optim.warmup' (did you mean 'optim.warmup_steps'?)" in p.stderr
     assert "Traceback" not in p.stderr
@@ -99,22 +110,38 @@ def test_tiny_training_loss_falls_and_checkpoint_is_a_drafter(tiny_target, tmp_p
     assert spec.metrics.mean_acceptance_length > 1.5
     # ... and transformers' assisted generation takes it as assistant_model
     ids = torch.tensor([prompt])
-    out = tiny_target.model.generate(ids, assistant_model=drafter.as_assistant_model(), max_new_tokens=12, do_sample=False)
+    out = tiny_target.model.generate(
+        ids, assistant_model=drafter.as_assistant_model(), max_new_tokens=12, do_sample=False
+    )
     ref = tiny_target.model.generate(ids, max_new_tokens=12, do_sample=False)
     assert out.tolist() == ref.tolist()
 
 
 @pytest.mark.parametrize("kind", ["fkl", "rkl", "jsd", "tvd", "ce"])
 def test_each_distillation_loss_falls(kind, tiny_cache, tmp_path, fresh_accelerate):
-    s = run(tmp_path, f"--drafter.loss={kind}", "--optim.max_steps=24", "--logging.log_every=4", "--logging.acceptance_prompts=0")
+    s = run(
+        tmp_path,
+        f"--drafter.loss={kind}",
+        "--optim.max_steps=24",
+        "--logging.log_every=4",
+        "--logging.acceptance_prompts=0",
+    )
     curve = losses(s)
     assert curve[-1] < 0.8 * curve[0], (kind, curve)
 
 
 def test_on_policy_and_lora(tiny_cache, tmp_path, fresh_accelerate):
     pytest.importorskip("peft")
-    s = run(tmp_path, "--drafter.on_policy_fraction=1.0", "--drafter.on_policy_tokens=8", "--drafter.lora.r=4",
-            "--optim.max_steps=6", "--logging.log_every=2", "--optim.lr=1e-2", "--logging.acceptance_prompts=0")
+    s = run(
+        tmp_path,
+        "--drafter.on_policy_fraction=1.0",
+        "--drafter.on_policy_tokens=8",
+        "--drafter.lora.r=4",
+        "--optim.max_steps=6",
+        "--logging.log_every=2",
+        "--optim.lr=1e-2",
+        "--logging.acceptance_prompts=0",
+    )
     assert all(torch.isfinite(torch.tensor(losses(s))))
     final = tmp_path / "final"
     assert (final / "adapter" / "adapter_config.json").is_file()
@@ -131,7 +158,13 @@ def test_trackers_write_offline(tiny_cache, tmp_path, fresh_accelerate, monkeypa
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc: wandb must go offline
     trackers = "[tensorboard,wandb]" if _has("wandb") else "[tensorboard]"
-    run(tmp_path, "--optim.max_steps=4", "--logging.log_every=2", f"--logging.trackers={trackers}", "--logging.acceptance_prompts=0")
+    run(
+        tmp_path,
+        "--optim.max_steps=4",
+        "--logging.log_every=2",
+        f"--logging.trackers={trackers}",
+        "--logging.acceptance_prompts=0",
+    )
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = list((tmp_path / "logs").rglob("events.out.tfevents.*"))
@@ -152,13 +185,20 @@ def _has(module: str) -> bool:
 
 # --- resume after SIGKILL ----------------------------------------------------------------------
 
-KILL_ARGS = ["--optim.max_steps=24", "--checkpoint.save_every=4", "--logging.log_every=1", "--logging.acceptance_prompts=0",
-             "--checkpoint.keep_last=3"]
+KILL_ARGS = [
+    "--optim.max_steps=24",
+    "--checkpoint.save_every=4",
+    "--logging.log_every=1",
+    "--logging.acceptance_prompts=0",
+    "--checkpoint.keep_last=3",
+]
 
 
 def _launch(out, *extra):
     cmd = [sys.executable, "-m", "draftsmith.train", str(TINY), "--output-dir", str(out), *QUICK, *KILL_ARGS, *extra]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
 
 
 def test_sigkill_then_resume_matches_uninterrupted(tiny_cache, tmp_path):
@@ -260,8 +300,14 @@ def test_existing_checkpoints_need_resume(tiny_cache, tmp_path, fresh_accelerate
 
 def test_zero_intervals_switch_off(tiny_cache, tmp_path, fresh_accelerate):
     """log_every, eval_every, save_every = 0 mean off (they raised ZeroDivisionError after step 1)."""
-    s = run(tmp_path, "--optim.max_steps=3", "--logging.log_every=0", "--logging.eval_every=0", "--checkpoint.save_every=0",
-            "--logging.acceptance_prompts=0")
+    s = run(
+        tmp_path,
+        "--optim.max_steps=3",
+        "--logging.log_every=0",
+        "--logging.eval_every=0",
+        "--checkpoint.save_every=0",
+        "--logging.acceptance_prompts=0",
+    )
     assert [h["step"] for h in s["history"] if "train/loss" in h] == [3]  # the last step's average only
     assert [h["step"] for h in s["history"] if "eval/loss" in h] == [3]  # the final evaluation only
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["final", "step-0000003"]
@@ -306,9 +352,8 @@ class _Task:
     """Saves a drafter folder: drafter.json, config.json and the tensors given (None: no weights)."""
 
     def save(self, model, state_dict, folder, extra):
-        from safetensors.torch import save_file
-
         from draftsmith.models import write_drafter_meta
+        from safetensors.torch import save_file
 
         write_drafter_meta(folder, "draft_lm", "tiny-random", step=extra["step"])
         (folder / "config.json").write_text("{}")
@@ -322,7 +367,9 @@ def test_save_names_a_checkpoint_only_once_it_is_complete(tmp_path):
     state = {"step": 2, "epoch": 0, "batch_in_epoch": 2}
     first = checkpoint.save(_Acc(), _Task(), {"w": torch.ones(3)}, tmp_path, "step-0000002", state, {"step": 2})
     assert checkpoint.verify(first) == []
-    with pytest.raises(DraftsmithError, match="checkpoint step-0000004 came out incomplete .*no weights.*earlier checkpoints"):
+    with pytest.raises(
+        DraftsmithError, match="checkpoint step-0000004 came out incomplete .*no weights.*earlier checkpoints"
+    ):
         checkpoint.save(_Acc(), _Task(), None, tmp_path, "step-0000004", {**state, "step": 4}, {"step": 4})
     assert not (tmp_path / "step-0000004").exists() and checkpoint.latest_checkpoint(tmp_path) == first
     # Re-saving the same step replaces it whole; nothing of the old one is left behind.
@@ -353,7 +400,9 @@ def test_time_budget_spans_resumes(tiny_cache, tmp_path, fresh_accelerate):
     assert state["train_seconds"] > 0
     state["train_seconds"] = 3600.0  # as if the killed run had already trained an hour
     state_file.write_text(json.dumps(state))
-    summary = run(tmp_path, "--optim.max_steps=8", "--optim.max_minutes=1", "--logging.acceptance_prompts=0", resume=True)
+    summary = run(
+        tmp_path, "--optim.max_steps=8", "--optim.max_minutes=1", "--logging.acceptance_prompts=0", resume=True
+    )
     assert summary["steps"] == 5  # one step, then the spent budget stops it
     assert summary["train_seconds"] >= 3600
 
@@ -383,9 +432,23 @@ def test_corrupt_checkpoint_is_named(tiny_cache, tmp_path, fresh_accelerate):
 
 
 def _accelerate(mode, out, env_extra=None, steps=4):
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "configs" / "accelerate" / f"{mode}.yaml"),
-           "-m", "draftsmith.train", str(TINY), "--output-dir", str(out), *QUICK, f"--optim.max_steps={steps}",
-           "--checkpoint.save_every=2", "--logging.log_every=1", "--logging.acceptance_prompts=0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "configs" / "accelerate" / f"{mode}.yaml"),
+        "-m",
+        "draftsmith.train",
+        str(TINY),
+        "--output-dir",
+        str(out),
+        *QUICK,
+        f"--optim.max_steps={steps}",
+        "--checkpoint.save_every=2",
+        "--logging.log_every=1",
+        "--logging.acceptance_prompts=0",
+    ]
     env = {**os.environ, **(env_extra or {})}
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -433,17 +496,35 @@ def test_deepspeed_zero3_trains_sharded_and_saves_a_whole_drafter(ddp_summary, t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["smollm2-135m-instruct/draft_lm.yaml", "smollm2-135m-instruct/draft_lm_lora.yaml",
-                                    "smollm2-135m-instruct/draft_lm_code.yaml", "qwen2.5-coder-1.5b-instruct/draft_lm.yaml"])
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        "smollm2-135m-instruct/draft_lm.yaml",
+        "smollm2-135m-instruct/draft_lm_lora.yaml",
+        "smollm2-135m-instruct/draft_lm_code.yaml",
+        "qwen2.5-coder-1.5b-instruct/draft_lm.yaml",
+    ],
+)
 def test_real_recipe_two_steps(recipe, tmp_path, fresh_accelerate):
     from draftsmith.models.loading import resolve_model
     from draftsmith.train.trainer import train
 
-    r = load_recipe(ROOT / "configs" / recipe, ["--optim.max_steps=2", "--optim.batch_size=1", "--data.max_length=64",
-                                                 "--data.max_rows=40", "--data.eval_rows=4", "--logging.progress=false",
-                                                 "--logging.eval_batches=1", "--logging.acceptance_prompts=1",
-                                                 "--logging.acceptance_max_new_tokens=8", "--optim.grad_accum=1",
-                                                 f"--checkpoint.output_dir={tmp_path}"])
+    r = load_recipe(
+        ROOT / "configs" / recipe,
+        [
+            "--optim.max_steps=2",
+            "--optim.batch_size=1",
+            "--data.max_length=64",
+            "--data.max_rows=40",
+            "--data.eval_rows=4",
+            "--logging.progress=false",
+            "--logging.eval_batches=1",
+            "--logging.acceptance_prompts=1",
+            "--logging.acceptance_max_new_tokens=8",
+            "--optim.grad_accum=1",
+            f"--checkpoint.output_dir={tmp_path}",
+        ],
+    )
     for name in (r.model.target, r.drafter.init):
         if not name.startswith("truncated:"):
             try:
@@ -458,8 +539,20 @@ def test_real_recipe_two_steps(recipe, tmp_path, fresh_accelerate):
 def test_fsdp_without_gpus_is_a_clear_error(tiny_cache, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("has GPUs: FSDP runs")
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "configs" / "accelerate" / "fsdp.yaml"), "-m", "draftsmith.train",
-           str(TINY), "--output-dir", str(tmp_path), *QUICK, "--optim.max_steps=1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "configs" / "accelerate" / "fsdp.yaml"),
+        "-m",
+        "draftsmith.train",
+        str(TINY),
+        "--output-dir",
+        str(tmp_path),
+        *QUICK,
+        "--optim.max_steps=1",
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert p.returncode != 0
     assert "FSDP was requested but accelerate runs FSDP on GPUs only" in p.stderr

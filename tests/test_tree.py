@@ -7,15 +7,28 @@ import json
 
 import pytest
 import torch
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import logits_to_probs
-from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies, expected_acceptance_length, full_choices, load_choices
-from draftsmith.infer.verify import greedy_chain, greedy_tree, speculative_sampling, tree_speculative_sampling, typical_acceptance
+from draftsmith.infer.tree import (
+    Tree,
+    TreeConfig,
+    choices_from_accuracies,
+    expected_acceptance_length,
+    full_choices,
+    load_choices,
+)
+from draftsmith.infer.verify import (
+    greedy_chain,
+    greedy_tree,
+    speculative_sampling,
+    tree_speculative_sampling,
+    typical_acceptance,
+)
 from draftsmith.models import DraftLM
 from lawtest import chisquare_pvalue, engine_samples, exact_law
+
+from draftsmith.errors import DraftsmithError
 
 # --- construction ---------------------------------------------------------------------------------
 
@@ -112,7 +125,9 @@ def test_every_tree_node_gets_the_logits_of_its_path_alone(tiny_target, layout):
         past = cache.length
         ids = torch.cat([torch.tensor(prompt[-1:]), tokens]).unsqueeze(0)
         mask = tree.attention_mask(past, cache.kv_length(ids.shape[1]), tiny_target.dtype, "cpu")
-        logits, hidden = tiny_target.forward_hidden(ids, cache, tree.position_ids(past, "cpu"), mask, hidden_layers=(-1, 2))
+        logits, hidden = tiny_target.forward_hidden(
+            ids, cache, tree.position_ids(past, "cpu"), mask, hidden_layers=(-1, 2)
+        )
         # compaction: keep the root and one deep path, then decode on: same as the path alone
         node = max(range(tree.num_nodes + 1), key=lambda i: tree.depths[i])
         path = tree.path_to(node)
@@ -171,8 +186,11 @@ def test_tree_sampling_with_identical_draft_accepts_the_whole_path():
 def _target_table(seed, vocab=V, depth=3):
     """A synthetic target: p(. | prefix) for every prefix up to `depth` tokens, peaky enough."""
     g = torch.Generator().manual_seed(seed)
-    return {pre: torch.softmax(2.0 * torch.randn(vocab, generator=g), -1)
-            for d in range(depth + 1) for pre in itertools.product(range(vocab), repeat=d)}
+    return {
+        pre: torch.softmax(2.0 * torch.randn(vocab, generator=g), -1)
+        for d in range(depth + 1)
+        for pre in itertools.product(range(vocab), repeat=d)
+    }
 
 
 def _sample_without_replacement(q, m, g):
@@ -210,10 +228,17 @@ def test_tree_sampling_is_lossless(children):
                 drawn = torch.multinomial(q, len(kids), replacement=True, generator=g).tolist()
             for c, x in zip(kids, drawn):
                 tokens[c - 1], probs[c - 1] = x, q
-        target_probs = torch.stack([p_table[tuple(tokens[j - 1] for j in tree.path_to(i))] for i in range(tree.num_nodes + 1)])
+        target_probs = torch.stack(
+            [p_table[tuple(tokens[j - 1] for j in tree.path_to(i))] for i in range(tree.num_nodes + 1)]
+        )
         path, nxt = tree_speculative_sampling(
-            tree, torch.tensor(tokens), None if children == "deterministic" else probs, target_probs, g,
-            replacement=children == "sampled_iid")
+            tree,
+            torch.tensor(tokens),
+            None if children == "deterministic" else probs,
+            target_probs,
+            g,
+            replacement=children == "sampled_iid",
+        )
         emitted = [tokens[j - 1] for j in path] + [int(nxt)]
         accepted += len(path)
         if len(emitted) == 1:  # the next step starts after t1: sample it from the target directly
@@ -298,7 +323,7 @@ def test_greedy_tree_decoding_equals_plain_decoding(tiny_target):
     hits_off_main_branch = 0
     for choices in TREES:
         engine = Engine(tiny_target, drafter, 3, tree=TreeConfig(choices=tuple(map(tuple, choices))))
-        for seed, prompt in enumerate([[5, 6, 7], [40, 41, 42, 43, 44], list(range(60, 80))]):
+        for _seed, prompt in enumerate([[5, 6, 7], [40, 41, 42, 43, 44], list(range(60, 80))]):
             plain = engine.generate(prompt, 30, speculative=False, eos_token_ids=())
             spec = engine.generate(prompt, 30, eos_token_ids=())
             assert spec.tokens == plain.tokens

@@ -11,15 +11,23 @@ from draftsmith.errors import run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="draftsmith train", description="Train a drafter from a YAML recipe.",
-                                epilog="Any recipe key can be overridden: --optim.lr=3e-4 --data.max_rows 500")
+    p = argparse.ArgumentParser(
+        prog="draftsmith train",
+        description="Train a drafter from a YAML recipe.",
+        epilog="Any recipe key can be overridden: --optim.lr=3e-4 --data.max_rows 500",
+    )
     p.add_argument("recipe", help="YAML recipe, e.g. configs/tiny/draft_lm.yaml")
     p.add_argument("--output-dir", default=None, help="where checkpoints go (overrides checkpoint.output_dir)")
-    p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in the output dir")
+    p.add_argument(
+        "--resume", action="store_true", help="continue from the newest complete checkpoint in the output dir"
+    )
     p.add_argument("--print-config", action="store_true", help="print the resolved recipe and exit")
-    p.add_argument("--data-only", action="store_true",
-                   help="prepare the data (regenerate it: data.regenerate=true; tokenise), print its counts and exit: "
-                        "e.g. regenerate through a server (data.regenerate_with=endpoint) first, stop it, then train")
+    p.add_argument(
+        "--data-only",
+        action="store_true",
+        help="prepare the data (regenerate it: data.regenerate=true; tokenise), print its counts and exit: "
+        "e.g. regenerate through a server (data.regenerate_with=endpoint) first, stop it, then train",
+    )
     return p
 
 
@@ -63,8 +71,11 @@ def _data_only(recipe) -> int:
 
     from .data import build_data
 
-    target = Target.load(recipe.model.target, dtype="float32" if recipe.model.target_dtype == "auto" else recipe.model.target_dtype,
-                         device="cpu")
+    target = Target.load(
+        recipe.model.target,
+        dtype="float32" if recipe.model.target_dtype == "auto" else recipe.model.target_dtype,
+        device="cpu",
+    )
     data = build_data(recipe.data, target.tokenizer, target=target, progress=recipe.logging.progress)
     print(json.dumps(data.stats, indent=1))
     return 0

@@ -51,9 +51,15 @@ def complete_checkpoints(root: pathlib.Path) -> list[pathlib.Path]:
     """Complete step-* folders (their trainer state, written last, is there), oldest first."""
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX):].isdigit()
-             and (p / TRAINER_STATE).is_file()]
-    return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
+    found = [
+        p
+        for p in root.iterdir()
+        if p.is_dir()
+        and p.name.startswith(PREFIX)
+        and p.name[len(PREFIX) :].isdigit()
+        and (p / TRAINER_STATE).is_file()
+    ]
+    return sorted(found, key=lambda p: int(p.name[len(PREFIX) :]))
 
 
 def latest_checkpoint(root: pathlib.Path) -> pathlib.Path | None:
@@ -76,8 +82,9 @@ def check_output_dir(root: pathlib.Path) -> None:
     if not parent.is_dir():
         raise DraftsmithError(f"output dir {root} cannot be created: {parent} is a file; choose another --output-dir")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise DraftsmithError(f"output dir {root} cannot be written: {parent} is read-only for this user; "
-                              "choose another --output-dir")
+        raise DraftsmithError(
+            f"output dir {root} cannot be written: {parent} is read-only for this user; choose another --output-dir"
+        )
 
 
 def plan_resume(root: pathlib.Path, kind: str, resume: bool) -> tuple[pathlib.Path, dict] | None:
@@ -91,7 +98,9 @@ def plan_resume(root: pathlib.Path, kind: str, resume: bool) -> tuple[pathlib.Pa
         raise DraftsmithError(f"{root} already holds checkpoints: pass --resume to continue, or another --output-dir")
     state = read_trainer_state(ckpt, kind)
     if not (ckpt / TRAINING_STATE_DIR).is_dir():
-        raise DraftsmithError(f"{ckpt}: corrupt checkpoint (no {TRAINING_STATE_DIR}/); delete {ckpt} to resume from the one before")
+        raise DraftsmithError(
+            f"{ckpt}: corrupt checkpoint (no {TRAINING_STATE_DIR}/); delete {ckpt} to resume from the one before"
+        )
     return ckpt, state
 
 
@@ -104,14 +113,20 @@ def read_trainer_state(ckpt: pathlib.Path, kind: str) -> dict:
     if meta is None:
         raise DraftsmithError(f"{ckpt}: not a draftsmith checkpoint (no drafter.json)")
     if meta["kind"] != kind:
-        raise DraftsmithError(f"{ckpt}: a {meta['kind']!r} checkpoint; this recipe trains a {kind!r} drafter (use another --output-dir)")
+        raise DraftsmithError(
+            f"{ckpt}: a {meta['kind']!r} checkpoint; this recipe trains a {kind!r} drafter (use another --output-dir)"
+        )
     try:
         state = json.loads((ckpt / TRAINER_STATE).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DraftsmithError(f"{ckpt / TRAINER_STATE}: corrupt checkpoint ({e}); delete {ckpt} to resume from the one before") from None
+        raise DraftsmithError(
+            f"{ckpt / TRAINER_STATE}: corrupt checkpoint ({e}); delete {ckpt} to resume from the one before"
+        ) from None
     if not isinstance(state, dict) or not all(isinstance(state.get(k), int) for k in STATE_KEYS):
-        raise DraftsmithError(f"{ckpt / TRAINER_STATE}: corrupt checkpoint (no {'/'.join(STATE_KEYS)}); delete {ckpt} "
-                              "to resume from the one before")
+        raise DraftsmithError(
+            f"{ckpt / TRAINER_STATE}: corrupt checkpoint (no {'/'.join(STATE_KEYS)}); delete {ckpt} "
+            "to resume from the one before"
+        )
     return state
 
 
@@ -144,11 +159,22 @@ class RunLock:
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
-            return (f"output dir {self.root} is in use by another training run ({holder}): wait for it to finish, "
-                    "or choose another --output-dir")
+            return (
+                f"output dir {self.root} is in use by another training run ({holder}): wait for it to finish, "
+                "or choose another --output-dir"
+            )
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                 "argv": sys.argv}).encode())
+        os.write(
+            fd,
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                    "argv": sys.argv,
+                }
+            ).encode(),
+        )
         self._fd = fd
         return None
 
@@ -199,7 +225,7 @@ def remove_partial(root: pathlib.Path) -> list[str]:
                 shutil.rmtree(p, ignore_errors=True)
                 done.append(f"removed {p.name}")
             elif p.is_dir() and p.name.startswith(".old-"):
-                real = root / p.name[len(".old-"):]
+                real = root / p.name[len(".old-") :]
                 if real.exists():
                     shutil.rmtree(p, ignore_errors=True)
                     done.append(f"removed {p.name}")
@@ -247,7 +273,9 @@ def verify(folder: pathlib.Path, resumable: bool = True) -> list[str]:
     return problems
 
 
-def save(accelerator, task, model, root: pathlib.Path, name: str, trainer_state: dict | None, extra: dict) -> pathlib.Path:
+def save(
+    accelerator, task, model, root: pathlib.Path, name: str, trainer_state: dict | None, extra: dict
+) -> pathlib.Path:
     """Write checkpoint `root/name` atomically; with `trainer_state`, also the resumable training
     state. Every rank must call this (DeepSpeed writes per-rank shards, ZeRO-3 gathers weights)."""
     final = root / name
@@ -265,8 +293,10 @@ def save(accelerator, task, model, root: pathlib.Path, name: str, trainer_state:
             _write_synced(tmp / TRAINER_STATE, json.dumps(trainer_state, indent=2))
         problems = verify(tmp, resumable=trainer_state is not None)
         if problems:  # never give a damaged checkpoint a real name (nor prune for it)
-            raise DraftsmithError(f"checkpoint {name} came out incomplete ({problems[0]}); the earlier checkpoints in {root} "
-                                  "are kept: check the disk (full?) and --resume")
+            raise DraftsmithError(
+                f"checkpoint {name} came out incomplete ({problems[0]}); the earlier checkpoints in {root} "
+                "are kept: check the disk (full?) and --resume"
+            )
         if final.exists():  # re-saving the same step after a resume: keep the old one until the new one has its name
             old = root / f".old-{name}"
             shutil.rmtree(old, ignore_errors=True)
@@ -277,8 +307,12 @@ def save(accelerator, task, model, root: pathlib.Path, name: str, trainer_state:
             os.replace(tmp, final)
         _fsync_dir(root)
         # one line per checkpoint over all machines: the multi-machine test counts them
-        log.info("checkpoint %s written by process %d of %d", name, getattr(accelerator, "process_index", 0),
-                 getattr(accelerator, "num_processes", 1))
+        log.info(
+            "checkpoint %s written by process %d of %d",
+            name,
+            getattr(accelerator, "process_index", 0),
+            getattr(accelerator, "num_processes", 1),
+        )
     accelerator.wait_for_everyone()
     return final
 

@@ -30,7 +30,6 @@ import yaml
 
 from draftsmith.errors import DraftsmithError
 
-
 SEED = "[0, 4294967295]"  # numpy's seed range (accelerate's set_seed seeds numpy too)
 
 
@@ -66,8 +65,12 @@ class DraftLMConfig:
     on_policy_temperature: float = 1.0  # > 0: the draft samples (0 would be greedy, not a distribution)
 
     RANGES: typing.ClassVar[dict[str, str]] = {
-        "temperature": ">0", "jsd_beta": "(0, 1)", "on_policy_fraction": "[0, 1] (0: off-policy only)",
-        "on_policy_tokens": ">=1", "on_policy_temperature": ">0"}
+        "temperature": ">0",
+        "jsd_beta": "(0, 1)",
+        "on_policy_fraction": "[0, 1] (0: off-policy only)",
+        "on_policy_tokens": ">=1",
+        "on_policy_temperature": ">0",
+    }
 
 
 @dataclass
@@ -89,11 +92,20 @@ class MedusaTrainConfig:
     init: str | None = None  # an existing medusa checkpoint folder to start the heads from
 
     RANGES: typing.ClassVar[dict[str, str]] = {
-        "num_heads": ">=1", "num_layers": ">=0 (0: no ResBlock, the LM head alone)", "decay": "(0, 1]",
-        "heads_loss_weight": ">0", "heads_lr_multiplier": ">0"}
+        "num_heads": ">=1",
+        "num_layers": ">=0 (0: no ResBlock, the LM head alone)",
+        "decay": "(0, 1]",
+        "heads_loss_weight": ">0",
+        "heads_lr_multiplier": ">0",
+    }
 
     def checks(self) -> list[tuple[bool, str]]:
-        return [(self.mode != "medusa2" or self.lora.r > 0, "drafter.mode medusa2 trains the target through LoRA: drafter.lora.r must be > 0")]
+        return [
+            (
+                self.mode != "medusa2" or self.lora.r > 0,
+                "drafter.mode medusa2 trains the target through LoRA: drafter.lora.r must be > 0",
+            )
+        ]
 
 
 @dataclass
@@ -110,11 +122,19 @@ class EagleTrainConfig:
     init: str | None = None  # an existing eagle checkpoint folder to start from
 
     RANGES: typing.ClassVar[dict[str, str]] = {
-        "noise": ">=0 (0: no noise)", "feature_loss_weight": ">=0 (0: no feature loss)",
-        "cls_loss_weight": ">=0 (0: no cross-entropy)", "intermediate_size": ">=1"}
+        "noise": ">=0 (0: no noise)",
+        "feature_loss_weight": ">=0 (0: no feature loss)",
+        "cls_loss_weight": ">=0 (0: no cross-entropy)",
+        "intermediate_size": ">=1",
+    }
 
     def checks(self) -> list[tuple[bool, str]]:
-        return [(self.feature_loss_weight + self.cls_loss_weight > 0, "drafter.feature_loss_weight and drafter.cls_loss_weight must not both be 0")]
+        return [
+            (
+                self.feature_loss_weight + self.cls_loss_weight > 0,
+                "drafter.feature_loss_weight and drafter.cls_loss_weight must not both be 0",
+            )
+        ]
 
 
 @dataclass
@@ -133,11 +153,21 @@ class Eagle3TrainConfig:
     init: str | None = None  # an existing eagle3 checkpoint folder to start from
 
     RANGES: typing.ClassVar[dict[str, str]] = {
-        "aux_layers": "any", "draft_vocab_size": ">=2", "ttt_steps": ">=1", "ttt_decay": "(0, 1]",
-        "noise": ">=0 (0: no noise)", "intermediate_size": ">=1"}
+        "aux_layers": "any",
+        "draft_vocab_size": ">=2",
+        "ttt_steps": ">=1",
+        "ttt_decay": "(0, 1]",
+        "noise": ">=0 (0: no noise)",
+        "intermediate_size": ">=1",
+    }
 
     def checks(self) -> list[tuple[bool, str]]:
-        return [(self.aux_layers is None or len(self.aux_layers) >= 1, "drafter.aux_layers: give at least one layer (or null for the default)")]
+        return [
+            (
+                self.aux_layers is None or len(self.aux_layers) >= 1,
+                "drafter.aux_layers: give at least one layer (or null for the default)",
+            )
+        ]
 
 
 @dataclass
@@ -167,18 +197,36 @@ class DataConfig:
     seed: int = 0
 
     RANGES: typing.ClassVar[dict[str, str]] = {  # every numeric knob above (see check_ranges)
-        "max_length": ">=8", "max_rows": ">=1", "eval_rows": ">=1", "max_turn_chars": ">=1",
-        "regenerate_max_rows": ">=1", "regenerate_max_new_tokens": ">=1", "regenerate_temperature": ">=0 (0: greedy)",
-        "regenerate_batch_size": ">=1", "regenerate_concurrency": ">=1", "regenerate_timeout_s": ">0",
-        "regenerate_retries": ">=0 (0: no retries)", "seed": SEED}
+        "max_length": ">=8",
+        "max_rows": ">=1",
+        "eval_rows": ">=1",
+        "max_turn_chars": ">=1",
+        "regenerate_max_rows": ">=1",
+        "regenerate_max_new_tokens": ">=1",
+        "regenerate_temperature": ">=0 (0: greedy)",
+        "regenerate_batch_size": ">=1",
+        "regenerate_concurrency": ">=1",
+        "regenerate_timeout_s": ">0",
+        "regenerate_retries": ">=0 (0: no retries)",
+        "seed": SEED,
+    }
 
     def endpoint_checks(self) -> list[tuple[bool, str]]:
         """An endpoint needs its URL and model name; a URL without regenerate_with=endpoint would be ignored."""
         url, endpoint = self.regenerate_endpoint, self.regenerate_with == "endpoint"
         return [
-            (not endpoint or bool(url), "data.regenerate_with=endpoint needs data.regenerate_endpoint (e.g. http://127.0.0.1:8000/v1)"),
-            (not url or url.startswith(("http://", "https://")), f"data.regenerate_endpoint must be an http(s):// URL, got {url!r}"),
-            (not endpoint or bool(self.regenerate_model), "data.regenerate_with=endpoint needs data.regenerate_model (the served model name)"),
+            (
+                not endpoint or bool(url),
+                "data.regenerate_with=endpoint needs data.regenerate_endpoint (e.g. http://127.0.0.1:8000/v1)",
+            ),
+            (
+                not url or url.startswith(("http://", "https://")),
+                f"data.regenerate_endpoint must be an http(s):// URL, got {url!r}",
+            ),
+            (
+                not endpoint or bool(self.regenerate_model),
+                "data.regenerate_with=endpoint needs data.regenerate_model (the served model name)",
+            ),
             (endpoint or not url, "data.regenerate_endpoint is set: add data.regenerate_with=endpoint to use it"),
         ]
 
@@ -199,9 +247,18 @@ class OptimConfig:
     seed: int = 0
 
     RANGES: typing.ClassVar[dict[str, str]] = {
-        "lr": ">0", "weight_decay": ">=0", "betas": "[0, 1)", "warmup_steps": ">=0", "max_steps": ">=1",
-        "max_minutes": ">0", "min_lr_ratio": "[0, 1]", "batch_size": ">=1", "grad_accum": ">=1",
-        "max_grad_norm": ">=0 (0: no clipping)", "seed": SEED}
+        "lr": ">0",
+        "weight_decay": ">=0",
+        "betas": "[0, 1)",
+        "warmup_steps": ">=0",
+        "max_steps": ">=1",
+        "max_minutes": ">0",
+        "min_lr_ratio": "[0, 1]",
+        "batch_size": ">=1",
+        "grad_accum": ">=1",
+        "max_grad_norm": ">=0 (0: no clipping)",
+        "seed": SEED,
+    }
 
 
 @dataclass
@@ -229,9 +286,14 @@ class LoggingConfig:
     progress: bool = True
 
     RANGES: typing.ClassVar[dict[str, str]] = {
-        "log_every": ">=0 (0: only the last step)", "eval_every": ">=0 (0: only the final evaluation)",
-        "eval_batches": ">=1", "acceptance_every": ">=0 (0: at the end only)",
-        "acceptance_prompts": ">=0 (0: not measured)", "acceptance_k": ">=1", "acceptance_max_new_tokens": ">=1"}
+        "log_every": ">=0 (0: only the last step)",
+        "eval_every": ">=0 (0: only the final evaluation)",
+        "eval_batches": ">=1",
+        "acceptance_every": ">=0 (0: at the end only)",
+        "acceptance_prompts": ">=0 (0: not measured)",
+        "acceptance_k": ">=1",
+        "acceptance_max_new_tokens": ">=1",
+    }
 
 
 @dataclass
@@ -332,7 +394,9 @@ def recipe_from_dict(data: dict, *, drafter_configs: dict[str, type]) -> Recipe:
     drafter = dict(data.pop("drafter", None) or {})
     kind = drafter.get("kind", "draft_lm")
     if kind not in drafter_configs:
-        raise DraftsmithError(f"config key 'drafter.kind': unknown drafter {kind!r}; trainable kinds: {', '.join(drafter_configs)}")
+        raise DraftsmithError(
+            f"config key 'drafter.kind': unknown drafter {kind!r}; trainable kinds: {', '.join(drafter_configs)}"
+        )
     recipe = _build(Recipe, data, "")
     recipe.drafter = _build(drafter_configs[kind], drafter, "drafter")
     for key, allowed in CHOICES.items():
@@ -398,11 +462,11 @@ def _in_range(v, spec: str) -> bool:
 
 
 def _describe(spec: str) -> str:
-    """">=0 (0: off)" -> ">= 0 (0: off)"; "(0, 1]" -> "in (0, 1]"."""
+    """ ">=0 (0: off)" -> ">= 0 (0: off)"; "(0, 1]" -> "in (0, 1]"."""
     bounds, paren, note = spec.partition(" (")
     for op in (">=", ">"):
         if bounds.startswith(op):
-            return f"{op} {bounds[len(op):]}{paren}{note}"
+            return f"{op} {bounds[len(op) :]}{paren}{note}"
     return f"in {bounds}{paren}{note}"
 
 
@@ -440,13 +504,16 @@ def apply_overrides(data: dict, overrides: dict[str, object]) -> dict:
     return data
 
 
-def load_recipe(path: str | pathlib.Path, overrides: list[str] | dict | None = None, *,
-                drafter_configs: dict[str, type]) -> Recipe:
+def load_recipe(
+    path: str | pathlib.Path, overrides: list[str] | dict | None = None, *, drafter_configs: dict[str, type]
+) -> Recipe:
     path = pathlib.Path(path)
     if path.is_dir():
         inside = sorted(p.name for p in path.glob("*.yaml"))[:5]
-        raise DraftsmithError(f"recipe {path} is a directory, not a YAML file"
-                              + (f": pass one of its recipes ({', '.join(inside)})" if inside else ""))
+        raise DraftsmithError(
+            f"recipe {path} is a directory, not a YAML file"
+            + (f": pass one of its recipes ({', '.join(inside)})" if inside else "")
+        )
     if not path.is_file():
         raise DraftsmithError(f"recipe {path} not found")
     try:
@@ -458,8 +525,10 @@ def load_recipe(path: str | pathlib.Path, overrides: list[str] | dict | None = N
     except OSError as e:
         raise DraftsmithError(f"recipe {path} could not be read: {e.strerror or e}") from None
     if data is None:  # an empty file, or only comments: refuse rather than train every default
-        raise DraftsmithError(f"recipe {path} is empty: write a recipe (model, drafter, data, optim sections) "
-                              "or start from one in configs/, e.g. configs/tiny/draft_lm.yaml")
+        raise DraftsmithError(
+            f"recipe {path} is empty: write a recipe (model, drafter, data, optim sections) "
+            "or start from one in configs/, e.g. configs/tiny/draft_lm.yaml"
+        )
     if not isinstance(data, dict):
         raise DraftsmithError(f"recipe {path}: expected a mapping of sections at the top level")
     if isinstance(overrides, list):
@@ -469,11 +538,14 @@ def load_recipe(path: str | pathlib.Path, overrides: list[str] | dict | None = N
 
 def _yaml_problem(e: yaml.YAMLError) -> str:
     """PyYAML's several-line message as one line: what it was parsing where, and what went wrong where."""
+
     def at(text, mark):
         return f"{text} (line {mark.line + 1}, column {mark.column + 1})" if text and mark else text
 
-    parts = [at(getattr(e, "context", None), getattr(e, "context_mark", None)),
-             at(getattr(e, "problem", None), getattr(e, "problem_mark", None))]
+    parts = [
+        at(getattr(e, "context", None), getattr(e, "context_mark", None)),
+        at(getattr(e, "problem", None), getattr(e, "problem_mark", None)),
+    ]
     return ": ".join(p for p in parts if p) or str(e).splitlines()[0]
 
 

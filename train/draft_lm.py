@@ -19,11 +19,11 @@ import random
 
 import torch
 import torch.nn.functional as F
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.models import DraftLM, read_drafter_meta, write_drafter_meta
 from draftsmith.models.draft_lm import truncate_model
 from draftsmith.models.loading import check_same_tokenizer, load_causal_lm, load_tokenizer
+
+from draftsmith.errors import DraftsmithError
 
 from . import losses
 from .config import DraftLMConfig
@@ -45,8 +45,9 @@ class DraftLMTask:
     # --- building ------------------------------------------------------------------------------
 
     def _init_model(self):
-        return init_causal_lm(self.cfg.init, self.target, accepts=(self.kind,),
-                              what=f"but this recipe trains a {self.kind!r} drafter")
+        return init_causal_lm(
+            self.cfg.init, self.target, accepts=(self.kind,), what=f"but this recipe trains a {self.kind!r} drafter"
+        )
 
     def trainable_parameters(self):
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -73,7 +74,9 @@ class DraftLMTask:
         target_rows = None
         if self.cfg.loss != "ce":
             with torch.no_grad(), losses.head_on_rows(self.target.model, rows):
-                target_rows = self.target.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[0]
+                target_rows = self.target.model(
+                    input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+                ).logits[0]
         c = self.cfg
         return losses.rows_loss(draft_rows, target_rows, input_ids[:, 1:][counted], c.loss, c.temperature, c.jsd_beta)
 
@@ -94,9 +97,18 @@ class DraftLMTask:
         tok = self.target.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else min(self.target.eos_token_ids)
         out = unwrapped.generate(
-            input_ids=prefix, attention_mask=torch.ones_like(prefix), do_sample=True,
-            temperature=self.cfg.on_policy_temperature, top_k=0, top_p=1.0, max_new_tokens=n, min_new_tokens=1,
-            pad_token_id=pad, eos_token_id=sorted(self.target.eos_token_ids), synced_gpus=_zero3())
+            input_ids=prefix,
+            attention_mask=torch.ones_like(prefix),
+            do_sample=True,
+            temperature=self.cfg.on_policy_temperature,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=n,
+            min_new_tokens=1,
+            pad_token_id=pad,
+            eos_token_id=sorted(self.target.eos_token_ids),
+            synced_gpus=_zero3(),
+        )
         unwrapped.train(was_training)
         gen = out[:, cut:]
         # Train on generated tokens up to and including each row's first EOS.

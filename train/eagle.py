@@ -25,11 +25,11 @@ import pathlib
 
 import torch
 import torch.nn.functional as F
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.models import require_drafter_kind, write_drafter_meta
 from draftsmith.models.eagle import Eagle, EagleConfig
 from draftsmith.models.eagle3 import Eagle3, Eagle3Config, default_aux_layers, frequent_tokens
+
+from draftsmith.errors import DraftsmithError
 
 from .config import Eagle3TrainConfig, EagleTrainConfig
 from .data import collate
@@ -58,7 +58,9 @@ class EagleTask:
     def bind_data(self, data, data_cfg) -> None:
         """Called by the trainer once the data is built: open the offline feature cache."""
         if self.cfg.features != "online":
-            self.features = OfflineFeatures(self.cfg.features, self.target, self.layers, data_cfg.max_length, data.train)
+            self.features = OfflineFeatures(
+                self.cfg.features, self.target, self.layers, data_cfg.max_length, data.train
+            )
 
     @property
     def train_steps(self) -> int:
@@ -120,7 +122,9 @@ class EagleTask:
             n = b.numel()
             pred = outs[j][b, t]
             r = feats.logit_index[b, t + 1 + j]
-            step_loss, top1, parts = self._step_loss(unwrapped, pred, hidden, b, t + 1 + j, target_probs[r], target_top1[r])
+            step_loss, top1, parts = self._step_loss(
+                unwrapped, pred, hidden, b, t + 1 + j, target_probs[r], target_top1[r]
+            )
             if j < self.train_steps:
                 total = total + self._weight(j) * step_loss
                 for key, value in parts.items():
@@ -168,8 +172,15 @@ class EagleTask:
         model.config.target = self.target.name
         model.save_pretrained(folder, state_dict=state_dict)
         self.target.tokenizer.save_pretrained(folder)
-        write_drafter_meta(folder, self.kind, self.target.name, hidden_layers=list(model.config.hidden_layers),
-                           features="online" if self.cfg.features == "online" else "offline", init=self.cfg.init, **extra)
+        write_drafter_meta(
+            folder,
+            self.kind,
+            self.target.name,
+            hidden_layers=list(model.config.hidden_layers),
+            features="online" if self.cfg.features == "online" else "offline",
+            init=self.cfg.init,
+            **extra,
+        )
 
     def runtime_drafter(self, model):
         """The live draft as an engine drafter (not frozen: training continues afterwards)."""
@@ -202,14 +213,21 @@ class Eagle3Task(EagleTask):
         fields = EagleConfig.layer_fields(t.config)
         if self.cfg.intermediate_size:
             fields["intermediate_size"] = self.cfg.intermediate_size
-        return Eagle3Config(vocab_size=t.vocab_size, target=t.name, hidden_layers=list(self._aux),
-                            draft_vocab_size=min(self.cfg.draft_vocab_size, t.vocab_size), **fields)
+        return Eagle3Config(
+            vocab_size=t.vocab_size,
+            target=t.name,
+            hidden_layers=list(self._aux),
+            draft_vocab_size=min(self.cfg.draft_vocab_size, t.vocab_size),
+            **fields,
+        )
 
     def _init_model(self):
         model = super()._init_model()
         if self.cfg.init is not None and list(model.config.hidden_layers) != list(self._aux):
-            raise DraftsmithError(f"drafter.init {self.cfg.init}: reads target layers {model.config.hidden_layers}, "
-                                  f"the recipe asks for {list(self._aux)}")
+            raise DraftsmithError(
+                f"drafter.init {self.cfg.init}: reads target layers {model.config.hidden_layers}, "
+                f"the recipe asks for {list(self._aux)}"
+            )
         self._vocab_set = self.cfg.init is not None  # a loaded draft keeps its vocabulary and FC
         return model
 
@@ -219,7 +237,9 @@ class Eagle3Task(EagleTask):
             return
         rows = data.train
         size = self.model.config.draft_vocab_size
-        ids = frequent_tokens(rows.input_ids, rows.loss_mask, self.target.vocab_size, size, always=sorted(self.target.eos_token_ids))
+        ids = frequent_tokens(
+            rows.input_ids, rows.loss_mask, self.target.vocab_size, size, always=sorted(self.target.eos_token_ids)
+        )
         self.model.set_vocab(ids, self.target.model.get_output_embeddings())
         sample = collate([rows[i] for i in range(min(4, len(rows)))])
         sample = {k: v.to(self.target.device) for k, v in sample.items()}
@@ -250,8 +270,10 @@ def aux_layers(cfg: Eagle3TrainConfig, target_config) -> tuple[int, ...]:
     layers = list(cfg.aux_layers) if cfg.aux_layers is not None else default_aux_layers(L)
     bad = [i for i in layers if not 0 <= i <= L]
     if bad:
-        raise DraftsmithError(f"drafter.aux_layers {layers}: the target has {L} layers, so hidden states 0..{L} "
-                              f"(i = the input of decoder layer i); {bad} missing")
+        raise DraftsmithError(
+            f"drafter.aux_layers {layers}: the target has {L} layers, so hidden states 0..{L} "
+            f"(i = the input of decoder layer i); {bad} missing"
+        )
     return tuple(layers)
 
 

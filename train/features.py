@@ -68,25 +68,31 @@ def check_layers(layers, n_states: int, name: str) -> None:
         raise DraftsmithError("the drafter reads no hidden layers: give at least one index")
     for layer in layers:
         if isinstance(layer, bool) or not isinstance(layer, int) or not -n_states <= layer < n_states:
-            raise DraftsmithError(f"the drafter reads hidden layer {layer} but {name} has {n_states} hidden "
-                                  f"states (indices {-n_states}..{n_states - 1})")
+            raise DraftsmithError(
+                f"the drafter reads hidden layer {layer} but {name} has {n_states} hidden "
+                f"states (indices {-n_states}..{n_states - 1})"
+            )
 
 
 # no_grad, not inference_mode: the features feed a drafter whose forward autograd records, and
 # inference tensors cannot be saved for backward.
 @torch.no_grad()
-def target_hidden_states(target_model, input_ids, attention_mask, layers, want_logits=False, name=None,
-                         logit_rows=None) -> Features:
+def target_hidden_states(
+    target_model, input_ids, attention_mask, layers, want_logits=False, name=None, logit_rows=None
+) -> Features:
     """Entries `layers` of transformers' `hidden_states` tuple (0: embeddings, i: the input of
     decoder layer i, -1: the last layer after the final norm = the LM head's input), concatenated.
     logit_rows ([B, T] bool): the LM head runs on those positions only (logits [N, V])."""
     extra = {}
     if not want_logits and "logits_to_keep" in inspect.signature(target_model.forward).parameters:
         extra["logits_to_keep"] = 1  # skip the [B, T, V] LM head nobody reads
-    rows = head_on_rows(target_model, logit_rows) if want_logits and logit_rows is not None else contextlib.nullcontext()
+    rows = (
+        head_on_rows(target_model, logit_rows) if want_logits and logit_rows is not None else contextlib.nullcontext()
+    )
     with rows:
-        out = target_model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                           use_cache=False, **extra)
+        out = target_model(
+            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False, **extra
+        )
     states = out.hidden_states
     check_layers(tuple(layers), len(states), name or target_model.config.name_or_path)
     hidden = torch.cat([states[i] for i in layers], dim=-1)
@@ -105,8 +111,15 @@ class OnlineFeatures:
         check_layers(self.layers, num_hidden_states(target.config), target.name)
 
     def __call__(self, batch: dict, want_logits: bool = False, logit_rows=None) -> Features:
-        return target_hidden_states(self.target.model, batch["input_ids"], batch["attention_mask"], self.layers,
-                                    want_logits, name=self.target.name, logit_rows=logit_rows)
+        return target_hidden_states(
+            self.target.model,
+            batch["input_ids"],
+            batch["attention_mask"],
+            self.layers,
+            want_logits,
+            name=self.target.name,
+            logit_rows=logit_rows,
+        )
 
 
 # --- what a cache is for -------------------------------------------------------------------------
@@ -114,10 +127,17 @@ class OnlineFeatures:
 
 def settings(target, layers, max_length, train_rows, dtype="bfloat16") -> dict:
     """Everything that decides a cache's content: a cache is used only by a run with equal settings."""
-    return {"format": FORMAT, "target": target.name, "revision": _revision(target),
-            "target_dtype": str(target.dtype).removeprefix("torch."), "layers": list(layers),
-            "hidden_size": target.config.get_text_config().hidden_size, "dtype": dtype,
-            "max_length": max_length, "dataset_fingerprint": dataset_fingerprint(train_rows)}
+    return {
+        "format": FORMAT,
+        "target": target.name,
+        "revision": _revision(target),
+        "target_dtype": str(target.dtype).removeprefix("torch."),
+        "layers": list(layers),
+        "hidden_size": target.config.get_text_config().hidden_size,
+        "dtype": dtype,
+        "max_length": max_length,
+        "dataset_fingerprint": dataset_fingerprint(train_rows),
+    }
 
 
 def _revision(target) -> str:
@@ -149,8 +169,19 @@ def _refuse_different(where, have: dict, want: dict, fix: str) -> None:
 # --- offline extraction --------------------------------------------------------------------------
 
 
-def extract(target, layers, train_rows, cache_dir, *, max_length: int, shard_rows: int = 64, accelerator=None,
-            progress=True, batch_size: int = 4, dtype="bfloat16") -> dict:
+def extract(
+    target,
+    layers,
+    train_rows,
+    cache_dir,
+    *,
+    max_length: int,
+    shard_rows: int = 64,
+    accelerator=None,
+    progress=True,
+    batch_size: int = 4,
+    dtype="bfloat16",
+) -> dict:
     """Write the features of every training row into `cache_dir`; returns the manifest. Chunk i
     (rows [i*shard_rows, (i+1)*shard_rows)) is written by rank i % world; a rerun with the same
     settings skips the shards that exist, so a killed extraction resumes where it stopped."""
@@ -180,8 +211,14 @@ def extract(target, layers, train_rows, cache_dir, *, max_length: int, shard_row
     mine = [(i, i * shard_rows, min(n, (i + 1) * shard_rows)) for i in range(rank, math.ceil(n / shard_rows), world)]
     todo = [c for c in mine if not (out / _shard_name(c[0])).exists()]
     total = sum(hi - lo for _, lo, hi in mine)
-    bar = tqdm(total=total, initial=total - sum(hi - lo for _, lo, hi in todo), unit="row", dynamic_ncols=True,
-               desc=f"features (rank 0 of {world})" if world > 1 else "features", disable=not (progress and rank == 0))
+    bar = tqdm(
+        total=total,
+        initial=total - sum(hi - lo for _, lo, hi in todo),
+        unit="row",
+        dynamic_ncols=True,
+        desc=f"features (rank 0 of {world})" if world > 1 else "features",
+        disable=not (progress and rank == 0),
+    )
     for i, lo, hi in todo:
         tensors = {}
         for start in range(lo, hi, batch_size):
@@ -214,19 +251,23 @@ def _survey(out: pathlib.Path, train_rows, shard_rows: int) -> dict:
     n, lengths = len(train_rows), train_rows.attention_mask.sum(dim=1).tolist()
     seen, shards, num_bytes = set(), [], 0
     for path in sorted(out.glob("shard-[0-9]*.safetensors")):
-        i = int(path.name[len("shard-"):-len(".safetensors")])
+        i = int(path.name[len("shard-") : -len(".safetensors")])
         lo, hi = i * shard_rows, min(n, (i + 1) * shard_rows)
         with _opened(path) as f:
             for key in f.keys():
                 r = int(key.removeprefix("row.")) if key.removeprefix("row.").isdigit() else -1
                 if not lo <= r < hi or f.get_slice(key).get_shape()[0] != lengths[r]:
-                    raise DraftsmithError(f"{path}: {key} does not belong there for this dataset; delete {out} and re-extract")
+                    raise DraftsmithError(
+                        f"{path}: {key} does not belong there for this dataset; delete {out} and re-extract"
+                    )
                 seen.add(r)
         shards.append({"file": path.name, "rows": [lo, hi]})
         num_bytes += path.stat().st_size
     missing = sorted(set(range(n)) - seen)
     if missing:
-        raise DraftsmithError(f"feature cache {out}: {len(missing)} rows missing (first {missing[:5]}): rerun the extraction")
+        raise DraftsmithError(
+            f"feature cache {out}: {len(missing)} rows missing (first {missing[:5]}): rerun the extraction"
+        )
     return {"num_rows": n, "num_tokens": int(sum(lengths)), "bytes": num_bytes, "shards": shards}
 
 
@@ -259,7 +300,9 @@ def _read_json(path: pathlib.Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise DraftsmithError(f"{path}: unreadable ({type(e).__name__}: {e}); delete {path.parent} and re-extract") from None
+        raise DraftsmithError(
+            f"{path}: unreadable ({type(e).__name__}: {e}); delete {path.parent} and re-extract"
+        ) from None
     if not isinstance(data, dict):
         raise DraftsmithError(f"{path}: corrupt (not a JSON object); delete {path.parent} and re-extract")
     return data
@@ -271,8 +314,10 @@ def _opened(path: pathlib.Path):
     try:
         return safe_open(str(path), framework="pt", device="cpu")
     except Exception as e:  # noqa: BLE001 -- safetensors raises its own error type, or OSError
-        raise DraftsmithError(f"{path}: unreadable feature shard ({type(e).__name__}: {str(e)[:200]}); delete it "
-                              f"and rerun the extraction to rewrite it") from None
+        raise DraftsmithError(
+            f"{path}: unreadable feature shard ({type(e).__name__}: {str(e)[:200]}); delete it "
+            f"and rerun the extraction to rewrite it"
+        ) from None
 
 
 # --- reading the cache ---------------------------------------------------------------------------
@@ -287,22 +332,32 @@ class OfflineFeatures:
         n_states = num_hidden_states(target.config)
         check_layers(self.layers, n_states, target.name)
         if not (self.dir / MANIFEST).is_file():
-            raise DraftsmithError(f"feature cache {self.dir} has no {MANIFEST} (not extracted, or the extraction did "
-                                  f"not finish): run python -m draftsmith.train.features RECIPE --output {self.dir}")
+            raise DraftsmithError(
+                f"feature cache {self.dir} has no {MANIFEST} (not extracted, or the extraction did "
+                f"not finish): run python -m draftsmith.train.features RECIPE --output {self.dir}"
+            )
         manifest = _read_json(self.dir / MANIFEST)
         want = settings(target, self.layers, max_length, train_rows, manifest.get("dtype", "bfloat16"))
-        _refuse_different(self.dir, manifest, want, "re-extract it for this run with python -m draftsmith.train.features "
-                                                    "RECIPE --output DIR (a new folder)")
+        _refuse_different(
+            self.dir,
+            manifest,
+            want,
+            "re-extract it for this run with python -m draftsmith.train.features RECIPE --output DIR (a new folder)",
+        )
         try:
             self.shards = [(s["rows"][0], s["rows"][1], self.dir / s["file"]) for s in manifest["shards"]]
             self.dtype = CACHE_DTYPES[manifest["dtype"]]
         except (KeyError, TypeError, IndexError):
-            raise DraftsmithError(f"{self.dir / MANIFEST}: corrupt (no valid shards/dtype); delete {self.dir} and re-extract") from None
+            raise DraftsmithError(
+                f"{self.dir / MANIFEST}: corrupt (no valid shards/dtype); delete {self.dir} and re-extract"
+            ) from None
         self.shards.sort()
         self.starts = [lo for lo, _, _ in self.shards]
         for _, _, path in self.shards:
             if not path.is_file():
-                raise DraftsmithError(f"feature cache {self.dir}: {path.name} is missing; rerun the extraction to rewrite it")
+                raise DraftsmithError(
+                    f"feature cache {self.dir}: {path.name} is missing; rerun the extraction to rewrite it"
+                )
         self.width = len(self.layers) * want["hidden_size"]
         # Logits need the LM head's input, the last layer after the final norm: index n_states - 1.
         self.last = next((j for j, layer in enumerate(self.layers) if layer % n_states == n_states - 1), None)
@@ -310,15 +365,19 @@ class OfflineFeatures:
 
     def __call__(self, batch: dict, want_logits: bool = False, logit_rows=None) -> Features:
         if want_logits and self.last is None:
-            raise DraftsmithError(f"feature cache {self.dir} holds layers {list(self.layers)}, not the last layer (-1) "
-                                  f"the logits are computed from: extract with -1 among the layers, or use online features")
+            raise DraftsmithError(
+                f"feature cache {self.dir} holds layers {list(self.layers)}, not the last layer (-1) "
+                f"the logits are computed from: extract with -1 among the layers, or use online features"
+            )
         rows, lengths = batch["row"].tolist(), batch["attention_mask"].sum(dim=1).tolist()
         hidden = torch.zeros(len(rows), batch["input_ids"].shape[1], self.width, dtype=self.dtype)
         for b, (row, length) in enumerate(zip(rows, lengths)):
             stored = self._row(row)
             if tuple(stored.shape) != (length, self.width):
-                raise DraftsmithError(f"feature cache {self.dir}: row {row} holds {tuple(stored.shape)}, the batch needs "
-                                      f"({length}, {self.width}): is batch['row'] an index into the training split?")
+                raise DraftsmithError(
+                    f"feature cache {self.dir}: row {row} holds {tuple(stored.shape)}, the batch needs "
+                    f"({length}, {self.width}): is batch['row'] an index into the training split?"
+                )
             hidden[b, :length] = stored
         hidden = hidden.to(device=self.target.device, dtype=self.target.dtype)
         logits = None
@@ -336,7 +395,9 @@ class OfflineFeatures:
     def _row(self, row: int) -> torch.Tensor:
         k = bisect.bisect_right(self.starts, row) - 1
         if k < 0 or row >= self.shards[k][1]:
-            raise DraftsmithError(f"feature cache {self.dir} has no row {row} (it holds {self.shards[-1][1]} training rows)")
+            raise DraftsmithError(
+                f"feature cache {self.dir} has no row {row} (it holds {self.shards[-1][1]} training rows)"
+            )
         f = self.open.pop(k, None)
         f = _opened(self.shards[k][2]) if f is None else f
         self.open[k] = f  # most recently used last
@@ -345,8 +406,10 @@ class OfflineFeatures:
         try:
             return f.get_tensor(f"row.{row}")
         except Exception as e:  # noqa: BLE001 -- a missing key or a truncated file
-            raise DraftsmithError(f"{self.shards[k][2]}: cannot read row {row} ({type(e).__name__}: {str(e)[:200]}); "
-                                  f"delete the shard and rerun the extraction to rewrite it") from None
+            raise DraftsmithError(
+                f"{self.shards[k][2]}: cannot read row {row} ({type(e).__name__}: {str(e)[:200]}); "
+                f"delete the shard and rerun the extraction to rewrite it"
+            ) from None
 
 
 if __name__ == "__main__":  # `python -m draftsmith.train.features`: the command line is its own module

@@ -18,10 +18,13 @@ log = logging.getLogger("draftsmith.train")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m draftsmith.train.features", allow_abbrev=False,
-                                description="Extract the target's hidden states for a recipe into an offline feature cache.",
-                                epilog="Any recipe key can be overridden: --data.max_rows=500. Rerun the same "
-                                       "command after a kill: finished shards are kept.")
+    p = argparse.ArgumentParser(
+        prog="python -m draftsmith.train.features",
+        allow_abbrev=False,
+        description="Extract the target's hidden states for a recipe into an offline feature cache.",
+        epilog="Any recipe key can be overridden: --data.max_rows=500. Rerun the same "
+        "command after a kill: finished shards are kept.",
+    )
     p.add_argument("recipe", help="YAML recipe of an EAGLE drafter")
     p.add_argument("--output", required=True, help="the cache folder")
     p.add_argument("--shard-rows", type=int, default=64, help="training rows per shard file")
@@ -53,13 +56,30 @@ def _run(args, rest: list[str]) -> int:
         check_layers(layers, num_hidden_states(target.config), target.name)  # before the data work
         with acc.main_process_first():
             data = build_data(recipe.data, target.tokenizer, target=target, progress=main and recipe.logging.progress)
-        m = extract(target, layers, data.train, args.output, max_length=recipe.data.max_length, shard_rows=args.shard_rows,
-                    accelerator=acc, progress=main and recipe.logging.progress, batch_size=args.batch_size, dtype=args.dtype)
+        m = extract(
+            target,
+            layers,
+            data.train,
+            args.output,
+            max_length=recipe.data.max_length,
+            shard_rows=args.shard_rows,
+            accelerator=acc,
+            progress=main and recipe.logging.progress,
+            batch_size=args.batch_size,
+            dtype=args.dtype,
+        )
     finally:
         shutdown()
     if main:
-        log.info("feature cache %s: %d rows, %d tokens, layers %s, %.1f MB in %d shards", args.output, m["num_rows"],
-                 m["num_tokens"], m["layers"], m["bytes"] / 1e6, len(m["shards"]))
+        log.info(
+            "feature cache %s: %d rows, %d tokens, layers %s, %.1f MB in %d shards",
+            args.output,
+            m["num_rows"],
+            m["num_tokens"],
+            m["layers"],
+            m["bytes"] / 1e6,
+            len(m["shards"]),
+        )
     return 0
 
 
@@ -73,7 +93,9 @@ def _parse_layers(text: str) -> tuple[int, ...]:
 def _drafter_layers(recipe, target) -> tuple[int, ...]:
     task = TASKS.get(recipe.drafter.kind)
     if not hasattr(task, "feature_layers"):
-        raise DraftsmithError(f"drafter kind {recipe.drafter.kind} does not read target hidden states; nothing to extract")
+        raise DraftsmithError(
+            f"drafter kind {recipe.drafter.kind} does not read target hidden states; nothing to extract"
+        )
     return tuple(task.feature_layers(recipe.drafter, target.config))
 
 

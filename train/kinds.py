@@ -18,15 +18,16 @@ from __future__ import annotations
 import pathlib
 from dataclasses import dataclass
 
-from draftsmith.errors import DraftsmithError
+from draftsmith.models import read_drafter_meta
 from draftsmith.models.dflash import DFlash
 from draftsmith.models.draft_lm import DraftLM
 from draftsmith.models.eagle import Eagle
 from draftsmith.models.eagle3 import Eagle3
 from draftsmith.models.medusa import Medusa
 from draftsmith.models.pard import Pard
-from draftsmith.models import read_drafter_meta
 from draftsmith.models.prompt_lookup import PromptLookup
+
+from draftsmith.errors import DraftsmithError
 
 from . import config
 from .config import DraftLMConfig, Eagle3TrainConfig, EagleTrainConfig, MedusaTrainConfig
@@ -75,35 +76,101 @@ class Kind:
         return self.task is not None
 
 
-KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("draft_lm", DraftLM, DraftLMConfig, DraftLMTask, exports=("hf", "vllm", "gguf"), repo_suffix="draft",
-         title="an independent draft model", tag="draft-model",
-         paper="speculative decoding with a distilled draft LM (Leviathan et al. 2023; DistillSpec, Zhou et al. 2023)",
-         causal_lm=True, crosscheck=("vllm", "llamacpp")),
-    Kind("medusa", Medusa, MedusaTrainConfig, MedusaTask, exports=("hf", "vllm"), repo_suffix="medusa",
-         title="Medusa heads", tag="medusa", paper="Medusa (Cai et al. 2024)", k_limit="num_heads",
-         crosscheck=("vllm",)),
-    # "eagle-" anywhere in the name -> vLLM's EAGLE-1 (so not "-eagle" at the end).
-    Kind("eagle", Eagle, EagleTrainConfig, EagleTask, exports=("hf", "vllm"), repo_suffix="eagle-draft",
-         title="an EAGLE drafter", tag="eagle", paper="EAGLE (Li et al. 2024)", crosscheck=("vllm",)),
-    Kind("eagle3", Eagle3, Eagle3TrainConfig, Eagle3Task, exports=("hf", "vllm", "sglang", "gguf"), repo_suffix="eagle3",
-         title="an EAGLE-3 drafter", tag="eagle3", paper="EAGLE-3 (Li et al. 2025)",
-         crosscheck=("vllm", "llamacpp")),
-    # A causal LM + `pard_token`: vLLM serves it as draft_model with parallel_drafting (export/vllm.py).
-    Kind("pard", Pard, PardTrainConfig, PardTask, exports=("hf", "vllm"), repo_suffix="pard",
-         title="a PARD parallel draft model", tag="pard",
-         paper="PARD: parallel draft model adaptation (An et al. 2025, arXiv 2504.18583)",
-         causal_lm=True, k_limit="pard_num_speculative_tokens", crosscheck=("vllm",),
-         card_note="transformers' `assistant_model` drafts with this model one token at a time (no mask tokens): "
-                   "correct, but not PARD's one-forward drafting, which vLLM (`parallel_drafting`) and draftsmith run."),
-    # One forward fills a block of masks; vLLM: method "dflash" (also guessed from "dflash" in the name).
-    Kind("dflash", DFlash, DFlashTrainConfig, DFlashTask, exports=("hf", "vllm", "sglang"), repo_suffix="dflash",
-         title="a DFlash block-diffusion drafter", tag="dflash",
-         paper="DFlash: block diffusion for flash speculative decoding (z-lab 2026)", k_limit="num_speculative_tokens",
-         crosscheck=("vllm",)),
-    Kind("prompt_lookup", PromptLookup, title="prompt lookup", tag="prompt-lookup",
-         paper="prompt lookup decoding (Saxena 2023)"),
-)}
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind(
+            "draft_lm",
+            DraftLM,
+            DraftLMConfig,
+            DraftLMTask,
+            exports=("hf", "vllm", "gguf"),
+            repo_suffix="draft",
+            title="an independent draft model",
+            tag="draft-model",
+            paper="speculative decoding with a distilled draft LM (Leviathan et al. 2023; DistillSpec, Zhou et al. "
+            "2023)",
+            causal_lm=True,
+            crosscheck=("vllm", "llamacpp"),
+        ),
+        Kind(
+            "medusa",
+            Medusa,
+            MedusaTrainConfig,
+            MedusaTask,
+            exports=("hf", "vllm"),
+            repo_suffix="medusa",
+            title="Medusa heads",
+            tag="medusa",
+            paper="Medusa (Cai et al. 2024)",
+            k_limit="num_heads",
+            crosscheck=("vllm",),
+        ),
+        # "eagle-" anywhere in the name -> vLLM's EAGLE-1 (so not "-eagle" at the end).
+        Kind(
+            "eagle",
+            Eagle,
+            EagleTrainConfig,
+            EagleTask,
+            exports=("hf", "vllm"),
+            repo_suffix="eagle-draft",
+            title="an EAGLE drafter",
+            tag="eagle",
+            paper="EAGLE (Li et al. 2024)",
+            crosscheck=("vllm",),
+        ),
+        Kind(
+            "eagle3",
+            Eagle3,
+            Eagle3TrainConfig,
+            Eagle3Task,
+            exports=("hf", "vllm", "sglang", "gguf"),
+            repo_suffix="eagle3",
+            title="an EAGLE-3 drafter",
+            tag="eagle3",
+            paper="EAGLE-3 (Li et al. 2025)",
+            crosscheck=("vllm", "llamacpp"),
+        ),
+        # A causal LM + `pard_token`: vLLM serves it as draft_model with parallel_drafting (export/vllm.py).
+        Kind(
+            "pard",
+            Pard,
+            PardTrainConfig,
+            PardTask,
+            exports=("hf", "vllm"),
+            repo_suffix="pard",
+            title="a PARD parallel draft model",
+            tag="pard",
+            paper="PARD: parallel draft model adaptation (An et al. 2025, arXiv 2504.18583)",
+            causal_lm=True,
+            k_limit="pard_num_speculative_tokens",
+            crosscheck=("vllm",),
+            card_note="transformers' `assistant_model` drafts with this model one token at a time (no mask tokens): "
+            "correct, but not PARD's one-forward drafting, which vLLM (`parallel_drafting`) and draftsmith run.",
+        ),
+        # One forward fills a block of masks; vLLM: method "dflash" (also guessed from "dflash" in the name).
+        Kind(
+            "dflash",
+            DFlash,
+            DFlashTrainConfig,
+            DFlashTask,
+            exports=("hf", "vllm", "sglang"),
+            repo_suffix="dflash",
+            title="a DFlash block-diffusion drafter",
+            tag="dflash",
+            paper="DFlash: block diffusion for flash speculative decoding (z-lab 2026)",
+            k_limit="num_speculative_tokens",
+            crosscheck=("vllm",),
+        ),
+        Kind(
+            "prompt_lookup",
+            PromptLookup,
+            title="prompt lookup",
+            tag="prompt-lookup",
+            paper="prompt lookup decoding (Saxena 2023)",
+        ),
+    )
+}
 
 DRAFTER_CONFIGS: dict[str, type] = {k.name: k.config for k in KINDS.values() if k.config is not None}
 TASKS: dict[str, type] = {k.name: k.task for k in KINDS.values() if k.task is not None}
@@ -127,11 +194,11 @@ def recipe_from_dict(data: dict) -> config.Recipe:
 def load_drafter(spec: str, target):
     """The command line's `--draft` value as a drafter for `target`:
 
-        truncated:N          the target's first N layers (draft_lm)
-        prompt_lookup[:N]    n-gram lookup in the context, n-grams up to N (default 3)
-        a checkpoint folder  written by the trainer: `drafter.json` names its kind and its target
-        anything else        a causal LM sharing the target's tokenizer (draft_lm): built-in name,
-                             local folder, .gguf file or Hub id
+    truncated:N          the target's first N layers (draft_lm)
+    prompt_lookup[:N]    n-gram lookup in the context, n-grams up to N (default 3)
+    a checkpoint folder  written by the trainer: `drafter.json` names its kind and its target
+    anything else        a causal LM sharing the target's tokenizer (draft_lm): built-in name,
+                         local folder, .gguf file or Hub id
     """
     kind, _, arg = spec.partition(":")
     if kind == "truncated":

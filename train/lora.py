@@ -18,6 +18,14 @@ def wrap_lora(model, lc: LoraConfig, what: str, extra: str = "peft"):
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     unknown = [m for m in lc.target_modules if m not in present]
     if unknown:
-        raise DraftsmithError(f"drafter.lora.target_modules: {unknown} not in {what} (it has e.g. {sorted(present)[:12]})")
-    config = peft.LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=list(lc.target_modules), task_type="CAUSAL_LM")
+        raise DraftsmithError(
+            f"drafter.lora.target_modules: {unknown} not in {what} (it has e.g. {sorted(present)[:12]})"
+        )
+    config = peft.LoraConfig(
+        r=lc.r,
+        lora_alpha=lc.alpha,
+        lora_dropout=lc.dropout,
+        target_modules=list(lc.target_modules),
+        task_type="CAUSAL_LM",
+    )
     return peft.get_peft_model(model, config)

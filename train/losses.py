@@ -177,8 +177,14 @@ def distillation_loss(
     return rows_loss(draft_rows, target_rows, input_ids[:, 1:][counted], kind, temperature, beta)
 
 
-def rows_loss(draft_rows: torch.Tensor, target_rows: torch.Tensor | None, labels: torch.Tensor, kind: str = "fkl",
-              temperature: float = 1.0, beta: float = 0.5) -> tuple[torch.Tensor, dict[str, float]]:
+def rows_loss(
+    draft_rows: torch.Tensor,
+    target_rows: torch.Tensor | None,
+    labels: torch.Tensor,
+    kind: str = "fkl",
+    temperature: float = 1.0,
+    beta: float = 0.5,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """distillation_loss on rows already selected: draft_rows [N, V_d], target_rows [N, V_t] (or
     None for ``ce``), labels [N] (the next tokens, for ``ce``). What a task calls when the LM
     heads only ever computed the counted rows (`head_on_rows`)."""

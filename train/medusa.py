@@ -23,11 +23,11 @@ import pathlib
 
 import torch
 import torch.nn.functional as F
+from draftsmith.models import require_drafter_kind, write_drafter_meta
+from draftsmith.models.medusa import NUM_RANKS, Medusa, MedusaHeads
 from torch import nn
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.models import require_drafter_kind, write_drafter_meta
-from draftsmith.models.medusa import NUM_RANKS, Medusa, MedusaHeads
 
 from . import losses
 from .config import MedusaTrainConfig
@@ -43,7 +43,9 @@ class Medusa2Model(nn.Module):
 
     def forward(self, input_ids, attention_mask, select):
         """(LM logits [B, T, V], hidden [B, T, d], head logits [K, N, V] at the `select`ed positions)."""
-        out = self.target(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False)
+        out = self.target(
+            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False
+        )
         hidden = out.hidden_states[-1]
         return out.logits, hidden, self.heads(hidden[select].to(_dtype(self.heads)))
 
@@ -57,8 +59,10 @@ class MedusaTask:
         self.heads = self._init_heads()
         self.peft_model = None
         if self.version == 2 and os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
-            raise DraftsmithError("drafter.mode medusa2 under DeepSpeed ZeRO-3 is not supported: the fine-tuned target "
-                                  "would be sharded and could not be saved whole; use configs/accelerate/zero2.yaml or ddp.yaml")
+            raise DraftsmithError(
+                "drafter.mode medusa2 under DeepSpeed ZeRO-3 is not supported: the fine-tuned target "
+                "would be sharded and could not be saved whole; use configs/accelerate/zero2.yaml or ddp.yaml"
+            )
         if self.version == 2:
             # In place: the LoRA layers go into the target's own modules, so target.model (what the
             # engine runs when the trainer measures acceptance) is the fine-tuned target too.
@@ -78,8 +82,10 @@ class MedusaTask:
             heads = Medusa.from_pretrained(c.init, target).heads  # checks sizes and tokenizer, wraps load errors
             got = (heads.config.num_heads, heads.config.num_layers, heads.config.share_lm_head)
             if got != (c.num_heads, c.num_layers, c.share_lm_head):
-                raise DraftsmithError(f"drafter.init {c.init}: heads/layers/share_lm_head are {got}, the recipe asks for "
-                                      f"{(c.num_heads, c.num_layers, c.share_lm_head)}")
+                raise DraftsmithError(
+                    f"drafter.init {c.init}: heads/layers/share_lm_head are {got}, the recipe asks for "
+                    f"{(c.num_heads, c.num_layers, c.share_lm_head)}"
+                )
             heads = heads.cpu()
         heads.config.medusa_version = self.version
         return heads.float().train().requires_grad_(True)
@@ -109,11 +115,18 @@ class MedusaTask:
             lm_logits = out.logits
             head_logits = model(out.hidden_states[-1][select].to(_dtype(self.heads)))
         soft = lm_logits.detach() if self.cfg.labels == "distill" else None
-        heads_loss, stats = heads_loss_and_stats(head_logits, counted, select, ids, self.cfg.decay, soft, ranks=step is None)
+        heads_loss, stats = heads_loss_and_stats(
+            head_logits, counted, select, ids, self.cfg.decay, soft, ranks=step is None
+        )
         if lm_loss is None:
             return heads_loss, {"loss": float(heads_loss.detach()), **stats}
         total = lm_loss + self.cfg.heads_loss_weight * heads_loss
-        return total, {"loss": float(total.detach()), "lm_loss": float(lm_loss.detach()), "heads_loss": float(heads_loss.detach()), **stats}
+        return total, {
+            "loss": float(total.detach()),
+            "lm_loss": float(lm_loss.detach()),
+            "heads_loss": float(heads_loss.detach()),
+            **stats,
+        }
 
     def _lm_loss(self, lm_logits, ids, loss_mask, attn):
         if self.cfg.lm_loss == "ce":
@@ -132,14 +145,16 @@ class MedusaTask:
         evaluation = extra.pop("eval", None) or {}
         heads = model.heads if self.version == 2 else model
         if state_dict is not None and self.version == 2:
-            state_dict = {k[len("heads."):]: v for k, v in state_dict.items() if k.startswith("heads.")}
+            state_dict = {k[len("heads.") :]: v for k, v in state_dict.items() if k.startswith("heads.")}
         accuracies = accuracies_from_eval(evaluation, heads.config.num_heads)
         if accuracies is not None:
             heads.config.head_accuracies = accuracies
         heads.config.target = self.target.name
         heads.save_pretrained(folder, state_dict=state_dict)
         self.target.tokenizer.save_pretrained(folder)
-        meta = dict(medusa_version=self.version, num_heads=heads.config.num_heads, labels=self.cfg.labels, init=self.cfg.init)
+        meta = dict(
+            medusa_version=self.version, num_heads=heads.config.num_heads, labels=self.cfg.labels, init=self.cfg.init
+        )
         if self.version == 2:
             peft_model = model.target
             peft_model.save_pretrained(folder / "target_adapter")
@@ -171,7 +186,9 @@ def label_positions(loss_mask: torch.Tensor, attention_mask: torch.Tensor, num_h
     return counted
 
 
-def heads_loss_and_stats(head_logits, counted, select, input_ids, decay: float, target_logits=None, ranks: bool = False):
+def heads_loss_and_stats(
+    head_logits, counted, select, input_ids, decay: float, target_logits=None, ranks: bool = False
+):
     """Σ_k decay^k · mean CE_k, and per-head accuracy stats.
 
     head_logits [K, N, V]: every head at the N positions where `select` [B, T] is set (row-major);
@@ -196,7 +213,11 @@ def heads_loss_and_stats(head_logits, counted, select, input_ids, decay: float, 
             per_row = -(soft.softmax(-1) * logits.log_softmax(-1)).sum(-1)
         total = total + decay**k * per_row.sum() / max(n, 1)
         with torch.no_grad():
-            top = logits.topk(min(NUM_RANKS, logits.shape[-1]), dim=-1).indices if n else logits.new_zeros(0, NUM_RANKS, dtype=torch.long)
+            top = (
+                logits.topk(min(NUM_RANKS, logits.shape[-1]), dim=-1).indices
+                if n
+                else logits.new_zeros(0, NUM_RANKS, dtype=torch.long)
+            )
             hit = top == labels[:, None]  # [n, ranks]: rank r's candidate is the right token
             per_rank = hit.float().sum(0) / max(n, 1)
         stats[f"head{k}_top1"] = float(per_rank[0]) if n else 0.0
@@ -214,7 +235,9 @@ def accuracies_from_eval(metrics: dict, num_heads: int) -> list[list[float]] | N
     """head_accuracies[k-1][r] from the trainer's eval metrics ("eval/head{k}_rank{r}"), if present."""
     if "eval/head1_rank0" not in metrics:
         return None
-    return [[float(metrics.get(f"eval/head{k}_rank{r}", 0.0)) for r in range(NUM_RANKS)] for k in range(1, num_heads + 1)]
+    return [
+        [float(metrics.get(f"eval/head{k}_rank{r}", 0.0)) for r in range(NUM_RANKS)] for k in range(1, num_heads + 1)
+    ]
 
 
 def _dtype(module: nn.Module) -> torch.dtype:

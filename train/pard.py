@@ -31,10 +31,10 @@ import typing
 from dataclasses import dataclass
 
 import torch
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.models import write_drafter_meta
 from draftsmith.models.pard import MASK_KEY, Pard, check_mask_token, choose_mask_token
+
+from draftsmith.errors import DraftsmithError
 
 from . import losses
 from .draft_lm import init_causal_lm
@@ -47,7 +47,8 @@ class PardTrainConfig:
     """PARD (An et al. 2025): a target-independent draft LM that drafts K tokens per forward."""
 
     kind: str = "pard"
-    init: str = "truncated:8"  # truncated:N (target's first N layers), a draft_lm/pard checkpoint, or a causal LM with the target's tokenizer
+    # truncated:N (target's first N layers), a draft_lm/pard checkpoint, or a causal LM with the target's tokenizer
+    init: str = "truncated:8"
     num_speculative_tokens: int = 8  # K: tokens per forward; trained with K-1 mask copies (paper: 8)
     mask_token: str = "auto"  # auto (see models/pard.py choose_mask_token) | a token id | a token string
     loss: str = "fkl"  # fkl | rkl | jsd | tvd to the target's distribution, or ce on the data's tokens (the paper's)
@@ -57,8 +58,12 @@ class PardTrainConfig:
     min_retention: float = 0.2  # COD's r_min
 
     RANGES: typing.ClassVar[dict[str, str]] = {
-        "num_speculative_tokens": ">=1", "temperature": ">0", "jsd_beta": "(0, 1)",
-        "retention": "(0, 1] (1: no drop, every copy whole)", "min_retention": "[0, 1] (0: no floor)"}
+        "num_speculative_tokens": ">=1",
+        "temperature": ">0",
+        "jsd_beta": "(0, 1)",
+        "retention": "(0, 1] (1: no drop, every copy whole)",
+        "min_retention": "[0, 1] (0: no floor)",
+    }
 
     def checks(self) -> list[tuple[bool, str]]:
         return [(self.loss in losses.KINDS, f"drafter.loss: {self.loss!r} is not one of {', '.join(losses.KINDS)}")]
@@ -110,8 +115,10 @@ class PardTask:
         self.model, inherited = self._init_model()
         vocab = self.model.get_input_embeddings().weight.shape[0]
         if vocab != target.model.config.vocab_size:
-            raise DraftsmithError(f"drafter.init {cfg.init}: vocabulary size {vocab}, the target {target.name} has "
-                                  f"{target.model.config.vocab_size} (vLLM requires them equal)")
+            raise DraftsmithError(
+                f"drafter.init {cfg.init}: vocabulary size {vocab}, the target {target.name} has "
+                f"{target.model.config.vocab_size} (vLLM requires them equal)"
+            )
         spec = inherited if cfg.mask_token == "auto" and inherited is not None else cfg.mask_token
         self.mask_token_id = choose_mask_token(target.tokenizer, vocab, spec)
         check_mask_token(self.mask_token_id, vocab, target.tokenizer)
@@ -119,9 +126,13 @@ class PardTask:
 
     def _init_model(self):
         """(fp32 trainable causal LM, the pard_token of a PARD init or None)."""
-        model = init_causal_lm(self.cfg.init, self.target, accepts=("draft_lm", self.kind),
-                               what="PARD starts from a draft_lm or pard checkpoint, truncated:N, or a causal LM "
-                                    "with the target's tokenizer")
+        model = init_causal_lm(
+            self.cfg.init,
+            self.target,
+            accepts=("draft_lm", self.kind),
+            what="PARD starts from a draft_lm or pard checkpoint, truncated:N, or a causal LM "
+            "with the target's tokenizer",
+        )
         return model, getattr(model.config, MASK_KEY, None)
 
     def trainable_parameters(self):
@@ -145,8 +156,9 @@ class PardTask:
         copy, pos = copy.to(device), pos.to(device)
         ids = torch.where(copy == 0, input_ids[:, pos], torch.full_like(input_ids[:, pos], self.mask_token_id))
         mask = pard_attention(copy, pos, attention_mask)
-        draft_logits = model(input_ids=ids, attention_mask=_additive(mask, model), position_ids=pos.expand(b, -1),
-                             use_cache=False).logits
+        draft_logits = model(
+            input_ids=ids, attention_mask=_additive(mask, model), position_ids=pos.expand(b, -1), use_cache=False
+        ).logits
         # Query (i, p) predicts x_{p+1}: counted where that token is a training target.
         nxt = (pos + 1).clamp(max=length - 1)
         counted = (pos + 1 < length)[None] & (loss_mask[:, nxt] != 0) & (attention_mask[:, nxt] != 0)
@@ -180,8 +192,15 @@ class PardTask:
         model.save_pretrained(folder, state_dict=state_dict)
         self.target.tokenizer.save_pretrained(folder)
         meta = {key: v for key, v in extra.items() if key != "eval"}
-        write_drafter_meta(folder, self.kind, self.target.name, init=self.cfg.init, mask_token_id=self.mask_token_id,
-                           num_speculative_tokens=self.cfg.num_speculative_tokens, **meta)
+        write_drafter_meta(
+            folder,
+            self.kind,
+            self.target.name,
+            init=self.cfg.init,
+            mask_token_id=self.mask_token_id,
+            num_speculative_tokens=self.cfg.num_speculative_tokens,
+            **meta,
+        )
 
     def runtime_drafter(self, model):
         """The live model as an engine drafter (not frozen: training continues afterwards)."""

@@ -39,12 +39,12 @@ import urllib.error
 import urllib.request
 
 import torch
-from tqdm.auto import tqdm
-
-from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.models.loading import cache_dir
 from draftsmith.train.config import DataConfig
+from tqdm.auto import tqdm
+
+from draftsmith.errors import DraftsmithError
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +67,16 @@ def regen_key(cfg: DataConfig, target) -> str:
         st = local.stat()
         source += [str(local.resolve()), st.st_size, st.st_mtime_ns]
     model = f"endpoint:{cfg.regenerate_model}" if cfg.regenerate_with == "endpoint" else str(target.name)
-    parts = [model, *source, cfg.max_rows, cfg.max_turn_chars, cfg.regenerate_max_new_tokens,
-             cfg.regenerate_temperature, cfg.seed, REGEN_FORMAT]
+    parts = [
+        model,
+        *source,
+        cfg.max_rows,
+        cfg.max_turn_chars,
+        cfg.regenerate_max_new_tokens,
+        cfg.regenerate_temperature,
+        cfg.seed,
+        REGEN_FORMAT,
+    ]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
@@ -88,11 +96,21 @@ def regenerate(rows: list[dict], cfg: DataConfig, tokenizer, target, progress: b
         done = _read_cache(f, path)
         budget = rows if cfg.regenerate_max_rows is None else rows[: cfg.regenerate_max_rows]
         todo = [r for r in budget if not same_prompts(done.get(r["index"]), r["messages"])]
-        counts = {"regenerated_from_cache": len(budget) - len(todo), "regenerate_cut_rows": 0,
-                  "regenerate_skipped_too_long": 0}
-        log.info("regeneration (%s): %d of %d rows from the cache %s, %d to generate; %d rows beyond "
-                 "data.regenerate_max_rows stay as they are", cfg.regenerate_with, counts["regenerated_from_cache"],
-                 len(budget), path, len(todo), len(rows) - len(budget))
+        counts = {
+            "regenerated_from_cache": len(budget) - len(todo),
+            "regenerate_cut_rows": 0,
+            "regenerate_skipped_too_long": 0,
+        }
+        log.info(
+            "regeneration (%s): %d of %d rows from the cache %s, %d to generate; %d rows beyond "
+            "data.regenerate_max_rows stay as they are",
+            cfg.regenerate_with,
+            counts["regenerated_from_cache"],
+            len(budget),
+            path,
+            len(todo),
+            len(rows) - len(budget),
+        )
 
         def write(index: int, messages: list[dict] | None) -> None:
             """Record a finished chat (None: its first reply does not fit the context; kept as it was)."""
@@ -140,8 +158,10 @@ def same_prompts(cached: list[dict] | None, messages: list[dict]) -> bool:
     the context ran out answers a prefix of them)."""
     if not cached or len(cached) > len(messages):
         return False
-    return all(a["role"] == b["role"] and (a["role"] == "assistant" or a["content"] == b["content"])
-               for a, b in zip(cached, messages))
+    return all(
+        a["role"] == b["role"] and (a["role"] == "assistant" or a["content"] == b["content"])
+        for a, b in zip(cached, messages)
+    )
 
 
 def _context_limit(target, tokenizer) -> int | None:
@@ -188,7 +208,9 @@ class _Progress:
 
     def update(self, rows: int, tokens: int) -> None:
         self.tokens += tokens
-        self.bar.set_postfix_str(f"{self.tokens / max(time.perf_counter() - self.start, 1e-9):.1f} tok/s", refresh=False)
+        self.bar.set_postfix_str(
+            f"{self.tokens / max(time.perf_counter() - self.start, 1e-9):.1f} tok/s", refresh=False
+        )
         self.bar.update(rows)
 
 
@@ -216,7 +238,9 @@ def _engine(todo, cfg, tokenizer, target, limit, write, bar) -> None:
             tokens += len(out.tokens)
             return tokenizer.decode(out.tokens, skip_special_tokens=True).strip()
 
-        write(row["index"], _drive(_conversation(row["messages"], tokenizer, limit, cfg.regenerate_max_new_tokens), reply))
+        write(
+            row["index"], _drive(_conversation(row["messages"], tokenizer, limit, cfg.regenerate_max_new_tokens), reply)
+        )
         bar.update(1, tokens)
 
 
@@ -260,7 +284,9 @@ def _batched(todo, cfg, tokenizer, target, limit, write, bar) -> None:
 
 
 @torch.inference_mode()
-def _generate(target, prompts: list[list[int]], cfg: DataConfig, eos: list[int], pad: int, seed: int) -> list[list[int]]:
+def _generate(
+    target, prompts: list[list[int]], cfg: DataConfig, eos: list[int], pad: int, seed: int
+) -> list[list[int]]:
     """One reply per prompt from transformers' `generate` on left-padded prompts; each reply
     ends at its first EOS (kept, as the engine keeps it) or after max_new_tokens."""
     from transformers import GenerationConfig
@@ -270,8 +296,11 @@ def _generate(target, prompts: list[list[int]], cfg: DataConfig, eos: list[int],
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for r, p in enumerate(prompts):
         ids[r, width - len(p) :], mask[r, width - len(p) :] = torch.tensor(p), 1
-    sampling = ({"do_sample": True, "temperature": cfg.regenerate_temperature, "top_k": 0, "top_p": 1.0}
-                if cfg.regenerate_temperature > 0 else {"do_sample": False})
+    sampling = (
+        {"do_sample": True, "temperature": cfg.regenerate_temperature, "top_k": 0, "top_p": 1.0}
+        if cfg.regenerate_temperature > 0
+        else {"do_sample": False}
+    )
     # A fresh config: the model's own defaults (sampling, lengths) must not change the outputs.
     gen = GenerationConfig(max_new_tokens=cfg.regenerate_max_new_tokens, eos_token_id=eos, pad_token_id=pad, **sampling)
     device = target.device
@@ -315,22 +344,32 @@ class _Endpoint:
         ids = [m.get("id") for m in listed if isinstance(m, dict)]
         entry = next((m for m in listed if isinstance(m, dict) and m.get("id") == self.cfg.regenerate_model), None)
         if entry is None and ids:
-            raise DraftsmithError(f"endpoint {url} serves {', '.join(map(str, ids))}, not data.regenerate_model="
-                                  f"{self.cfg.regenerate_model!r}")
+            raise DraftsmithError(
+                f"endpoint {url} serves {', '.join(map(str, ids))}, not data.regenerate_model="
+                f"{self.cfg.regenerate_model!r}"
+            )
         value = (entry or {}).get("max_model_len")
         return int(value) if isinstance(value, int) and value > 0 else None
 
     def chat(self, messages: list[dict], seed: int) -> tuple[str, int]:
         """The reply's text and its token count (as the server's usage reports it)."""
         cfg = self.cfg
-        body = {"model": cfg.regenerate_model, "messages": messages, "max_tokens": cfg.regenerate_max_new_tokens,
-                "temperature": cfg.regenerate_temperature, "top_p": 1.0, "seed": seed, "stream": False}
+        body = {
+            "model": cfg.regenerate_model,
+            "messages": messages,
+            "max_tokens": cfg.regenerate_max_new_tokens,
+            "temperature": cfg.regenerate_temperature,
+            "top_p": 1.0,
+            "seed": seed,
+            "stream": False,
+        }
         answer = self._post(body)
         try:
             text = answer["choices"][0]["message"]["content"] or ""
         except (KeyError, IndexError, TypeError):
-            raise DraftsmithError(f"endpoint {self.url} answered without choices[0].message.content: "
-                                  f"{json.dumps(answer)[:160]}") from None
+            raise DraftsmithError(
+                f"endpoint {self.url} answered without choices[0].message.content: {json.dumps(answer)[:160]}"
+            ) from None
         usage = answer.get("usage") or {}
         return text.strip(), int(usage.get("completion_tokens") or 0)
 
@@ -343,7 +382,11 @@ class _Endpoint:
                 return self._once(data)
             except _Transient as e:
                 if attempt + 1 == tries:
-                    hint = "the server failed" if str(e).startswith("HTTP") else "is the server up and data.regenerate_endpoint right?"
+                    hint = (
+                        "the server failed"
+                        if str(e).startswith("HTTP")
+                        else "is the server up and data.regenerate_endpoint right?"
+                    )
                     raise DraftsmithError(f"endpoint {self.url}: {e} (after {tries} tries); {hint}") from None
                 delay = min(MAX_BACKOFF_S, BACKOFF_S * 2**attempt) * (1 + random.random() / 4)
                 log.info("endpoint %s: %s; retrying in %.1f s", self.url, e, delay)
@@ -359,14 +402,17 @@ class _Endpoint:
             detail = _error_detail(e)
             if e.code == 429 or e.code >= 500:
                 raise _Transient(f"HTTP {e.code}{detail}") from None
-            raise DraftsmithError(f"endpoint {self.url} answered HTTP {e.code}{detail} "
-                                  f"(data.regenerate_model={self.cfg.regenerate_model!r})") from None
+            raise DraftsmithError(
+                f"endpoint {self.url} answered HTTP {e.code}{detail} "
+                f"(data.regenerate_model={self.cfg.regenerate_model!r})"
+            ) from None
         except urllib.error.URLError as e:
             if isinstance(e.reason, (ConnectionError, TimeoutError)):
                 raise _Transient(f"{_reason(e.reason)}") from None
-            raise DraftsmithError(f"endpoint {self.url} cannot be reached: {_reason(e.reason)}; "
-                                  f"check data.regenerate_endpoint") from None
-        except (ConnectionError, TimeoutError, socket.timeout, http.client.HTTPException) as e:
+            raise DraftsmithError(
+                f"endpoint {self.url} cannot be reached: {_reason(e.reason)}; check data.regenerate_endpoint"
+            ) from None
+        except (ConnectionError, TimeoutError, http.client.HTTPException) as e:
             raise _Transient(_reason(e)) from None
         try:
             return json.loads(raw)
@@ -389,7 +435,9 @@ def _error_detail(e: urllib.error.HTTPError) -> str:
     try:
         body = e.read()[:2000].decode("utf-8", "replace")
         parsed = json.loads(body)
-        message = parsed.get("message") or (parsed.get("error") or {}).get("message") if isinstance(parsed, dict) else None
+        message = (
+            parsed.get("message") or (parsed.get("error") or {}).get("message") if isinstance(parsed, dict) else None
+        )
         text = message if isinstance(message, str) else body
     except Exception:
         text = str(e.reason or "")
@@ -405,7 +453,9 @@ def _endpoint(todo, cfg, tokenizer, target, limit, write, bar) -> None:
     client = _Endpoint(cfg, stop)
     served = client.served_context()
     if served is not None and (limit is None or served < limit):
-        log.info("endpoint serves %s with a context of %d tokens: chats are cut to fit it", cfg.regenerate_model, served)
+        log.info(
+            "endpoint serves %s with a context of %d tokens: chats are cut to fit it", cfg.regenerate_model, served
+        )
         limit = served
 
     def one(row: dict):

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-import pathlib
 import os
+import pathlib
 import signal
 import socket
 import threading
@@ -33,6 +33,7 @@ from .kinds import TASKS
 from .losses import expected_acceptance_length
 
 log = logging.getLogger("draftsmith.train")
+
 
 class EpochShuffle(torch.utils.data.Sampler):
     """A fresh permutation per epoch from (seed, epoch) alone, optionally skipping a prefix of
@@ -108,26 +109,36 @@ class Trainer:
             self.target = load_target(r, acc)
             self.task = TASKS[r.drafter.kind](r.drafter, self.target, seed=r.optim.seed)
         with acc.main_process_first():  # regeneration/tokenising caches are written once
-            self.data = build_data(r.data, self.target.tokenizer, target=self.target, progress=self.main and r.logging.progress)
+            self.data = build_data(
+                r.data, self.target.tokenizer, target=self.target, progress=self.main and r.logging.progress
+            )
         if hasattr(self.task, "bind_data"):  # EAGLE: the offline feature cache, EAGLE-3's draft vocabulary
             self.task.bind_data(self.data, r.data)
         if hasattr(self.task, "acceptance_k"):  # EAGLE: the chain length its evaluation simulates
             self.task.acceptance_k = r.logging.acceptance_k
         world, bs = acc.num_processes, r.optim.batch_size
         if len(self.data.train) < bs * world:
-            raise DraftsmithError(f"{len(self.data.train)} training rows < batch_size {bs} x {world} processes: use more data or a smaller batch")
+            raise DraftsmithError(
+                f"{len(self.data.train)} training rows < batch_size {bs} x {world} processes: use more data or a "
+                "smaller batch"
+            )
         self.sampler = EpochShuffle(len(self.data.train), r.data.seed)
-        loader = torch.utils.data.DataLoader(self.data.train, batch_size=bs, sampler=self.sampler, collate_fn=collate, drop_last=True)
+        loader = torch.utils.data.DataLoader(
+            self.data.train, batch_size=bs, sampler=self.sampler, collate_fn=collate, drop_last=True
+        )
         eval_loader = torch.utils.data.DataLoader(self.data.eval, batch_size=bs, collate_fn=collate)
         plugin = acc.state.deepspeed_plugin
         if plugin is not None and plugin.deepspeed_config.get("gradient_clipping", "auto") == "auto":
             plugin.deepspeed_config["gradient_clipping"] = r.optim.max_grad_norm  # else accelerate's 1.0
         params = _param_groups(self.task.trainable_parameters(), r.optim.lr)
-        optimizer = torch.optim.AdamW(params, lr=r.optim.lr, betas=tuple(r.optim.betas), weight_decay=r.optim.weight_decay)
+        optimizer = torch.optim.AdamW(
+            params, lr=r.optim.lr, betas=tuple(r.optim.betas), weight_decay=r.optim.weight_decay
+        )
         o = r.optim
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.warmup_steps, o.max_steps, o.min_lr_ratio))
         self.model, self.optimizer, self.loader, self.eval_loader, self.scheduler = acc.prepare(
-            self.task.model, optimizer, loader, eval_loader, scheduler)
+            self.task.model, optimizer, loader, eval_loader, scheduler
+        )
         self.step, self.epoch, self.batch_in_epoch, self.tokens = 0, 0, 0, 0
         # Training wall time of earlier runs of this job: optim.max_minutes is a budget for the
         # whole job, so a resumed run gets only what the killed one left.
@@ -167,13 +178,22 @@ class Trainer:
         try:
             self.acc.load_state(str(ckpt / checkpoint.TRAINING_STATE_DIR))
         except Exception as e:  # noqa: BLE001 -- torch.load/safetensors raise many types on a damaged file
-            raise DraftsmithError(f"{ckpt}: corrupt training state ({type(e).__name__}: {str(e)[:200]}); delete it to resume from the one before") from None
+            raise DraftsmithError(
+                f"{ckpt}: corrupt training state ({type(e).__name__}: {str(e)[:200]}); delete it to resume from the "
+                "one before"
+            ) from None
         self.tokens, self.history = state.get("tokens", 0), state.get("history", [])
         self.train_seconds = float(state.get("train_seconds", 0.0))
-        for record in self.history:  # the latest eval metrics, which later checkpoints carry (e.g. Medusa's head accuracies)
+        for (
+            record
+        ) in self.history:  # the latest eval metrics, which later checkpoints carry (e.g. Medusa's head accuracies)
             self.last_eval.update({k: v for k, v in record.items() if k.startswith("eval/")})
         if state.get("world_size") not in (None, self.acc.num_processes):
-            log.warning("resuming with %d processes, checkpoint was written by %s: the data order changes", self.acc.num_processes, state["world_size"])
+            log.warning(
+                "resuming with %d processes, checkpoint was written by %s: the data order changes",
+                self.acc.num_processes,
+                state["world_size"],
+            )
         log.info("resumed from %s (step %d, epoch %d)", ckpt.name, self.step, self.epoch)
 
     # --- the loop --------------------------------------------------------------------------------
@@ -185,7 +205,13 @@ class Trainer:
         self._terminate = False
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
-        bar = tqdm(total=r.optim.max_steps, initial=self.step, desc="train", disable=not (self.main and r.logging.progress), dynamic_ncols=True)
+        bar = tqdm(
+            total=r.optim.max_steps,
+            initial=self.step,
+            desc="train",
+            disable=not (self.main and r.logging.progress),
+            dynamic_ncols=True,
+        )
         self.model.train()
         window = _new_window()
         self._t_start = time.monotonic()
@@ -235,7 +261,12 @@ class Trainer:
                     log.warning("stopped by SIGTERM at step %d; checkpoint saved: --resume continues", self.step)
                     return {"interrupted": True, "steps": self.step, "output_dir": str(self.out)}
                 if out_of_time:
-                    log.info("optim.max_minutes (%g) reached at step %d of %d: evaluating and saving", r.optim.max_minutes, self.step, r.optim.max_steps)
+                    log.info(
+                        "optim.max_minutes (%g) reached at step %d of %d: evaluating and saving",
+                        r.optim.max_minutes,
+                        self.step,
+                        r.optim.max_steps,
+                    )
                 if self.step >= r.optim.max_steps or out_of_time:
                     break
             else:
@@ -245,7 +276,9 @@ class Trainer:
         final_eval = self.evaluate()
         acceptance = self.measure_acceptance()
         self.save()
-        final = checkpoint.save(acc, self.task, self.model, self.out, "final", None, {"step": self.step, "eval": self.last_eval})
+        final = checkpoint.save(
+            acc, self.task, self.model, self.out, "final", None, {"step": self.step, "eval": self.last_eval}
+        )
         return self._finish(final, final_eval, acceptance)
 
     def _on_sigterm(self, signum, frame) -> None:
@@ -272,7 +305,11 @@ class Trainer:
         }
         if grad_norm is not None:
             metrics["train/grad_norm"] = float(grad_norm)
-        bar.set_postfix(loss=f"{metrics['train/loss']:.4f}", tok_s=f"{metrics['train/tokens_per_s']:.0f}", lr=f"{metrics['train/lr']:.2e}")
+        bar.set_postfix(
+            loss=f"{metrics['train/loss']:.4f}",
+            tok_s=f"{metrics['train/tokens_per_s']:.0f}",
+            lr=f"{metrics['train/lr']:.2e}",
+        )
         self._record(metrics)
 
     def _record(self, metrics: dict) -> None:
@@ -300,7 +337,9 @@ class Trainer:
                 keys = sorted(k for k, v in stats.items() if k != "num_tokens" and isinstance(v, (int, float)))
                 sums = torch.zeros(len(keys) + 1, dtype=torch.float64, device=self.acc.device)
             n = stats["num_tokens"]
-            sums += torch.tensor([stats.get(key, 0.0) * n for key in keys] + [n], dtype=torch.float64, device=self.acc.device)
+            sums += torch.tensor(
+                [stats.get(key, 0.0) * n for key in keys] + [n], dtype=torch.float64, device=self.acc.device
+            )
         keys = keys or ["loss"]
         sums = sums if sums is not None else torch.zeros(len(keys) + 1, dtype=torch.float64, device=self.acc.device)
         sums = self.acc.reduce(sums, reduction="sum")
@@ -311,7 +350,9 @@ class Trainer:
         if "eval/token_acceptance" in metrics:
             metrics["eval/expected_acceptance_length"] = expected_acceptance_length(metrics["eval/token_acceptance"], k)
         if "eval/top1_agreement" in metrics:
-            metrics["eval/expected_acceptance_length_greedy"] = expected_acceptance_length(metrics["eval/top1_agreement"], k)
+            metrics["eval/expected_acceptance_length_greedy"] = expected_acceptance_length(
+                metrics["eval/top1_agreement"], k
+            )
         self._record(metrics)
         self.last_eval = metrics
         return metrics
@@ -323,45 +364,89 @@ class Trainer:
             return None
         if is_zero3(acc):
             if self.main:
-                log.info("acceptance through the runtime is skipped under ZeRO-3 (weights are sharded); run draftsmith eval on the checkpoint")
+                log.info(
+                    "acceptance through the runtime is skipped under ZeRO-3 (weights are sharded); run draftsmith "
+                    "eval on the checkpoint"
+                )
             return None
         result = None
         if self.main:
-            from draftsmith.bench import run_eval
             from draftsmith.infer.sampling import GREEDY
+
+            from draftsmith.bench import run_eval
 
             unwrapped = acc.unwrap_model(self.model)
             drafter = self.task.runtime_drafter(unwrapped)
             unwrapped.eval()
             with torch.inference_mode():
-                k = min(r.acceptance_k, getattr(drafter, "max_speculative_tokens", r.acceptance_k))  # Medusa: <= its heads
-                result = run_eval(self.target, drafter, self.data.eval_prompts[: r.acceptance_prompts], k,
-                                  r.acceptance_max_new_tokens, GREEDY, seed=self.recipe.optim.seed, progress=False)
+                k = min(
+                    r.acceptance_k, getattr(drafter, "max_speculative_tokens", r.acceptance_k)
+                )  # Medusa: <= its heads
+                result = run_eval(
+                    self.target,
+                    drafter,
+                    self.data.eval_prompts[: r.acceptance_prompts],
+                    k,
+                    r.acceptance_max_new_tokens,
+                    GREEDY,
+                    seed=self.recipe.optim.seed,
+                    progress=False,
+                )
             unwrapped.train()
             per_pos = {f"eval/acceptance_pos{j + 1}": a for j, a in enumerate(result["per_position_acceptance"])}
-            self._record({"eval/mean_acceptance_length": result["mean_acceptance_length"],
-                          "eval/draft_acceptance_rate": result["draft_acceptance_rate"], **per_pos})
+            self._record(
+                {
+                    "eval/mean_acceptance_length": result["mean_acceptance_length"],
+                    "eval/draft_acceptance_rate": result["draft_acceptance_rate"],
+                    **per_pos,
+                }
+            )
         acc.wait_for_everyone()
         return result
 
     def save(self) -> None:
-        state = {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "tokens": self.tokens,
-                 "world_size": self.acc.num_processes, "history": self.history[-200:],
-                 "train_seconds": self.train_seconds + time.monotonic() - self._t_start}
-        checkpoint.save(self.acc, self.task, self.model, self.out, checkpoint.step_dir(self.out, self.step).name, state,
-                        {"step": self.step, "eval": self.last_eval})
+        state = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "tokens": self.tokens,
+            "world_size": self.acc.num_processes,
+            "history": self.history[-200:],
+            "train_seconds": self.train_seconds + time.monotonic() - self._t_start,
+        }
+        checkpoint.save(
+            self.acc,
+            self.task,
+            self.model,
+            self.out,
+            checkpoint.step_dir(self.out, self.step).name,
+            state,
+            {"step": self.step, "eval": self.last_eval},
+        )
         if self.main:
             for ckpt in checkpoint.prune(self.out, self.recipe.checkpoint.keep_last):
                 if ckpt.name not in self._damaged:
                     self._damaged.add(ckpt.name)
-                    log.warning("%s is damaged (%s): kept, but not counted in checkpoint.keep_last; delete it if "
-                                "you do not need it", ckpt, checkpoint.verify(ckpt)[0])
+                    log.warning(
+                        "%s is damaged (%s): kept, but not counted in checkpoint.keep_last; delete it if "
+                        "you do not need it",
+                        ckpt,
+                        checkpoint.verify(ckpt)[0],
+                    )
 
     def _finish(self, final: pathlib.Path, final_eval: dict, acceptance: dict | None) -> dict:
         acc = self.acc
-        prints = acc.gather_for_metrics([fingerprint(acc.unwrap_model(self.model))], use_gather_object=True) if not is_zero3(acc) else []
+        prints = (
+            acc.gather_for_metrics([fingerprint(acc.unwrap_model(self.model))], use_gather_object=True)
+            if not is_zero3(acc)
+            else []
+        )
         # which machine each process ran on (torchrun's GROUP_RANK is the machine's rank)
-        where = {"rank": acc.process_index, "machine_rank": int(os.environ.get("GROUP_RANK", 0)), "host": socket.gethostname()}
+        where = {
+            "rank": acc.process_index,
+            "machine_rank": int(os.environ.get("GROUP_RANK", 0)),
+            "host": socket.gethostname(),
+        }
         processes = acc.gather_for_metrics([where], use_gather_object=True) if acc.num_processes > 1 else [where]
         summary = {
             "final_checkpoint": str(final),
@@ -381,10 +466,18 @@ class Trainer:
         }
         if self.main:
             (self.out / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str))
-            tau = final_eval.get("eval/expected_acceptance_length", final_eval.get("eval/expected_acceptance_length_greedy", 1.0))
-            log.info("done: %d steps, final checkpoint %s; eval loss %.4f, expected τ(K=%d) %.2f%s", self.step, final,
-                     final_eval["eval/loss"], self.recipe.logging.acceptance_k, tau,
-                     f", measured mean_acceptance_length {acceptance['mean_acceptance_length']:.2f}" if acceptance else "")
+            tau = final_eval.get(
+                "eval/expected_acceptance_length", final_eval.get("eval/expected_acceptance_length_greedy", 1.0)
+            )
+            log.info(
+                "done: %d steps, final checkpoint %s; eval loss %.4f, expected τ(K=%d) %.2f%s",
+                self.step,
+                final,
+                final_eval["eval/loss"],
+                self.recipe.logging.acceptance_k,
+                tau,
+                f", measured mean_acceptance_length {acceptance['mean_acceptance_length']:.2f}" if acceptance else "",
+            )
         if self.recipe.logging.trackers:
             acc.end_training()
         return summary

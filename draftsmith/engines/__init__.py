@@ -35,8 +35,10 @@ def installed(engine: str) -> pathlib.Path | None:
 def require(engine: str) -> pathlib.Path:
     folder = installed(engine)
     if folder is None:
-        raise DraftsmithError(f"{engine} is not installed in {engines_dir()}: run `{INSTALL} {engine}` "
-                              f"(or set {ENGINES_ENV} to where it is)")
+        raise DraftsmithError(
+            f"{engine} is not installed in {engines_dir()}: run `{INSTALL} {engine}` "
+            f"(or set {ENGINES_ENV} to where it is)"
+        )
     return folder
 
 

@@ -53,7 +53,9 @@ def _readable_by_converter(model_dir: pathlib.Path, stage: pathlib.Path) -> path
     for f in model_dir.iterdir():
         if f.name != cfg.name:
             (stage / f.name).symlink_to(f.resolve())
-    (stage / cfg.name).write_text(json.dumps({**json.loads(cfg.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"}))
+    (stage / cfg.name).write_text(
+        json.dumps({**json.loads(cfg.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"})
+    )
     return stage
 
 
@@ -69,9 +71,17 @@ def convert_to_gguf(model_dir, out_file, dtype: str = "float32", target_dir=None
     with tempfile.TemporaryDirectory(prefix="draftsmith-gguf-") as stage:
         stage = pathlib.Path(stage)
         # -E -s, not -I: the converter imports its own `conversion` package from beside the script
-        argv = [str(folder / "venv" / "bin" / "python"), "-E", "-s", str(folder / "convert_hf_to_gguf.py"),
-                str(_readable_by_converter(pathlib.Path(model_dir), stage / "model")), "--outfile", str(tmp),
-                "--outtype", outtype(dtype)]
+        argv = [
+            str(folder / "venv" / "bin" / "python"),
+            "-E",
+            "-s",
+            str(folder / "convert_hf_to_gguf.py"),
+            str(_readable_by_converter(pathlib.Path(model_dir), stage / "model")),
+            "--outfile",
+            str(tmp),
+            "--outtype",
+            outtype(dtype),
+        ]
         if target_dir is not None:
             argv += ["--target-model-dir", str(_readable_by_converter(pathlib.Path(target_dir), stage / "target"))]
         r = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -107,7 +117,9 @@ def _draft_file(draft) -> pathlib.Path:
         return draft
     files = sorted(draft.glob("*.gguf"))
     if len(files) != 1:
-        raise DraftsmithError(f"{draft}: expected one .gguf file (a `draftsmith export --format gguf` folder), found {len(files)}")
+        raise DraftsmithError(
+            f"{draft}: expected one .gguf file (a `draftsmith export --format gguf` folder), found {len(files)}"
+        )
     return files[0]
 
 
@@ -133,8 +145,19 @@ def count_steps(steps, max_new_tokens: int, eos: set[int]) -> tuple[list[tuple[i
 class LlamaCppEngine:
     name = "llamacpp"
 
-    def __init__(self, target_dir, *, tokenizer, draft_gguf=None, kind: str | None = None, num_speculative_tokens: int | None = None,
-                 workdir=".", dtype: str = "float32", max_model_len: int = 2048, threads: int | None = None):
+    def __init__(
+        self,
+        target_dir,
+        *,
+        tokenizer,
+        draft_gguf=None,
+        kind: str | None = None,
+        num_speculative_tokens: int | None = None,
+        workdir=".",
+        dtype: str = "float32",
+        max_model_len: int = 2048,
+        threads: int | None = None,
+    ):
         folder = require("llamacpp")
         self.bin = folder / "build" / "bin"
         self.tokenizer = tokenizer
@@ -153,11 +176,15 @@ class LlamaCppEngine:
         key = tuple(prompt_ids)
         if key not in self._checked:
             text = self.tokenizer.decode(list(prompt_ids), skip_special_tokens=False)
-            r = self._run([str(self.bin / "llama-tokenize"), "-m", str(self.model), "-p", text, "--ids", "--log-disable"], 300)
+            r = self._run(
+                [str(self.bin / "llama-tokenize"), "-m", str(self.model), "-p", text, "--ids", "--log-disable"], 300
+            )
             ids = json.loads(r.stdout.strip().splitlines()[-1])
             if ids != list(prompt_ids):
-                raise DraftsmithError(f"llama.cpp tokenises the prompt {text[:40]!r}... differently from the target's tokenizer "
-                                      f"({len(ids)} vs {len(prompt_ids)} tokens): the runtimes would not decode the same input")
+                raise DraftsmithError(
+                    f"llama.cpp tokenises the prompt {text[:40]!r}... differently from the target's tokenizer "
+                    f"({len(ids)} vs {len(prompt_ids)} tokens): the runtimes would not decode the same input"
+                )
             self._checked[key] = text
         return self._checked[key]
 
@@ -167,25 +194,68 @@ class LlamaCppEngine:
             log = self.workdir / "llamacpp-error.log"
             log.write_text(" ".join(argv) + "\n\n" + r.stdout + "\n" + r.stderr)
             last = [line for line in r.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
-            raise DraftsmithError(f"llama.cpp {pathlib.Path(argv[0]).name} failed (exit {r.returncode}): {last[0][:300]}; log: {log}")
+            raise DraftsmithError(
+                f"llama.cpp {pathlib.Path(argv[0]).name} failed (exit {r.returncode}): {last[0][:300]}; log: {log}"
+            )
         return r
 
     def generate(self, prompt_ids, max_tokens: int, stop_token_ids=()) -> EngineOutput:
         text = self._prompt_text(prompt_ids)
-        common = ["-m", str(self.model), "-p", text, "-t", str(self.threads), "-tb", str(self.threads), "-c", str(self.ctx),
-                  "--temp", "0", "--seed", "0"]
+        common = [
+            "-m",
+            str(self.model),
+            "-p",
+            text,
+            "-t",
+            str(self.threads),
+            "-tb",
+            str(self.threads),
+            "-c",
+            str(self.ctx),
+            "--temp",
+            "0",
+            "--seed",
+            "0",
+        ]
         if self.draft is None:
-            argv = [str(self.bin / "llama-completion"), *common, "-n", str(max_tokens), "-no-cnv", "--no-display-prompt",
-                    "--no-warmup"]
+            argv = [
+                str(self.bin / "llama-completion"),
+                *common,
+                "-n",
+                str(max_tokens),
+                "-no-cnv",
+                "--no-display-prompt",
+                "--no-warmup",
+            ]
         else:  # -n past our budget so the example's own cap (n_predict - emitted - 1) never shortens a counted draft
-            argv = [str(self.bin / "llama-speculative-simple"), *common, "-n", str(max_tokens + self.k + 1),
-                    "-md", str(self.draft), "--spec-type", self.spec_type, "--spec-draft-n-max", str(self.k),
-                    "--spec-draft-n-min", str(self.k), "--spec-draft-p-min", "0", "-td", str(self.threads), "-v"]
+            argv = [
+                str(self.bin / "llama-speculative-simple"),
+                *common,
+                "-n",
+                str(max_tokens + self.k + 1),
+                "-md",
+                str(self.draft),
+                "--spec-type",
+                self.spec_type,
+                "--spec-draft-n-max",
+                str(self.k),
+                "--spec-draft-n-min",
+                str(self.k),
+                "--spec-draft-p-min",
+                "0",
+                "-td",
+                str(self.threads),
+                "-v",
+            ]
         t = time.perf_counter()
         r = self._run(argv, TIMEOUT_S)
         wall = time.perf_counter() - t
-        out = EngineOutput([], _decode_seconds(r.stderr) or wall, text=_generated_text(r.stdout, text, self.draft is not None),
-                           num_tokens=_generated_tokens(r.stderr))
+        out = EngineOutput(
+            [],
+            _decode_seconds(r.stderr) or wall,
+            text=_generated_text(r.stdout, text, self.draft is not None),
+            num_tokens=_generated_tokens(r.stderr),
+        )
         if self.draft is not None:
             kept, _ = count_steps(steps_from_log(r.stderr), max_tokens, set(stop_token_ids))
             drafted = [s for s in kept if s[1] > 0]
@@ -207,7 +277,7 @@ def _generated_text(stdout: str, prompt_text: str, echoed: bool) -> str:
     the new text, then "\n\n" twice."""
     if echoed:
         text = stdout.removeprefix("\n\n")
-        text = text[len(prompt_text):] if text.startswith(prompt_text) else text
+        text = text[len(prompt_text) :] if text.startswith(prompt_text) else text
         return text.removesuffix("\n\n\n\n")
     text = stdout.removesuffix("\n\n")
     return text.removesuffix(" [end of text]\n")
@@ -216,7 +286,9 @@ def _generated_text(stdout: str, prompt_text: str, echoed: bool) -> str:
 def _generated_tokens(stderr: str) -> int | None:
     """Tokens generated, as the programs count them: the example's "decoded N tokens", else the
     perf line's "eval time = ... / N runs" (one run per generated token)."""
-    m = re.search(r"decoded\s+(\d+) tokens in", stderr) or re.search(r"\s eval time =\s+[\d.]+ ms /\s+(\d+) runs", stderr)
+    m = re.search(r"decoded\s+(\d+) tokens in", stderr) or re.search(
+        r"\s eval time =\s+[\d.]+ ms /\s+(\d+) runs", stderr
+    )
     return int(m.group(1)) if m else None
 
 

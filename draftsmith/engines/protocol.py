@@ -26,14 +26,27 @@ REQUEST_TIMEOUT_S = 1800.0
 class RunnerProcess:
     """`argv` started with `config` as its first line; `request(obj)` -> the runner's answer."""
 
-    def __init__(self, name: str, argv: list[str], config: dict, log_path, env: dict | None = None,
-                 load_timeout_s: float = LOAD_TIMEOUT_S):
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        config: dict,
+        log_path,
+        env: dict | None = None,
+        load_timeout_s: float = LOAD_TIMEOUT_S,
+    ):
         self.name, self.log_path = name, pathlib.Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
         try:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                         env={**os.environ, **(env or {})}, start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+            )
         except OSError as e:
             self._log.close()
             raise DraftsmithError(f"{name}: could not start {argv[0]}: {e.strerror}") from None
@@ -76,7 +89,9 @@ class RunnerProcess:
         if not self._log.closed:
             self._log.flush()
         tail = _last_lines(self.log_path, 3)
-        return DraftsmithError(f"{self.name} {what}; its log: {self.log_path}" + (f" (last lines: {tail})" if tail else ""))
+        return DraftsmithError(
+            f"{self.name} {what}; its log: {self.log_path}" + (f" (last lines: {tail})" if tail else "")
+        )
 
     def close(self) -> None:
         if self.proc.poll() is None:

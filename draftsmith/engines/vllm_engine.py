@@ -25,38 +25,73 @@ KV_CACHE_GIB = 2  # VLLM_CPU_KVCACHE_SPACE: ample for batch 1 at a few thousand 
 class VLLMEngine:
     name = "vllm"
 
-    def __init__(self, target_dir, *, draft_dir=None, method: str | None = None, num_speculative_tokens: int | None = None,
-                 dtype: str = "float32", max_model_len: int = 2048, log_path="vllm.log", threads: int | None = None,
-                 speculative_extra: dict | None = None):
+    def __init__(
+        self,
+        target_dir,
+        *,
+        draft_dir=None,
+        method: str | None = None,
+        num_speculative_tokens: int | None = None,
+        dtype: str = "float32",
+        max_model_len: int = 2048,
+        log_path="vllm.log",
+        threads: int | None = None,
+        speculative_extra: dict | None = None,
+    ):
         # speculative_extra: further speculative_config keys (PARD: {"parallel_drafting": true}).
         folder = require("vllm")
         python = folder / "bin" / "python"
         spec = None
         if method is not None:
-            spec = {"method": method, "num_speculative_tokens": int(num_speculative_tokens), **(speculative_extra or {})}
+            spec = {
+                "method": method,
+                "num_speculative_tokens": int(num_speculative_tokens),
+                **(speculative_extra or {}),
+            }
             if draft_dir is not None:
                 spec["model"] = str(draft_dir)
         threads = threads or len(os.sched_getaffinity(0))
-        env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": str(threads),
-               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+        env = {
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "OMP_NUM_THREADS": str(threads),
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+        }
         preload = preloads(folder)
         if preload:
             env["LD_PRELOAD"] = preload
-        config = {"target": str(target_dir), "dtype": dtype, "speculative_config": spec,
-                  "max_model_len": int(max_model_len), "seed": 0}
+        config = {
+            "target": str(target_dir),
+            "dtype": dtype,
+            "speculative_config": spec,
+            "max_model_len": int(max_model_len),
+            "seed": 0,
+        }
         label = f"vLLM ({method or 'plain'})"
         self.process = RunnerProcess(label, [str(python), "-I", str(RUNNER)], config, log_path, env)
         self.versions = self.process.ready.get("versions", {})
         self.load_s = self.process.ready.get("load_s")
 
     def generate(self, prompt_ids: list[int], max_tokens: int, stop_token_ids=()) -> EngineOutput:
-        r = self.process.request({"prompt_ids": list(map(int, prompt_ids)), "max_tokens": int(max_tokens),
-                                  "stop_token_ids": sorted(int(t) for t in stop_token_ids)})
+        r = self.process.request(
+            {
+                "prompt_ids": list(map(int, prompt_ids)),
+                "max_tokens": int(max_tokens),
+                "stop_token_ids": sorted(int(t) for t in stop_token_ids),
+            }
+        )
         spec = r.get("spec") or {}
-        return EngineOutput(list(r["output_ids"]), float(r["elapsed_s"]), int(spec.get("drafts", 0)),
-                            int(spec.get("draft_tokens", 0)), int(spec.get("accepted_tokens", 0)),
-                            [int(x) for x in spec.get("accepted_per_pos", [])])
+        return EngineOutput(
+            list(r["output_ids"]),
+            float(r["elapsed_s"]),
+            int(spec.get("drafts", 0)),
+            int(spec.get("draft_tokens", 0)),
+            int(spec.get("accepted_tokens", 0)),
+            [int(x) for x in spec.get("accepted_per_pos", [])],
+        )
 
     def close(self) -> None:
         self.process.close()
@@ -77,8 +112,17 @@ class VLLMServer:
     training data through it (data.regenerate_with=endpoint). A context manager; `url` is the
     base URL the endpoint client takes (…/v1)."""
 
-    def __init__(self, target_dir, *, served_name: str = "target", dtype: str = "bfloat16", port: int = 0,
-                 max_model_len: int = 2048, log_path="vllm-server.log", startup_s: float = 900.0):
+    def __init__(
+        self,
+        target_dir,
+        *,
+        served_name: str = "target",
+        dtype: str = "bfloat16",
+        port: int = 0,
+        max_model_len: int = 2048,
+        log_path="vllm-server.log",
+        startup_s: float = 900.0,
+    ):
         import socket
         import subprocess
         import time
@@ -90,21 +134,44 @@ class VLLMServer:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
         self.url, self.served_name = f"http://127.0.0.1:{port}/v1", served_name
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-               "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB), "PYTHONPATH": ""}
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
+            "PYTHONPATH": "",
+        }
         preload = preloads(folder)
         if preload:
             env["LD_PRELOAD"] = preload
-        argv = [str(folder / "bin" / "python"), "-I", "-m", "vllm.entrypoints.openai.api_server", "--model", str(target_dir),
-                "--served-model-name", served_name, "--dtype", dtype, "--host", "127.0.0.1", "--port", str(port),
-                "--max-model-len", str(max_model_len)]
+        argv = [
+            str(folder / "bin" / "python"),
+            "-I",
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(target_dir),
+            "--served-model-name",
+            served_name,
+            "--dtype",
+            dtype,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            str(max_model_len),
+        ]
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         deadline = time.monotonic() + startup_s
         while True:
             if self.proc.poll() is not None:
                 self.log.close()
-                raise DraftsmithError(f"the vLLM server exited while starting (status {self.proc.returncode}); its log: {log_path}")
+                raise DraftsmithError(
+                    f"the vLLM server exited while starting (status {self.proc.returncode}); its log: {log_path}"
+                )
             try:
                 with urllib.request.urlopen(f"{self.url}/models", timeout=5) as r:
                     if r.status == 200:
@@ -151,11 +218,15 @@ def main(argv=None) -> int:
     from draftsmith.errors import run_command
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    command = argv[argv.index("--") + 1:] if "--" in argv else []
+    command = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    ap = argparse.ArgumentParser(prog="python -m draftsmith.engines.vllm_engine", description=main.__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m draftsmith.engines.vllm_engine", description=main.__doc__.splitlines()[0]
+    )
     ap.add_argument("target", help="built-in name or model folder")
-    ap.add_argument("--dtype", default="bfloat16", help="bfloat16 (default: fast on CPUs with AMX/AVX512-BF16) or float32")
+    ap.add_argument(
+        "--dtype", default="bfloat16", help="bfloat16 (default: fast on CPUs with AMX/AVX512-BF16) or float32"
+    )
     ap.add_argument("--served-name", default=None, help="the model name clients ask for (default: the target's name)")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--max-model-len", type=int, default=4096)
@@ -166,8 +237,14 @@ def main(argv=None) -> int:
         from draftsmith.models.loading import resolve_model
 
         name = args.served_name or pathlib.Path(args.target).name
-        with VLLMServer(resolve_model(args.target).path, served_name=name, dtype=args.dtype, port=args.port,
-                        max_model_len=args.max_model_len, log_path=args.log) as server:
+        with VLLMServer(
+            resolve_model(args.target).path,
+            served_name=name,
+            dtype=args.dtype,
+            port=args.port,
+            max_model_len=args.max_model_len,
+            log_path=args.log,
+        ) as server:
             print(f"vLLM serves {name} at {server.url} (log: {args.log})", file=sys.stderr, flush=True)
             if not command:
                 return server.proc.wait()

@@ -33,9 +33,12 @@ def _protocol_stream():
 def _spec_counters(llm):
     from vllm.v1.metrics.reader import Counter, Vector
 
-    names = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
-             "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
-             "vllm:spec_decode_num_accepted_tokens_per_pos": "accepted_per_pos"}
+    names = {
+        "vllm:spec_decode_num_drafts": "drafts",
+        "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+        "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
+        "vllm:spec_decode_num_accepted_tokens_per_pos": "accepted_per_pos",
+    }
     found = {}
     for m in llm.get_metrics():
         key = names.get(m.name)
@@ -79,14 +82,25 @@ def main():
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
 
-        kwargs = dict(model=config["target"], dtype=config.get("dtype", "float32"), seed=config.get("seed", 0),
-                      max_model_len=config.get("max_model_len", 2048), enable_prefix_caching=False,
-                      disable_log_stats=False, max_num_seqs=1)
+        kwargs = dict(
+            model=config["target"],
+            dtype=config.get("dtype", "float32"),
+            seed=config.get("seed", 0),
+            max_model_len=config.get("max_model_len", 2048),
+            enable_prefix_caching=False,
+            disable_log_stats=False,
+            max_num_seqs=1,
+        )
         if config.get("speculative_config"):
             kwargs["speculative_config"] = config["speculative_config"]
         llm = LLM(**kwargs)
-        send({"ready": True, "load_s": time.perf_counter() - t,
-              "versions": {"vllm": vllm.__version__, "torch": torch.__version__}})
+        send(
+            {
+                "ready": True,
+                "load_s": time.perf_counter() - t,
+                "versions": {"vllm": vllm.__version__, "torch": torch.__version__},
+            }
+        )
     except Exception as e:  # noqa: BLE001 - reported to the host as one line plus the log
         traceback.print_exc()
         send({"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"})
@@ -99,8 +113,12 @@ def main():
         if req.get("quit"):
             break
         try:
-            params = SamplingParams(temperature=0.0, max_tokens=req["max_tokens"],
-                                    stop_token_ids=req.get("stop_token_ids") or None, detokenize=False)
+            params = SamplingParams(
+                temperature=0.0,
+                max_tokens=req["max_tokens"],
+                stop_token_ids=req.get("stop_token_ids") or None,
+                detokenize=False,
+            )
             before = _spec_counters(llm)
             t = time.perf_counter()
             result = llm.generate([TokensPrompt(prompt_token_ids=req["prompt_ids"])], params, use_tqdm=False)

@@ -28,8 +28,18 @@ FORMATS = ("hf", "vllm", "sglang", "gguf")
 # Which formats a kind has, its repo-name suffix and what caps its k: train/kinds.py (KINDS).
 EXPORT_META = "draftsmith_export.json"
 
-__all__ = ["EXPORT_META", "FORMATS", "add_arguments", "check", "default_repo_name", "export", "formats_for", "hub_id",
-           "main", "run"]
+__all__ = [
+    "EXPORT_META",
+    "FORMATS",
+    "add_arguments",
+    "check",
+    "default_repo_name",
+    "export",
+    "formats_for",
+    "hub_id",
+    "main",
+    "run",
+]
 
 
 def formats_for(kind: str) -> list[str]:
@@ -59,13 +69,20 @@ def default_repo_name(checkpoint) -> str:
     return f"{base}-{KINDS[ckpt.kind].repo_suffix}"
 
 
-def export(checkpoint, fmt: str, output_dir, *, num_speculative_tokens: int | None = None,
-           verifier: str | None = None, gguf_type: str = "f16") -> pathlib.Path:
+def export(
+    checkpoint,
+    fmt: str,
+    output_dir,
+    *,
+    num_speculative_tokens: int | None = None,
+    verifier: str | None = None,
+    gguf_type: str = "f16",
+) -> pathlib.Path:
     """Write the checkpoint as format `fmt` into `output_dir` (absent or empty). -> output_dir.
 
     num_speculative_tokens: tokens drafted per step recorded for the engine (vLLM's
-    speculative_tokens, SGLang's num-steps); default 3, for a kind with a k_limit (Medusa: its heads) all it drafts (vllm: only
-    the first k heads are exported). verifier: the target the engine pairs the draft with;
+    speculative_tokens, SGLang's num-steps); default 3, for a kind with a k_limit (Medusa: its heads) all it drafts
+    (vllm: only    the first k heads are exported). verifier: the target the engine pairs the draft with;
     default the target's Hub id, else the target as the checkpoint names it.
     """
     if fmt not in FORMATS:
@@ -74,10 +91,14 @@ def export(checkpoint, fmt: str, output_dir, *, num_speculative_tokens: int | No
     kind = ckpt.kind
     applies = formats_for(kind)
     if fmt not in applies:
-        raise DraftsmithError(f"format {fmt!r} does not apply to a {kind} checkpoint; formats for {kind}: {', '.join(applies)}")
+        raise DraftsmithError(
+            f"format {fmt!r} does not apply to a {kind} checkpoint; formats for {kind}: {', '.join(applies)}"
+        )
     out = pathlib.Path(output_dir).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise DraftsmithError(f"{out} exists and is not an empty folder; choose a new --output-dir (export never overwrites)")
+        raise DraftsmithError(
+            f"{out} exists and is not an empty folder; choose a new --output-dir (export never overwrites)"
+        )
     check_complete(ckpt)
     k = _num_tokens(ckpt, num_speculative_tokens)
     verifier, verifier_note = (verifier, None) if verifier else _verifier(ckpt.target)
@@ -95,7 +116,9 @@ def export(checkpoint, fmt: str, output_dir, *, num_speculative_tokens: int | No
             notes["note"] = "; ".join(n for n in (notes.get("note"), verifier_note) if n)
         problems = module.check(tmp, kind)
         if problems:  # a contract violation is our bug, not the user's: say so plainly
-            raise DraftsmithError(f"internal error: the {fmt} export of {ckpt.path} breaks its contract: {'; '.join(problems)}")
+            raise DraftsmithError(
+                f"internal error: the {fmt} export of {ckpt.path} breaks its contract: {'; '.join(problems)}"
+            )
         meta = {
             "format": fmt,
             "engine": module.ENGINE,
@@ -144,8 +167,10 @@ def _num_tokens(ckpt, k: int | None) -> int:
         if k is None:
             return limit  # all it drafts in its one pass (Medusa: every head; a block drafter: the block)
         if k > limit:
-            raise DraftsmithError(f"this {ckpt.kind} checkpoint drafts at most {limit} tokens ({key}={limit}): "
-                                  f"-k {k} is more than it can draft")
+            raise DraftsmithError(
+                f"this {ckpt.kind} checkpoint drafts at most {limit} tokens ({key}={limit}): "
+                f"-k {k} is more than it can draft"
+            )
     if k is None:
         return DEFAULT_NUM_SPECULATIVE_TOKENS
     if k < 1:
@@ -163,24 +188,45 @@ def _fill(value, out: pathlib.Path):
 def add_arguments(parser) -> None:
     """The arguments of `draftsmith export` (the lead wires the subcommand)."""
     parser.add_argument("checkpoint", help="a checkpoint folder written by `draftsmith train` (e.g. runs/NAME/final)")
-    parser.add_argument("--format", dest="format", required=True, choices=FORMATS,
-                        help="hf: transformers / draftsmith's loader; vllm: vLLM's speculative_config; "
-                             "sglang: SGLang EAGLE-3 (eagle3 only); gguf: llama.cpp (draft_lm, eagle3; needs "
-                             "`bash scripts/install_engines.sh llamacpp` for its converter)")
+    parser.add_argument(
+        "--format",
+        dest="format",
+        required=True,
+        choices=FORMATS,
+        help="hf: transformers / draftsmith's loader; vllm: vLLM's speculative_config; "
+        "sglang: SGLang EAGLE-3 (eagle3 only); gguf: llama.cpp (draft_lm, eagle3; needs "
+        "`bash scripts/install_engines.sh llamacpp` for its converter)",
+    )
     parser.add_argument("--output-dir", required=True, help="where to write (must not exist, or be empty)")
-    parser.add_argument("--num-speculative-tokens", "-k", type=int, default=None,
-                        help=f"tokens drafted per step recorded for the engine (default {DEFAULT_NUM_SPECULATIVE_TOKENS}; "
-                             "medusa: all of its heads)")
-    parser.add_argument("--gguf-type", choices=("f16", "bf16", "f32"), default="f16",
-                        help="gguf only: the weights' type (f32 for exact cross-checks against float32 runs)")
-    parser.add_argument("--verifier", default=None,
-                        help="the target the engine serves the draft with (default: the target's Hub id)")
+    parser.add_argument(
+        "--num-speculative-tokens",
+        "-k",
+        type=int,
+        default=None,
+        help=f"tokens drafted per step recorded for the engine (default {DEFAULT_NUM_SPECULATIVE_TOKENS}; "
+        "medusa: all of its heads)",
+    )
+    parser.add_argument(
+        "--gguf-type",
+        choices=("f16", "bf16", "f32"),
+        default="f16",
+        help="gguf only: the weights' type (f32 for exact cross-checks against float32 runs)",
+    )
+    parser.add_argument(
+        "--verifier", default=None, help="the target the engine serves the draft with (default: the target's Hub id)"
+    )
 
 
 def run(args) -> int:
     """Run `draftsmith export` for parsed `args`; DraftsmithError propagates (the CLI prints it)."""
-    out = export(args.checkpoint, args.format, args.output_dir, num_speculative_tokens=args.num_speculative_tokens,
-                 verifier=args.verifier, gguf_type=args.gguf_type)
+    out = export(
+        args.checkpoint,
+        args.format,
+        args.output_dir,
+        num_speculative_tokens=args.num_speculative_tokens,
+        verifier=args.verifier,
+        gguf_type=args.gguf_type,
+    )
     meta = json.loads((out / EXPORT_META).read_text())
     print(f"wrote {meta['engine']} {meta['kind']} export to {out}")
     print(f"serve: {meta['serve']}")

@@ -17,9 +17,18 @@ from draftsmith.errors import DraftsmithError
 WEIGHTS_NAME = "model.safetensors"  # as in models/weights.py (not imported here: it would load torch)
 WEIGHTS_INDEX = "model.safetensors.index.json"
 # Files a tokenizer may consist of (transformers' save_pretrained writes some of these).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "chat_template.jinja",
-                   "chat_template.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 # What the trainer leaves in a step-* folder that no engine (and no published repo) wants.
 TRAINING_ONLY = ("training_state", "trainer_state.json")
 
@@ -67,7 +76,9 @@ def read_checkpoint(path) -> Checkpoint:
     if not p.exists():
         raise DraftsmithError(f"{p}: no such checkpoint folder")
     if not p.is_dir():
-        raise DraftsmithError(f"{p} is a file; export takes a checkpoint folder written by `draftsmith train` (e.g. runs/NAME/final)")
+        raise DraftsmithError(
+            f"{p} is a file; export takes a checkpoint folder written by `draftsmith train` (e.g. runs/NAME/final)"
+        )
     meta = read_drafter_meta(p)
     if meta is None:
         hint = ""
@@ -75,8 +86,10 @@ def read_checkpoint(path) -> Checkpoint:
             hint = f" (did you mean {p / 'final'}?)"
         elif any(c.is_dir() and (c / "drafter.json").is_file() for c in p.iterdir()):
             hint = " (it holds checkpoints: pass one of its final/ or step-* folders)"
-        raise DraftsmithError(f"{p}: not a draftsmith checkpoint (no drafter.json){hint}; export takes a folder "
-                              "written by `draftsmith train`")
+        raise DraftsmithError(
+            f"{p}: not a draftsmith checkpoint (no drafter.json){hint}; export takes a folder "
+            "written by `draftsmith train`"
+        )
     config = {}
     cfg = p / "config.json"
     if cfg.is_file():  # required by export and publish (check_complete), not by naming a repo
@@ -123,7 +136,9 @@ def save_weights(tensors: dict, folder: pathlib.Path) -> None:
     """One safetensors file, contiguous tensors, the `format: pt` metadata transformers expects."""
     from safetensors.torch import save_file
 
-    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
+    save_file(
+        {k: v.detach().contiguous() for k, v in tensors.items()}, str(folder / WEIGHTS_NAME), metadata={"format": "pt"}
+    )
 
 
 def write_json(path: pathlib.Path, obj) -> None:
@@ -243,8 +258,10 @@ def normalise_layers(layers, num_layers: int | None, what: str) -> list[int]:
         i = int(i)
         if i < 0:
             if num_layers is None:
-                raise DraftsmithError(f"{what}: reads hidden layer {i} (counted from the end), and the target's "
-                                      "layer count could not be read to turn it into an engine layer id")
+                raise DraftsmithError(
+                    f"{what}: reads hidden layer {i} (counted from the end), and the target's "
+                    "layer count could not be read to turn it into an engine layer id"
+                )
             i += num_layers + 1
         out.append(i)
     return out
@@ -280,7 +297,11 @@ def check_folder(folder, required_keys, expected_weights: dict | None, forbidden
             problems.append(f"unexpected weights {extra[:8]}")
         if absent:
             problems.append(f"missing weights {absent[:8]}")
-        wrong = [f"{n}: {shapes[n]} != {tuple(s)}" for n, s in expected_weights.items() if n in shapes and tuple(shapes[n]) != tuple(s)]
+        wrong = [
+            f"{n}: {shapes[n]} != {tuple(s)}"
+            for n, s in expected_weights.items()
+            if n in shapes and tuple(shapes[n]) != tuple(s)
+        ]
         if wrong:
             problems.append("wrong shapes: " + "; ".join(wrong[:8]))
     return problems

@@ -20,15 +20,16 @@ from __future__ import annotations
 import pathlib
 import tempfile
 
-from draftsmith.errors import DraftsmithError
-
 from draftsmith.engines.llamacpp_engine import SPEC_TYPES  # one table: the engine serves what we write
+from draftsmith.errors import DraftsmithError
 
 from .common import Checkpoint
 
 ENGINE = "llama.cpp"
-CHECKED_AGAINST = ("llama.cpp 0c1e570 (vendored by llama-cpp-python 0.3.36): convert_hf_to_gguf.py, conversion/llama.py, "
-                   "common/speculative.cpp, examples/speculative-simple")
+CHECKED_AGAINST = (
+    "llama.cpp 0c1e570 (vendored by llama-cpp-python 0.3.36): convert_hf_to_gguf.py, conversion/llama.py, "
+    "common/speculative.cpp, examples/speculative-simple"
+)
 # Which of our exports llama.cpp's convert_hf_to_gguf.py reads for a kind: a causal LM as is, an
 # EAGLE-3 draft in the speculators layout (layers.0.*, d2t offsets) with the target beside it.
 CONVERTER_READS = {"draft_lm": "hf", "eagle3": "vllm"}
@@ -40,7 +41,9 @@ def file_name(kind: str, gguf_type: str) -> str:
     return f"draft-{kind}-{gguf_type}.gguf"
 
 
-def write(ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, verifier: str, gguf_type: str = "f16") -> dict:
+def write(
+    ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, verifier: str, gguf_type: str = "f16"
+) -> dict:
     from draftsmith.engines import require
     from draftsmith.engines.llamacpp_engine import convert_to_gguf
     from draftsmith.models.loading import resolve_model
@@ -59,10 +62,15 @@ def write(ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, v
         source.write(ckpt, src, num_speculative_tokens=num_speculative_tokens, verifier=verifier)
         if CONVERTER_READS[kind] == "vllm":  # an EAGLE-3 GGUF carries the target's embedding: the converter reads it
             target_dir = resolve_model(ckpt.target).path
-        convert_to_gguf(src, out / file_name(kind, gguf_type), dtype, target_dir=target_dir, log_path=out / "convert.log")
+        convert_to_gguf(
+            src, out / file_name(kind, gguf_type), dtype, target_dir=target_dir, log_path=out / "convert.log"
+        )
     target_file = f"TARGET.gguf (the target {verifier} as GGUF, e.g. convert_hf_to_gguf.py --outtype {gguf_type})"
-    serve = (f"llama-speculative-simple -m {target_file} -md DIR/{file_name(kind, gguf_type)} --spec-type {SPEC_TYPES[kind]} "
-             f"--spec-draft-n-max {num_speculative_tokens} -p PROMPT")
+    serve = (
+        f"llama-speculative-simple -m {target_file} -md DIR/{file_name(kind, gguf_type)} --spec-type "
+        f"{SPEC_TYPES[kind]} "
+        f"--spec-draft-n-max {num_speculative_tokens} -p PROMPT"
+    )
     return {"serve": serve, "gguf_type": gguf_type, "file": file_name(kind, gguf_type)}
 
 

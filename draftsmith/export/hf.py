@@ -1,7 +1,8 @@
 """`hf`: the transformers-loadable layout (checked against transformers 5.x, the version this
 project runs on: `AutoModelForCausalLM.from_pretrained` and `generate(assistant_model=...)`).
 
-- draft_lm (and every kind declared `causal_lm` in train/kinds.py): a plain causal-LM folder (config.json of the LM itself, safetensors weights,
+- draft_lm (and every kind declared `causal_lm` in train/kinds.py): a plain causal-LM folder
+  (config.json of the LM itself, safetensors weights,
   generation_config.json, tokenizer). It loads with `AutoModelForCausalLM.from_pretrained` and
   drafts for the target through `target.generate(..., assistant_model=draft)`.
 - medusa / eagle / eagle3: our own layout (config.json of MedusaConfig / EagleConfig /
@@ -23,34 +24,67 @@ from draftsmith.train.kinds import KINDS
 from .common import TRAINING_ONLY, Checkpoint, check_folder
 
 ENGINE = "transformers"
-CHECKED_AGAINST = "transformers 5.x (AutoModelForCausalLM.from_pretrained, GenerationMixin.generate(assistant_model=...))"
+CHECKED_AGAINST = (
+    "transformers 5.x (AutoModelForCausalLM.from_pretrained, GenerationMixin.generate(assistant_model=...))"
+)
 
 # Training artefacts left out of every hf export (LoRA adapters: their merge is in the weights).
 SKIPPED = (*TRAINING_ONLY, "adapter", "target_adapter")
 
 DRAFT_LM_REQUIRED_KEYS = ("architectures", "model_type", "vocab_size", "hidden_size", "num_hidden_layers")
 MEDUSA_REQUIRED_KEYS = ("model_type", "hidden_size", "vocab_size", "num_heads", "num_layers", "share_lm_head", "target")
-EAGLE_REQUIRED_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-                       "head_dim", "rms_norm_eps", "rope_parameters", "max_position_embeddings", "hidden_act",
-                       "vocab_size", "target", "hidden_layers")
+EAGLE_REQUIRED_KEYS = (
+    "model_type",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "rms_norm_eps",
+    "rope_parameters",
+    "max_position_embeddings",
+    "hidden_act",
+    "vocab_size",
+    "target",
+    "hidden_layers",
+)
 EAGLE3_REQUIRED_KEYS = (*EAGLE_REQUIRED_KEYS, "draft_vocab_size", "target_hidden_size")
-REQUIRED_KEYS = {"draft_lm": DRAFT_LM_REQUIRED_KEYS, "pard": (*DRAFT_LM_REQUIRED_KEYS, "pard_token"),
-                 "medusa": MEDUSA_REQUIRED_KEYS, "eagle": EAGLE_REQUIRED_KEYS,
-                 "eagle3": EAGLE3_REQUIRED_KEYS,
-                 "dflash": (*EAGLE_REQUIRED_KEYS, "num_hidden_layers", "block_size", "mask_token_id", "target_hidden_size")}
-MODEL_TYPES = {"medusa": "draftsmith_medusa", "eagle": "draftsmith_eagle", "eagle3": "draftsmith_eagle3", "dflash": "draftsmith_dflash"}
+REQUIRED_KEYS = {
+    "draft_lm": DRAFT_LM_REQUIRED_KEYS,
+    "pard": (*DRAFT_LM_REQUIRED_KEYS, "pard_token"),
+    "medusa": MEDUSA_REQUIRED_KEYS,
+    "eagle": EAGLE_REQUIRED_KEYS,
+    "eagle3": EAGLE3_REQUIRED_KEYS,
+    "dflash": (*EAGLE_REQUIRED_KEYS, "num_hidden_layers", "block_size", "mask_token_id", "target_hidden_size"),
+}
+MODEL_TYPES = {
+    "medusa": "draftsmith_medusa",
+    "eagle": "draftsmith_eagle",
+    "eagle3": "draftsmith_eagle3",
+    "dflash": "draftsmith_dflash",
+}
 
 # Our own weight names (models/medusa.py, models/eagle.py, models/eagle3.py).
 ATTN = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight")
 MLP = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
 EAGLE_WEIGHTS = ("fc.weight", *(f"layers.0.{n}" for n in (*ATTN, *MLP, "post_attention_layernorm.weight")))
-EAGLE3_WEIGHTS = ("fc.weight", *(f"midlayer.{n}" for n in (*ATTN, *MLP, "input_layernorm.weight", "hidden_norm.weight",
-                                                           "post_attention_layernorm.weight")),
-                  "norm.weight", "lm_head.weight", "d2t", "t2d")
+EAGLE3_WEIGHTS = (
+    "fc.weight",
+    *(
+        f"midlayer.{n}"
+        for n in (*ATTN, *MLP, "input_layernorm.weight", "hidden_norm.weight", "post_attention_layernorm.weight")
+    ),
+    "norm.weight",
+    "lm_head.weight",
+    "d2t",
+    "t2d",
+)
 
 
 def medusa_weight_names(num_heads: int, num_layers: int, share_lm_head: bool) -> list[str]:
-    names = [f"blocks.{k}.{i}.linear.{p}" for k in range(num_heads) for i in range(num_layers) for p in ("weight", "bias")]
+    names = [
+        f"blocks.{k}.{i}.linear.{p}" for k in range(num_heads) for i in range(num_layers) for p in ("weight", "bias")
+    ]
     if not share_lm_head:
         names += [f"lm_heads.{k}.weight" for k in range(num_heads)]
     return names
@@ -63,7 +97,12 @@ def expected_weights(kind: str, config: dict) -> dict | None:
 
 
 def medusa_shapes(config: dict) -> dict:
-    d, v, K, L = int(config["hidden_size"]), int(config["vocab_size"]), int(config["num_heads"]), int(config["num_layers"])
+    d, v, K, L = (
+        int(config["hidden_size"]),
+        int(config["vocab_size"]),
+        int(config["num_heads"]),
+        int(config["num_layers"]),
+    )
     out = {}
     for k in range(K):
         for i in range(L):
@@ -98,15 +137,17 @@ def eagle_shapes(config: dict, prefix: str, eagle3: bool) -> dict:
         return out
     target_hidden = int(config.get("target_hidden_size") or d)
     vocab, draft_vocab = int(config["vocab_size"]), int(config.get("draft_vocab_size") or config["vocab_size"])
-    out.update({
-        "fc.weight": (d, 3 * target_hidden),
-        f"{prefix}input_layernorm.weight": (d,),
-        f"{prefix}hidden_norm.weight": (d,),
-        "norm.weight": (d,),
-        "lm_head.weight": (draft_vocab, d),
-        "d2t": (draft_vocab,),
-        "t2d": (vocab,),
-    })
+    out.update(
+        {
+            "fc.weight": (d, 3 * target_hidden),
+            f"{prefix}input_layernorm.weight": (d,),
+            f"{prefix}hidden_norm.weight": (d,),
+            "norm.weight": (d,),
+            "lm_head.weight": (draft_vocab, d),
+            "d2t": (draft_vocab,),
+            "t2d": (vocab,),
+        }
+    )
     return out
 
 
@@ -118,24 +159,37 @@ def dflash_shapes(config: dict) -> dict:
     d, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
     kv, hd = int(config.get("num_key_value_heads") or heads), int(config.get("head_dim") or d // heads)
     inter, target = int(config["intermediate_size"]), int(config.get("target_hidden_size") or d)
-    fused = len(config["hidden_layers"]) if "hidden_layers" in config else len(config["dflash_config"]["target_layer_ids"])
+    fused = (
+        len(config["hidden_layers"]) if "hidden_layers" in config else len(config["dflash_config"]["target_layer_ids"])
+    )
     out = {"fc.weight": (d, fused * target), "hidden_norm.weight": (d,), "norm.weight": (d,)}
     for i in range(int(config["num_hidden_layers"])):
         p = f"layers.{i}."
-        out.update({
-            f"{p}input_layernorm.weight": (d,), f"{p}post_attention_layernorm.weight": (d,),
-            f"{p}self_attn.q_proj.weight": (heads * hd, d), f"{p}self_attn.k_proj.weight": (kv * hd, d),
-            f"{p}self_attn.v_proj.weight": (kv * hd, d), f"{p}self_attn.o_proj.weight": (d, heads * hd),
-            f"{p}self_attn.q_norm.weight": (hd,), f"{p}self_attn.k_norm.weight": (hd,),
-            f"{p}mlp.gate_proj.weight": (inter, d), f"{p}mlp.up_proj.weight": (inter, d), f"{p}mlp.down_proj.weight": (d, inter),
-        })
+        out.update(
+            {
+                f"{p}input_layernorm.weight": (d,),
+                f"{p}post_attention_layernorm.weight": (d,),
+                f"{p}self_attn.q_proj.weight": (heads * hd, d),
+                f"{p}self_attn.k_proj.weight": (kv * hd, d),
+                f"{p}self_attn.v_proj.weight": (kv * hd, d),
+                f"{p}self_attn.o_proj.weight": (d, heads * hd),
+                f"{p}self_attn.q_norm.weight": (hd,),
+                f"{p}self_attn.k_norm.weight": (hd,),
+                f"{p}mlp.gate_proj.weight": (inter, d),
+                f"{p}mlp.up_proj.weight": (inter, d),
+                f"{p}mlp.down_proj.weight": (d, inter),
+            }
+        )
     return out
 
 
 # Our own layouts, one per kind that is not a plain causal LM: name -> shape from its config.
-SHAPES = {"medusa": medusa_shapes,
-          "eagle": lambda config: eagle_shapes(config, prefix="layers.0.", eagle3=False),
-          "eagle3": lambda config: eagle_shapes(config, prefix="midlayer.", eagle3=True), "dflash": dflash_shapes}
+SHAPES = {
+    "medusa": medusa_shapes,
+    "eagle": lambda config: eagle_shapes(config, prefix="layers.0.", eagle3=False),
+    "eagle3": lambda config: eagle_shapes(config, prefix="midlayer.", eagle3=True),
+    "dflash": dflash_shapes,
+}
 
 
 def write(ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, verifier: str) -> dict:
@@ -149,9 +203,11 @@ def write(ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, v
         else:
             shutil.copy2(item, out / item.name)
     if KINDS[ckpt.kind].causal_lm:
-        serve = ("from transformers import AutoModelForCausalLM; "
-                 "draft = AutoModelForCausalLM.from_pretrained('DIR'); "
-                 f"target.generate(**inputs, assistant_model=draft, num_assistant_tokens={num_speculative_tokens})")
+        serve = (
+            "from transformers import AutoModelForCausalLM; "
+            "draft = AutoModelForCausalLM.from_pretrained('DIR'); "
+            f"target.generate(**inputs, assistant_model=draft, num_assistant_tokens={num_speculative_tokens})"
+        )
     else:
         serve = f"draftsmith generate --draft DIR -k {num_speculative_tokens} PROMPT"
     return {"serve": serve}
@@ -162,7 +218,9 @@ def check(folder, kind: str) -> list[str]:
     import json
 
     folder = pathlib.Path(folder)
-    problems = check_folder(folder, REQUIRED_KEYS.get(kind, DRAFT_LM_REQUIRED_KEYS if KINDS[kind].causal_lm else ()), None)
+    problems = check_folder(
+        folder, REQUIRED_KEYS.get(kind, DRAFT_LM_REQUIRED_KEYS if KINDS[kind].causal_lm else ()), None
+    )
     if problems:
         return problems
     config = json.loads((folder / "config.json").read_text())

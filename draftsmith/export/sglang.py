@@ -36,14 +36,31 @@ from . import hf, vllm
 from .common import Checkpoint, check_folder, copy_tokenizer, dtype_name, llama_layer_config, save_weights, write_json
 
 ENGINE = "SGLang"
-CHECKED_AGAINST = ("SGLang main, late 2026: srt/models/llama_eagle3.py, srt/models/llama.py "
-                   "(set_eagle3_layers_to_capture after sgl-project/sglang#25454), srt/model_executor/model_runner.py, "
-                   "srt/speculative/eagle_worker.py")
+CHECKED_AGAINST = (
+    "SGLang main, late 2026: srt/models/llama_eagle3.py, srt/models/llama.py "
+    "(set_eagle3_layers_to_capture after sgl-project/sglang#25454), srt/model_executor/model_runner.py, "
+    "srt/speculative/eagle_worker.py"
+)
 
-REQUIRED_KEYS = ("architectures", "model_type", "num_hidden_layers", "vocab_size", "hidden_size", "intermediate_size",
-                 "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act", "rms_norm_eps",
-                 "max_position_embeddings", "rope_theta", "draft_vocab_size", "target_hidden_size",
-                 "tie_word_embeddings", "eagle_config")
+REQUIRED_KEYS = (
+    "architectures",
+    "model_type",
+    "num_hidden_layers",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_act",
+    "rms_norm_eps",
+    "max_position_embeddings",
+    "rope_theta",
+    "draft_vocab_size",
+    "target_hidden_size",
+    "tie_word_embeddings",
+    "eagle_config",
+)
 EAGLE_CONFIG_KEYS = ("eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state")
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 WEIGHTS = hf.EAGLE3_WEIGHTS  # fc, midlayer.*, norm, lm_head, d2t, t2d: SGLang reads our own names
@@ -56,9 +73,11 @@ def aux_layer_ids(hf_ids: list[int]) -> list[int]:
     if hf_ids[0] == 2:
         return [i - 1 for i in hf_ids]  # first id 1: every SGLang version adds 1
     if hf_ids[0] == 1:
-        raise DraftsmithError(f"this eagle3 draft reads hidden states {hf_ids}; SGLang cannot name hidden_states[1] "
-                              "unambiguously as the first aux layer (id 0 or 1 both mean another layer in some "
-                              "version); retrain with aux_layers not starting at 1")
+        raise DraftsmithError(
+            f"this eagle3 draft reads hidden states {hf_ids}; SGLang cannot name hidden_states[1] "
+            "unambiguously as the first aux layer (id 0 or 1 both mean another layer in some "
+            "version); retrain with aux_layers not starting at 1"
+        )
     return list(hf_ids)  # read as is by SGLang since #25454 (earlier versions add 1)
 
 
@@ -82,25 +101,38 @@ def _eagle3(ckpt: Checkpoint, out: pathlib.Path, num_speculative_tokens: int, ve
     dtype = dtype_name(tensors)
     config = llama_layer_config(cfg, vocab_size=int(cfg["vocab_size"]), dtype=dtype)
     sglang_ids = aux_layer_ids(ids)
-    config.update({
-        "architectures": [ARCHITECTURE],
-        "draft_vocab_size": int(cfg.get("draft_vocab_size") or cfg["vocab_size"]),
-        "target_hidden_size": int(cfg.get("target_hidden_size") or cfg["hidden_size"]),
-        "norm_before_residual": False,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": sglang_ids, "use_aux_hidden_state": True},
-        # vLLM loads this layout too and reads the top-level key first, with its own convention.
-        "eagle_aux_hidden_state_layer_ids": ids,
-    })
+    config.update(
+        {
+            "architectures": [ARCHITECTURE],
+            "draft_vocab_size": int(cfg.get("draft_vocab_size") or cfg["vocab_size"]),
+            "target_hidden_size": int(cfg.get("target_hidden_size") or cfg["hidden_size"]),
+            "norm_before_residual": False,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": sglang_ids, "use_aux_hidden_state": True},
+            # vLLM loads this layout too and reads the top-level key first, with its own convention.
+            "eagle_aux_hidden_state_layer_ids": ids,
+        }
+    )
     write_json(out / "config.json", config)
     copy_tokenizer(ckpt, out)
     k = num_speculative_tokens
-    serve = (f"python -m sglang.launch_server --model {verifier} --speculative-algorithm EAGLE3 "
-             f"--speculative-draft-model-path DIR --speculative-num-steps {k} --speculative-eagle-topk 1 "
-             f"--speculative-num-draft-tokens {k + 1}")
-    note = None if ids[0] == 2 else ("aux layer ids not starting at hidden_states[2]: SGLang before #25454 (May 2026) "
-                                     "reads them one layer later")
-    return {"serve": serve, "num_speculative_tokens": k, "aux_layer_ids": sglang_ids,
-            **({"note": note} if note else {})}
+    serve = (
+        f"python -m sglang.launch_server --model {verifier} --speculative-algorithm EAGLE3 "
+        f"--speculative-draft-model-path DIR --speculative-num-steps {k} --speculative-eagle-topk 1 "
+        f"--speculative-num-draft-tokens {k + 1}"
+    )
+    note = (
+        None
+        if ids[0] == 2
+        else (
+            "aux layer ids not starting at hidden_states[2]: SGLang before #25454 (May 2026) reads them one layer later"
+        )
+    )
+    return {
+        "serve": serve,
+        "num_speculative_tokens": k,
+        "aux_layer_ids": sglang_ids,
+        **({"note": note} if note else {}),
+    }
 
 
 def expected_weights(config: dict) -> dict:
@@ -135,8 +167,10 @@ def _dflash(ckpt: Checkpoint, out: pathlib.Path, num_speculative_tokens: int, ve
     notes = vllm.dflash_folder(ckpt, out, num_speculative_tokens, verifier)
     copy_tokenizer(ckpt, out)
     k = notes.pop("k")
-    serve = (f"python -m sglang.launch_server --model-path {verifier} --speculative-algorithm DFLASH "
-             f"--speculative-draft-model-path DIR --speculative-num-draft-tokens {k + 1}")  # the pending token + k
+    serve = (
+        f"python -m sglang.launch_server --model-path {verifier} --speculative-algorithm DFLASH "
+        f"--speculative-draft-model-path DIR --speculative-num-draft-tokens {k + 1}"
+    )  # the pending token + k
     return {"serve": serve, "num_speculative_tokens": k, **notes}
 
 

@@ -42,48 +42,114 @@ import shutil
 from draftsmith.errors import DraftsmithError
 
 from . import hf
-from .common import (Checkpoint, check_folder, copy_tokenizer, dtype_name, llama_layer_config, normalise_layers,
-                     save_weights, target_config, target_lm_head, write_json)
+from .common import (
+    Checkpoint,
+    check_folder,
+    copy_tokenizer,
+    dtype_name,
+    llama_layer_config,
+    normalise_layers,
+    save_weights,
+    target_config,
+    target_lm_head,
+    write_json,
+)
 
 ENGINE = "vLLM"
-CHECKED_AGAINST = ("vLLM main, late 2026: model_executor/models/{llama_eagle,llama_eagle3,medusa,llama}.py, "
-                   "transformers_utils/config.py, transformers_utils/configs/{medusa,eagle}.py, "
-                   "transformers_utils/configs/speculators/{base,algos}.py, v1/worker/gpu_model_runner.py, "
-                   "config/speculative.py, v1/spec_decode/{draft_model,llm_base_proposer,utils}.py")
+CHECKED_AGAINST = (
+    "vLLM main, late 2026: model_executor/models/{llama_eagle,llama_eagle3,medusa,llama}.py, "
+    "transformers_utils/config.py, transformers_utils/configs/{medusa,eagle}.py, "
+    "transformers_utils/configs/speculators/{base,algos}.py, v1/worker/gpu_model_runner.py, "
+    "config/speculative.py, v1/spec_decode/{draft_model,llm_base_proposer,utils}.py"
+)
 SPECULATORS_VERSION = "0.9.0"  # the speculators release FORMATS.md describes; vLLM does not read it
 
 # --- EAGLE-3: the speculators format -----------------------------------------------------------
 
-EAGLE3_REQUIRED_KEYS = ("architectures", "speculators_model_type", "speculators_version", "speculators_config",
-                        "transformer_layer_config", "draft_vocab_size", "target_hidden_size", "norm_before_residual",
-                        "norm_before_fc", "eagle_aux_hidden_state_layer_ids")
+EAGLE3_REQUIRED_KEYS = (
+    "architectures",
+    "speculators_model_type",
+    "speculators_version",
+    "speculators_config",
+    "transformer_layer_config",
+    "draft_vocab_size",
+    "target_hidden_size",
+    "norm_before_residual",
+    "norm_before_fc",
+    "eagle_aux_hidden_state_layer_ids",
+)
 # A top-level model_type sends vLLM's HFConfigParser to AutoConfig instead of SpeculatorsConfig.
 EAGLE3_FORBIDDEN_KEYS = ("model_type",)
 SPECULATORS_CONFIG_KEYS = ("algorithm", "proposal_methods", "default_proposal_method", "verifier")
 PROPOSAL_METHOD_KEYS = ("proposal_type", "speculative_tokens")
 VERIFIER_KEYS = ("name_or_path", "architectures")
-TRANSFORMER_LAYER_KEYS = ("architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
-                          "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act",
-                          "rms_norm_eps", "max_position_embeddings", "rope_theta", "attention_bias", "mlp_bias",
-                          "tie_word_embeddings")
+TRANSFORMER_LAYER_KEYS = (
+    "architectures",
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_act",
+    "rms_norm_eps",
+    "max_position_embeddings",
+    "rope_theta",
+    "attention_bias",
+    "mlp_bias",
+    "tie_word_embeddings",
+)
 # Weight names as speculators writes them (layers.0.*); vLLM also maps midlayer.* onto layers.0.
-EAGLE3_WEIGHTS = ("fc.weight", *(f"layers.0.{n}" for n in (*hf.ATTN, *hf.MLP, "input_layernorm.weight",
-                                                            "hidden_norm.weight", "post_attention_layernorm.weight")),
-                  "norm.weight", "lm_head.weight", "d2t", "t2d")
+EAGLE3_WEIGHTS = (
+    "fc.weight",
+    *(
+        f"layers.0.{n}"
+        for n in (*hf.ATTN, *hf.MLP, "input_layernorm.weight", "hidden_norm.weight", "post_attention_layernorm.weight")
+    ),
+    "norm.weight",
+    "lm_head.weight",
+    "d2t",
+    "t2d",
+)
 
 # --- EAGLE-1: vLLM's native layout (a one-layer LlamaForCausalLM config) ------------------------
 
-EAGLE_REQUIRED_KEYS = ("architectures", "model_type", "num_hidden_layers", "vocab_size", "hidden_size",
-                       "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act",
-                       "rms_norm_eps", "max_position_embeddings", "rope_theta", "attention_bias", "mlp_bias")
+EAGLE_REQUIRED_KEYS = (
+    "architectures",
+    "model_type",
+    "num_hidden_layers",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_act",
+    "rms_norm_eps",
+    "max_position_embeddings",
+    "rope_theta",
+    "attention_bias",
+    "mlp_bias",
+)
 # Layer 0 has no input_layernorm (vLLM replaces it with Identity); no embed_tokens, no lm_head:
 # vLLM shares the target's (an lm_head.weight here would even fail to load: the model has none).
 EAGLE_WEIGHTS = hf.EAGLE_WEIGHTS
 
 # --- Medusa ----------------------------------------------------------------------------------------
 
-MEDUSA_REQUIRED_KEYS = ("model_type", "architectures", "hidden_size", "vocab_size", "num_heads", "num_hidden_layers",
-                        "truncated_vocab_size", "medusa_fc_bias", "original_lm_head")
+MEDUSA_REQUIRED_KEYS = (
+    "model_type",
+    "architectures",
+    "hidden_size",
+    "vocab_size",
+    "num_heads",
+    "num_hidden_layers",
+    "truncated_vocab_size",
+    "medusa_fc_bias",
+    "original_lm_head",
+)
 
 # --- draft_lm: any causal LM (method "draft_model") ------------------------------------------------
 
@@ -103,25 +169,55 @@ PARD_REQUIRED_KEYS = (*DRAFT_LM_REQUIRED_KEYS, "pard_token")
 # ids of the K masked query slots, v1/spec_decode/dflash.py). No embed_tokens / lm_head: vLLM
 # shares the target's when a checkpoint lacks them (llm_base_proposer.py _maybe_share_*). SGLang
 # (srt/models/dflash.py + srt/speculative/dflash_utils.py) reads the same folder.
-DFLASH_REQUIRED_KEYS = ("architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
-                        "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act",
-                        "rms_norm_eps", "max_position_embeddings", "rope_theta", "attention_bias", "block_size",
-                        "num_target_layers", "target_hidden_size", "layer_types", "dflash_config")
+DFLASH_REQUIRED_KEYS = (
+    "architectures",
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_act",
+    "rms_norm_eps",
+    "max_position_embeddings",
+    "rope_theta",
+    "attention_bias",
+    "block_size",
+    "num_target_layers",
+    "target_hidden_size",
+    "layer_types",
+    "dflash_config",
+)
 DFLASH_CONFIG_KEYS = ("target_layer_ids", "mask_token_id", "causal")
 DFLASH_ARCHITECTURE = "DFlashDraftModel"  # registry.py -> qwen3_dflash.DFlashQwen3ForCausalLM
 
-REQUIRED_KEYS = {"draft_lm": DRAFT_LM_REQUIRED_KEYS, "pard": PARD_REQUIRED_KEYS, "medusa": MEDUSA_REQUIRED_KEYS,
-                 "eagle": EAGLE_REQUIRED_KEYS,
-                 "eagle3": EAGLE3_REQUIRED_KEYS, "dflash": DFLASH_REQUIRED_KEYS}
+REQUIRED_KEYS = {
+    "draft_lm": DRAFT_LM_REQUIRED_KEYS,
+    "pard": PARD_REQUIRED_KEYS,
+    "medusa": MEDUSA_REQUIRED_KEYS,
+    "eagle": EAGLE_REQUIRED_KEYS,
+    "eagle3": EAGLE3_REQUIRED_KEYS,
+    "dflash": DFLASH_REQUIRED_KEYS,
+}
 FORBIDDEN_KEYS = {"eagle3": EAGLE3_FORBIDDEN_KEYS}
 # speculative_config keys a kind needs beyond method/model/num_speculative_tokens.
 SPEC_EXTRA = {"pard": {"parallel_drafting": True}}  # config/speculative.py: "PARD  draft_model  Parallel: Yes"
-METHODS = {"draft_lm": "draft_model", "pard": "draft_model", "medusa": "medusa", "eagle": "eagle", "eagle3": "eagle3",
-           "dflash": "dflash"}
+METHODS = {
+    "draft_lm": "draft_model",
+    "pard": "draft_model",
+    "medusa": "medusa",
+    "eagle": "eagle",
+    "eagle3": "eagle3",
+    "dflash": "dflash",
+}
 
 
 def medusa_weight_names(num_heads: int, num_layers: int, original_lm_head: bool) -> list[str]:
-    names = [f"blocks.{k}.layers.{i}.{p}" for k in range(num_heads) for i in range(num_layers) for p in ("weight", "bias")]
+    names = [
+        f"blocks.{k}.layers.{i}.{p}" for k in range(num_heads) for i in range(num_layers) for p in ("weight", "bias")
+    ]
     return names + (["lm_heads.0.weight"] if original_lm_head else [f"lm_heads.{k}.weight" for k in range(num_heads)])
 
 
@@ -151,8 +247,12 @@ def eagle3_shapes(config: dict) -> dict:
 
 
 # vLLM's own layouts, one per kind that is not a plain causal LM: name -> shape from the engine config.
-SHAPES = {"medusa": medusa_shapes, "eagle": lambda config: hf.eagle_shapes(config, prefix="layers.0.", eagle3=False),
-          "eagle3": eagle3_shapes, "dflash": hf.dflash_shapes}
+SHAPES = {
+    "medusa": medusa_shapes,
+    "eagle": lambda config: hf.eagle_shapes(config, prefix="layers.0.", eagle3=False),
+    "eagle3": eagle3_shapes,
+    "dflash": hf.dflash_shapes,
+}
 
 
 def aux_layer_ids(hidden_layers, num_layers: int | None) -> list[int]:
@@ -160,14 +260,22 @@ def aux_layer_ids(hidden_layers, num_layers: int | None) -> list[int]:
     stream entering decoder layer i, i.e. transformers' hidden_states[i] -- the same index."""
     ids = normalise_layers(hidden_layers, num_layers, "this eagle3 draft")
     if num_layers is not None and any(not 0 <= i < num_layers for i in ids):
-        raise DraftsmithError(f"this eagle3 draft reads hidden states {ids}; engines capture the inputs of decoder "
-                              f"layers 0..{num_layers - 1} only (not the final normed output)")
+        raise DraftsmithError(
+            f"this eagle3 draft reads hidden states {ids}; engines capture the inputs of decoder "
+            f"layers 0..{num_layers - 1} only (not the final normed output)"
+        )
     return ids
 
 
 def write(ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, verifier: str) -> dict:
-    writer = {"draft_lm": _draft_lm, "pard": _draft_lm, "medusa": _medusa, "eagle": _eagle, "eagle3": _eagle3,
-              "dflash": dflash_folder}[ckpt.kind]
+    writer = {
+        "draft_lm": _draft_lm,
+        "pard": _draft_lm,
+        "medusa": _medusa,
+        "eagle": _eagle,
+        "eagle3": _eagle3,
+        "dflash": dflash_folder,
+    }[ckpt.kind]
     notes = writer(ckpt, out, num_speculative_tokens, verifier)
     copy_tokenizer(ckpt, out)
     method = METHODS[ckpt.kind]
@@ -187,12 +295,16 @@ def _draft_lm(ckpt, out, k, verifier) -> dict:
     mine = ckpt.config.get("vocab_size")
     theirs = (target_config(ckpt.target) or {}).get("vocab_size")
     if mine is not None and theirs is not None and int(mine) != int(theirs):
-        raise DraftsmithError(f"this draft's vocabulary has {mine} entries, the target {ckpt.target} has {theirs}; "
-                              "vLLM's draft_model method needs equal vocabulary sizes (draftsmith pads logits, vLLM "
-                              "does not)")
+        raise DraftsmithError(
+            f"this draft's vocabulary has {mine} entries, the target {ckpt.target} has {theirs}; "
+            "vLLM's draft_model method needs equal vocabulary sizes (draftsmith pads logits, vLLM "
+            "does not)"
+        )
     for f in sorted(ckpt.path.iterdir()):
-        if f.is_file() and (f.suffix == ".safetensors" or f.name in ("config.json", "generation_config.json",
-                                                                     "model.safetensors.index.json")):
+        if f.is_file() and (
+            f.suffix == ".safetensors"
+            or f.name in ("config.json", "generation_config.json", "model.safetensors.index.json")
+        ):
             shutil.copy2(f, out / f.name)
     return {}
 
@@ -215,18 +327,21 @@ def _medusa(ckpt, out, k, verifier) -> dict:
     save_weights(tensors, out)
     vocab = int(cfg["vocab_size"])
     # Keep every key free of "num"+"heads"/"layers" but these two: vLLM renames such keys.
-    write_json(out / "config.json", {
-        "architectures": ["MedusaModel"],
-        "model_type": "medusa",
-        "hidden_size": int(cfg["hidden_size"]),
-        "vocab_size": vocab,
-        "truncated_vocab_size": vocab,
-        "num_heads": k,
-        "num_hidden_layers": layers,
-        "medusa_fc_bias": True,  # our ResBlocks carry a bias (models/medusa.py)
-        "original_lm_head": share,
-        "torch_dtype": dtype_name(tensors),
-    })
+    write_json(
+        out / "config.json",
+        {
+            "architectures": ["MedusaModel"],
+            "model_type": "medusa",
+            "hidden_size": int(cfg["hidden_size"]),
+            "vocab_size": vocab,
+            "truncated_vocab_size": vocab,
+            "num_heads": k,
+            "num_hidden_layers": layers,
+            "medusa_fc_bias": True,  # our ResBlocks carry a bias (models/medusa.py)
+            "original_lm_head": share,
+            "torch_dtype": dtype_name(tensors),
+        },
+    )
     notes = {"k": k}
     if ckpt.meta.get("target_path"):  # Medusa-2: the heads were trained with a fine-tuned target
         shutil.copytree(ckpt.path / ckpt.meta["target_path"], out / "target")
@@ -247,12 +362,16 @@ def _eagle(ckpt, out, k, verifier) -> dict:
     if layers != [-1]:
         num = (target_config(ckpt.target) or {}).get("num_hidden_layers")
         if num is None or layers != [num]:
-            raise DraftsmithError(f"this eagle draft reads hidden states {layers}; vLLM's EAGLE-1 feeds the target's "
-                                  "final (normed) hidden state only, i.e. hidden_layers [-1]")
+            raise DraftsmithError(
+                f"this eagle draft reads hidden states {layers}; vLLM's EAGLE-1 feeds the target's "
+                "final (normed) hidden state only, i.e. hidden_layers [-1]"
+            )
     w = ckpt.weights()
     tensors = {n: w[n] for n in EAGLE_WEIGHTS}
     save_weights(tensors, out)
-    write_json(out / "config.json", llama_layer_config(cfg, vocab_size=int(cfg["vocab_size"]), dtype=dtype_name(tensors)))
+    write_json(
+        out / "config.json", llama_layer_config(cfg, vocab_size=int(cfg["vocab_size"]), dtype=dtype_name(tensors))
+    )
     return {"k": k}
 
 
@@ -262,26 +381,37 @@ def _eagle3(ckpt, out, k, verifier) -> dict:
     save_weights(tensors, out)
     dtype = dtype_name(tensors)
     layer = llama_layer_config(cfg, vocab_size=int(cfg["vocab_size"]), dtype=dtype)
-    write_json(out / "config.json", {
-        "architectures": ["Eagle3Speculator"],
-        "speculators_model_type": "eagle3",
-        "speculators_version": SPECULATORS_VERSION,
-        "speculators_config": {
-            "algorithm": "eagle3",
-            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": k,
-                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-            "default_proposal_method": "greedy",
-            "verifier": {"name_or_path": verifier,
-                         "architectures": list((target_cfg or {}).get("architectures") or [])},
+    write_json(
+        out / "config.json",
+        {
+            "architectures": ["Eagle3Speculator"],
+            "speculators_model_type": "eagle3",
+            "speculators_version": SPECULATORS_VERSION,
+            "speculators_config": {
+                "algorithm": "eagle3",
+                "proposal_methods": [
+                    {
+                        "proposal_type": "greedy",
+                        "speculative_tokens": k,
+                        "verifier_accept_k": 1,
+                        "accept_tolerance": 0.0,
+                    }
+                ],
+                "default_proposal_method": "greedy",
+                "verifier": {
+                    "name_or_path": verifier,
+                    "architectures": list((target_cfg or {}).get("architectures") or []),
+                },
+            },
+            "transformer_layer_config": layer,
+            "draft_vocab_size": int(cfg.get("draft_vocab_size") or cfg["vocab_size"]),
+            "target_hidden_size": int(cfg.get("target_hidden_size") or cfg["hidden_size"]),
+            "norm_before_residual": False,  # ours: residual = the hidden input, before hidden_norm
+            "norm_before_fc": False,
+            "eagle_aux_hidden_state_layer_ids": ids,
+            "torch_dtype": dtype,
         },
-        "transformer_layer_config": layer,
-        "draft_vocab_size": int(cfg.get("draft_vocab_size") or cfg["vocab_size"]),
-        "target_hidden_size": int(cfg.get("target_hidden_size") or cfg["hidden_size"]),
-        "norm_before_residual": False,  # ours: residual = the hidden input, before hidden_norm
-        "norm_before_fc": False,
-        "eagle_aux_hidden_state_layer_ids": ids,
-        "torch_dtype": dtype,
-    })
+    )
     # A speculators folder is served directly: vLLM reads the verifier from it.
     return {"k": k, "serve": "vllm serve DIR", "aux_layer_ids": ids}
 
@@ -305,7 +435,7 @@ def eagle3_tensors(ckpt: Checkpoint, prefix: str):
     for name in hf.EAGLE3_WEIGHTS:
         if name not in w:
             raise DraftsmithError(f"{ckpt.path}: weight {name} missing from the eagle3 checkpoint")
-        tensors[prefix + name[len("midlayer."):] if name.startswith("midlayer.") else name] = w[name]
+        tensors[prefix + name[len("midlayer.") :] if name.startswith("midlayer.") else name] = w[name]
     order = sorted(range(3), key=lambda j: ids[j])
     if order != [0, 1, 2]:
         fc = tensors["fc.weight"]
@@ -328,10 +458,14 @@ def dflash_folder(ckpt: Checkpoint, out: pathlib.Path, k: int, verifier: str) ->
     num_layers = target_cfg.get("num_hidden_layers")
     layers = [int(i) for i in cfg["hidden_layers"]]
     if num_layers is not None and any(not 1 <= i <= num_layers - 1 for i in layers):
-        raise DraftsmithError(f"this dflash draft reads hidden states {layers}; engines hand a drafter the outputs of "
-                              f"decoder layers 0..{num_layers - 2} only (hidden states 1..{num_layers - 1})")
+        raise DraftsmithError(
+            f"this dflash draft reads hidden states {layers}; engines hand a drafter the outputs of "
+            f"decoder layers 0..{num_layers - 2} only (hidden states 1..{num_layers - 1})"
+        )
     if len(set(layers)) != len(layers):
-        raise DraftsmithError(f"this dflash draft reads the same target layer twice {layers}; engines capture each once")
+        raise DraftsmithError(
+            f"this dflash draft reads the same target layer twice {layers}; engines capture each once"
+        )
     w = ckpt.weights()
     tensors = {n: w[n] for n in hf.dflash_shapes(cfg)}
     order = sorted(range(len(layers)), key=lambda j: layers[j])
@@ -342,26 +476,34 @@ def dflash_folder(ckpt: Checkpoint, out: pathlib.Path, k: int, verifier: str) ->
     dtype = dtype_name(tensors)
     layer = llama_layer_config(cfg, vocab_size=int(cfg["vocab_size"]), dtype=dtype)
     n = int(cfg["num_hidden_layers"])
-    write_json(out / "config.json", {
-        **layer,
-        "architectures": [DFLASH_ARCHITECTURE],
-        "model_type": "qwen3",  # the draft's layers are Qwen3's (q_norm, k_norm), whatever the target's family
-        "num_hidden_layers": n,
-        "layer_types": ["full_attention"] * n,
-        "use_sliding_window": False,
-        "sliding_window": None,
-        "max_window_layers": n,
-        "block_size": block,
-        "num_target_layers": int(num_layers) if num_layers is not None else None,
-        "target_hidden_size": int(cfg.get("target_hidden_size") or cfg["hidden_size"]),
-        "dflash_config": {"target_layer_ids": [i - 1 for i in sorted(layers)], "mask_token_id": int(cfg["mask_token_id"]),
-                          "causal": bool(cfg.get("causal", False))},
-    })
+    write_json(
+        out / "config.json",
+        {
+            **layer,
+            "architectures": [DFLASH_ARCHITECTURE],
+            "model_type": "qwen3",  # the draft's layers are Qwen3's (q_norm, k_norm), whatever the target's family
+            "num_hidden_layers": n,
+            "layer_types": ["full_attention"] * n,
+            "use_sliding_window": False,
+            "sliding_window": None,
+            "max_window_layers": n,
+            "block_size": block,
+            "num_target_layers": int(num_layers) if num_layers is not None else None,
+            "target_hidden_size": int(cfg.get("target_hidden_size") or cfg["hidden_size"]),
+            "dflash_config": {
+                "target_layer_ids": [i - 1 for i in sorted(layers)],
+                "mask_token_id": int(cfg["mask_token_id"]),
+                "causal": bool(cfg.get("causal", False)),
+            },
+        },
+    )
     return {"k": k, "target_layer_ids": [i - 1 for i in sorted(layers)]}
 
 
 def _check_dflash(config: dict) -> list[str]:
-    problems = [f"dflash_config lacks {k!r}" for k in DFLASH_CONFIG_KEYS if k not in (config.get("dflash_config") or {})]
+    problems = [
+        f"dflash_config lacks {k!r}" for k in DFLASH_CONFIG_KEYS if k not in (config.get("dflash_config") or {})
+    ]
     if problems:
         return problems
     dc, n = config["dflash_config"], config.get("num_hidden_layers")
@@ -371,7 +513,9 @@ def _check_dflash(config: dict) -> list[str]:
         problems.append("layer_types must have one entry per draft layer (vLLM and SGLang resolve attention per layer)")
     ids, L = dc["target_layer_ids"], config.get("num_target_layers")
     if not ids or ids != sorted(set(ids)) or (L is not None and not 0 <= ids[0] <= ids[-1] <= L - 2):
-        problems.append(f"dflash_config.target_layer_ids {ids} must be distinct, ascending decoder-layer outputs 0..L-2")
+        problems.append(
+            f"dflash_config.target_layer_ids {ids} must be distinct, ascending decoder-layer outputs 0..L-2"
+        )
     if not isinstance(dc["mask_token_id"], int) or not 0 <= dc["mask_token_id"] < int(config["vocab_size"]):
         problems.append(f"dflash_config.mask_token_id {dc['mask_token_id']!r} must be an id in the vocabulary")
     if int(config["block_size"]) < 2:
@@ -395,8 +539,11 @@ def _check_eagle3(config: dict) -> list[str]:
 
 
 def _check_medusa(config: dict) -> list[str]:
-    renamed = [k for k in config if "num" in k and (("heads" in k and k != "num_heads") or
-                                                      ("layers" in k and k != "num_hidden_layers"))]
+    renamed = [
+        k
+        for k in config
+        if "num" in k and (("heads" in k and k != "num_heads") or ("layers" in k and k != "num_hidden_layers"))
+    ]
     return [f"vLLM's MedusaConfig would rename {renamed} onto num_heads/num_hidden_layers"] if renamed else []
 
 
@@ -411,8 +558,13 @@ def _check_pard(config: dict) -> list[str]:
 
 
 # What a layout must satisfy beyond its required keys and weight shapes, per kind.
-CHECKS = {"pard": _check_pard, "eagle3": _check_eagle3, "medusa": _check_medusa, "dflash": _check_dflash,
-          "eagle": lambda config: [] if config.get("num_hidden_layers") == 1 else ["num_hidden_layers must be 1"]}
+CHECKS = {
+    "pard": _check_pard,
+    "eagle3": _check_eagle3,
+    "medusa": _check_medusa,
+    "dflash": _check_dflash,
+    "eagle": lambda config: [] if config.get("num_hidden_layers") == 1 else ["num_hidden_layers must be 1"],
+}
 
 
 def check(folder, kind: str) -> list[str]:
