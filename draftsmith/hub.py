@@ -308,6 +308,24 @@ def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None) -> li
     ]
 
 
+def _checkpoint_line(ckpt: pathlib.Path, meta: dict) -> str:
+    """Which of the run's checkpoints this is (best/: the highest τ measured during training;
+    final/: the last step) and the τ it was measured at, on which prompts."""
+    which = meta.get("checkpoint") or ckpt.name
+    line = f"- checkpoint: `{which}/` (step {meta.get('step', '?')})"
+    if which == "best":
+        line += ", the step with the highest τ measured during training"
+    tau, acc = meta.get("tau"), meta.get("acceptance") or {}
+    if isinstance(tau, (int, float)):
+        domains = ", ".join(f"{n} {d}" for d, n in (acc.get("domains") or {}).items())
+        line += (
+            f"; measured τ {tau:.2f} through draftsmith's runtime on {acc.get('num_prompts', '?')} held-out prompts"
+            + (f" ({domains})" if domains else "")
+            + f", K={acc.get('k', '?')}, greedy, {acc.get('max_new_tokens', '?')} new tokens"
+        )
+    return line
+
+
 def build_card(
     checkpoint,
     results: list[dict],
@@ -381,6 +399,7 @@ def build_card(
             for key in ("init", "num_heads", "ttt_steps", "draft_vocab_size", "loss", "mode")
             if dr.get(key) not in (None, "")
         ),
+        _checkpoint_line(ckpt, meta),
         f"- target: `{target['name']}`" + (f" ({target['hub_id']})" if target["hub_id"] else ""),
         f"- data: {data_line}",
     ]

@@ -96,7 +96,7 @@ def test_tiny_training_loss_falls_and_checkpoint_is_a_drafter(tiny_target, tmp_p
     assert s["eval"]["eval/token_acceptance"] > 0.5
     # step-10 was pruned (keep_last=2); final/ and the last two steps remain, none partial
     names = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
-    assert names == ["final", "step-0000020", "step-0000030"], names
+    assert names == ["best", "final", "step-0000020", "step-0000030"], names  # best/: the end-of-run τ
     meta = json.loads((tmp_path / "final" / "drafter.json").read_text())
     assert meta["kind"] == "draft_lm" and meta["target"] == "tiny-random"
     assert not any("lm_head" in k or "embed" in k for k in meta)  # the target is never saved

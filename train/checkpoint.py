@@ -8,6 +8,9 @@ Layout of an output directory:
                            save_state: model, optimizer, scheduler, RNG of every rank) +
                            trainer_state.json (step, epoch, data position), written last
     final/                 the drafter after the last step (no training state)
+    best/                  the drafter with the highest τ measured through the runtime so far (ties:
+                           the later step); its drafter.json carries step, tau and the prompts
+    curves.png             loss and τ against tokens seen (written at the end of the run)
     .tmp-step-0000200/     a checkpoint being written; never read, deleted on the next start
     .old-step-0000200/     a checkpoint being replaced by a re-save of the same step; restored on
                            the next start if the new one never got its name
@@ -41,6 +44,7 @@ TRAINING_STATE_DIR = "training_state"
 PREFIX = "step-"
 LOCK_NAME = ".draftsmith-train.lock"
 STATE_KEYS = ("step", "epoch", "batch_in_epoch")
+BEST = "best"
 
 
 def step_dir(root: pathlib.Path, step: int) -> pathlib.Path:
@@ -327,6 +331,28 @@ def prune(root: pathlib.Path, keep_last: int) -> list[pathlib.Path]:
     for old in intact[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     return damaged
+
+
+def restore_best(root: pathlib.Path, recorded: dict | None) -> dict | None:
+    """The best-τ record a resumed run compares against: the run state's (`recorded`), unless
+    best/ on disk says otherwise. A best/ written after the resumed checkpoint (a kill between
+    the two) has the higher claim: it is what a worse τ would overwrite. No intact best/ on disk:
+    None, so the resumed run writes one again."""
+    from draftsmith.models import read_drafter_meta
+
+    folder = root / BEST
+    try:
+        meta = read_drafter_meta(folder) if folder.is_dir() else None
+    except DraftsmithError:
+        meta = None
+    if meta is None or not isinstance(meta.get("tau"), (int, float)) or verify(folder, resumable=False):
+        if recorded:
+            log.warning("%s is missing or damaged: the best checkpoint is chosen again from here on", folder)
+        return None
+    on_disk = {"step": meta.get("step"), "tau": float(meta["tau"]), "tokens": (recorded or {}).get("tokens")}
+    if recorded and on_disk["step"] == recorded.get("step"):
+        return recorded
+    return on_disk if not recorded or on_disk["tau"] >= recorded["tau"] else recorded
 
 
 def _write_synced(path: pathlib.Path, text: str) -> None:

@@ -425,6 +425,24 @@ def _eval_prompts(rows: list[dict], fmt: str, tokenizer, domain: str) -> list[Pr
     return prompts
 
 
+CODE_CORPORA = ("stdlib",)  # corpora whose held-out rows are code; the rest count as chat
+
+
+def mix_domains(held_out: list[Prompt], tokenizer, path: str) -> list[Prompt]:
+    """The acceptance prompts: held-out rows interleaved one for one with the built-in prompt set
+    of the other domain (code for a chat corpus, chat for a code corpus), so the first N measured
+    cover both. A draft tuned on chat alone can lose on code, and the best-τ checkpoint is
+    chosen on these. Without a chat template the built-in chats cannot be rendered: held-out only."""
+    if getattr(tokenizer, "chat_template", None) is None:
+        return held_out
+    from draftsmith.prompts import load_prompts
+
+    other = load_prompts("chat" if path in CODE_CORPORA else "code", tokenizer, limit=max(len(held_out), 1))
+    mixed = [p for pair in zip(held_out, other) for p in pair]
+    n = min(len(held_out), len(other))
+    return mixed + held_out[n:] + other[n:]
+
+
 # --- Entry point ---------------------------------------------------------------------------------
 
 
@@ -457,7 +475,8 @@ def build_data(cfg: DataConfig, tokenizer, target=None, progress: bool = True) -
     if len(train) == 0:
         raise DraftsmithError(f"dataset {cfg.path!r}: no training rows left after tokenising ({_brief(stats)})")
     log.info("data %s: %s", cfg.path, _brief(stats))
-    return TrainData(train, evaluation, _eval_prompts(eval_rows, fmt, tokenizer, cfg.path), dict(stats))
+    prompts = mix_domains(_eval_prompts(eval_rows, fmt, tokenizer, cfg.path), tokenizer, cfg.path)
+    return TrainData(train, evaluation, prompts, dict(stats))
 
 
 def _tokenized(

@@ -28,6 +28,7 @@ from draftsmith.errors import DraftsmithError
 
 from . import checkpoint
 from .config import Recipe, dump_recipe
+from .curves import CURVES, plot_curves
 from .distributed import fingerprint, is_zero3, load_target, make_accelerator, outside_zero_init, shutdown
 from .kinds import TASKS
 from .losses import expected_acceptance_length
@@ -145,6 +146,7 @@ class Trainer:
         self.train_seconds, self._t_start = 0.0, time.monotonic()
         self.history: list[dict] = []
         self.last_eval: dict = {}  # the latest evaluate() metrics, saved with checkpoints (Medusa's head accuracies)
+        self.best: dict | None = None  # {"step", "tau", "tokens"} of the checkpoint in best/ (see _keep_if_best)
         self._damaged: set[str] = set()
         if self.resume:
             self._resume()
@@ -184,6 +186,7 @@ class Trainer:
             ) from None
         self.tokens, self.history = state.get("tokens", 0), state.get("history", [])
         self.train_seconds = float(state.get("train_seconds", 0.0))
+        self.best = checkpoint.restore_best(self.out, state.get("best"))
         for (
             record
         ) in self.history:  # the latest eval metrics, which later checkpoints carry (e.g. Medusa's head accuracies)
@@ -249,7 +252,7 @@ class Trainer:
                 if _every(self.step, r.logging.eval_every) and self.step < r.optim.max_steps:
                     self.evaluate()
                 if _every(self.step, r.logging.acceptance_every) and self.step < r.optim.max_steps:
-                    self.measure_acceptance()
+                    self._keep_if_best(self.measure_acceptance())
                 saved = _every(self.step, r.checkpoint.save_every) and self.step < r.optim.max_steps
                 if saved:
                     self.save()
@@ -275,11 +278,51 @@ class Trainer:
         bar.close()
         final_eval = self.evaluate()
         acceptance = self.measure_acceptance()
+        self._keep_if_best(acceptance)  # the end of the run is a candidate too
         self.save()
-        final = checkpoint.save(
-            acc, self.task, self.model, self.out, "final", None, {"step": self.step, "eval": self.last_eval}
-        )
+        extra = {"step": self.step, "eval": self.last_eval, "checkpoint": "final"}
+        if acceptance:
+            extra |= {"tau": acceptance["mean_acceptance_length"], "acceptance": self._acceptance_meta()}
+        final = checkpoint.save(acc, self.task, self.model, self.out, "final", None, extra)
         return self._finish(final, final_eval, acceptance)
+
+    def _acceptance_meta(self) -> dict:
+        """Which prompts τ was measured on (a checkpoint's τ means little without them)."""
+        r = self.recipe.logging
+        prompts = self.data.eval_prompts[: r.acceptance_prompts]
+        domains: dict[str, int] = {}
+        for p in prompts:
+            domains[p.domain] = domains.get(p.domain, 0) + 1
+        return {
+            "num_prompts": len(prompts),
+            "domains": domains,
+            "k": r.acceptance_k,
+            "max_new_tokens": r.acceptance_max_new_tokens,
+            "greedy": True,
+        }
+
+    def _keep_if_best(self, result: dict | None) -> None:
+        """Write best/ when this step's measured τ is >= the best so far (ties: the later step):
+        τ through the runtime peaks while the loss keeps falling, so the loss cannot choose.
+        Collective (every rank saves); the main process measured, so it decides for all."""
+        tau = None if result is None else float(result["mean_acceptance_length"])
+        if self.acc.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            tau = broadcast_object_list([tau], from_process=0)[0]
+        if tau is None or (self.best is not None and tau < self.best["tau"]):
+            return
+        self.best = {"step": self.step, "tau": tau, "tokens": self.tokens}
+        extra = {
+            "step": self.step,
+            "eval": self.last_eval,
+            "checkpoint": checkpoint.BEST,
+            "tau": tau,
+            "acceptance": self._acceptance_meta(),
+        }
+        checkpoint.save(self.acc, self.task, self.model, self.out, checkpoint.BEST, None, extra)
+        if self.main:
+            log.info("best τ so far: %.3f at step %d, written to %s", tau, self.step, self.out / checkpoint.BEST)
 
     def _on_sigterm(self, signum, frame) -> None:
         self._terminate = True
@@ -314,7 +357,7 @@ class Trainer:
 
     def _record(self, metrics: dict) -> None:
         metrics = {k: float(v) for k, v in metrics.items()}
-        self.history.append({"step": self.step, **metrics})
+        self.history.append({"step": self.step, "tokens": self.tokens, **metrics})  # tokens: the curves' x axis
         if self.recipe.logging.trackers:
             self.acc.log(metrics, step=self.step)
         if self.main and not self.recipe.logging.progress:
@@ -413,6 +456,7 @@ class Trainer:
             "world_size": self.acc.num_processes,
             "history": self.history[-200:],
             "train_seconds": self.train_seconds + time.monotonic() - self._t_start,
+            "best": self.best,  # a resumed run must not replace a better best/ with a worse one
         }
         checkpoint.save(
             self.acc,
@@ -461,11 +505,13 @@ class Trainer:
             "param_fingerprints": prints,
             "eval": final_eval,
             "acceptance": {k: v for k, v in (acceptance or {}).items() if k != "by_domain"},
+            "best": self.best and {**self.best, "checkpoint": str(self.out / checkpoint.BEST)},
             "data": self.data.stats,
             "history": self.history,
         }
         if self.main:
             (self.out / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+            plot_curves(self.history, self.out / CURVES, self.best)
             tau = final_eval.get(
                 "eval/expected_acceptance_length", final_eval.get("eval/expected_acceptance_length_greedy", 1.0)
             )

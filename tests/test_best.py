@@ -1,0 +1,157 @@
+"""best/: the checkpoint with the highest τ measured through the runtime during training (ties: the
+later step), kept across a resume; the loss/τ curves PNG; the model card's checkpoint line; the
+acceptance prompts keep both domains."""
+
+import json
+import pathlib
+import shutil
+
+import torch
+from draftsmith.train.kinds import load_recipe
+from safetensors.torch import load_file
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "tiny" / "draft_lm.yaml"
+QUICK = [
+    "--data.max_rows=120",
+    "--data.max_length=64",
+    "--optim.batch_size=4",
+    "--logging.progress=false",
+    "--logging.eval_every=1000",
+    "--logging.log_every=2",
+    "--logging.acceptance_every=2",
+    "--logging.acceptance_prompts=2",
+    "--checkpoint.save_every=2",
+    "--checkpoint.keep_last=10",
+]
+
+
+def scripted_tau(monkeypatch, taus: dict[int, float]) -> list[int]:
+    """Trainer.measure_acceptance reports taus[step] (recorded as the real one is); -> the steps measured."""
+    from draftsmith.train.trainer import Trainer
+
+    measured = []
+
+    def fake(self):
+        measured.append(self.step)
+        tau = taus[self.step]
+        self._record({"eval/mean_acceptance_length": tau})
+        return {"mean_acceptance_length": tau, "num_prompts": 2, "per_position_acceptance": [0.5]}
+
+    monkeypatch.setattr(Trainer, "measure_acceptance", fake)
+    return measured
+
+
+def train(out, *overrides, resume=None):
+    from draftsmith.train.trainer import train as run
+
+    return run(load_recipe(TINY, QUICK + [f"--checkpoint.output_dir={out}", *overrides]), resume=resume)
+
+
+def weights(folder: pathlib.Path) -> dict:
+    return load_file(folder / "model.safetensors")
+
+
+def same_weights(a: pathlib.Path, b: pathlib.Path) -> bool:
+    wa, wb = weights(a), weights(b)
+    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_best_is_the_highest_tau_and_the_curves_are_drawn(tiny_cache, tmp_path, fresh_accelerate, monkeypatch):
+    measured = scripted_tau(monkeypatch, {2: 1.5, 4: 2.5, 6: 1.8, 8: 1.2})
+    s = train(tmp_path, "--optim.max_steps=8")
+    assert measured == [2, 4, 6, 8]  # every acceptance_every steps, and the end of the run as a candidate
+    best = tmp_path / "best"
+    meta = json.loads((best / "drafter.json").read_text())
+    assert meta["step"] == 4 and meta["tau"] == 2.5 and meta["checkpoint"] == "best"
+    assert meta["acceptance"]["num_prompts"] == 2 and sum(meta["acceptance"]["domains"].values()) == 2
+    # the weights are step 4's, not the last step's
+    assert same_weights(best, tmp_path / "step-0000004")
+    assert not same_weights(best, tmp_path / "final")
+    assert s["best"]["step"] == 4 and s["best"]["tau"] == 2.5
+    final = json.loads((tmp_path / "final" / "drafter.json").read_text())
+    assert final["checkpoint"] == "final" and final["tau"] == 1.2
+    # τ sits in the history beside the losses, with the tokens seen at that step
+    from draftsmith.train.curves import series
+
+    tokens, taus = series(s["history"], "eval/mean_acceptance_length")
+    assert taus == [1.5, 2.5, 1.8, 1.2] and tokens == sorted(tokens) and tokens[0] > 0
+    png = tmp_path / "curves.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
+    # nothing left half-written
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith((".tmp-", ".old-"))]
+
+
+def test_a_tie_takes_the_later_step_and_the_end_of_the_run_counts(tiny_cache, tmp_path, fresh_accelerate, monkeypatch):
+    scripted_tau(monkeypatch, {2: 2.0, 4: 2.0, 6: 3.0})
+    train(tmp_path, "--optim.max_steps=6")
+    meta = json.loads((tmp_path / "best" / "drafter.json").read_text())
+    assert meta["step"] == 6 and meta["tau"] == 3.0  # the end-of-run measurement won
+    assert same_weights(tmp_path / "best", tmp_path / "final")
+
+    out = tmp_path / "tie"
+    scripted_tau(monkeypatch, {2: 1.0, 4: 2.0, 6: 2.0})
+    train(out, "--optim.max_steps=6")
+    assert json.loads((out / "best" / "drafter.json").read_text())["step"] == 6
+
+
+def test_resume_keeps_a_better_best(tiny_cache, tmp_path, fresh_accelerate, monkeypatch):
+    scripted_tau(monkeypatch, {2: 1.5, 4: 3.0, 6: 1.0})
+    train(tmp_path, "--optim.max_steps=6")
+    before = weights(tmp_path / "best")
+    state = json.loads((tmp_path / "step-0000006" / "trainer_state.json").read_text())
+    assert state["best"]["step"] == 4 and state["best"]["tau"] == 3.0  # the run state records it
+    # a longer run resumed from step 6: its later τ are all worse than step 4's
+    measured = scripted_tau(monkeypatch, {8: 2.9, 10: 2.0})
+    s = train(tmp_path, "--optim.max_steps=10", resume=True)
+    assert measured == [8, 10]
+    meta = json.loads((tmp_path / "best" / "drafter.json").read_text())
+    assert meta["step"] == 4 and meta["tau"] == 3.0
+    after = weights(tmp_path / "best")
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert s["best"]["step"] == 4
+
+
+def test_restore_best_prefers_what_best_holds_on_disk(tiny_cache, tmp_path, fresh_accelerate, monkeypatch):
+    """A kill after best/ was written but before the next step checkpoint: the resumed state
+    records an older, lower best; best/ on disk is what a worse τ must not overwrite."""
+    from draftsmith.train import checkpoint
+
+    scripted_tau(monkeypatch, {2: 2.0, 4: 1.0})
+    train(tmp_path, "--optim.max_steps=4")
+    assert checkpoint.restore_best(tmp_path, {"step": 2, "tau": 2.0, "tokens": 5}) == {
+        "step": 2,
+        "tau": 2.0,
+        "tokens": 5,
+    }
+    meta_path = tmp_path / "best" / "drafter.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "step": 3, "tau": 2.7}))  # as if step 3 was best and then killed
+    assert checkpoint.restore_best(tmp_path, {"step": 2, "tau": 2.0, "tokens": 5})["tau"] == 2.7
+    assert checkpoint.restore_best(tmp_path, {"step": 2, "tau": 2.9, "tokens": 5})["tau"] == 2.9
+    shutil.rmtree(tmp_path / "best")  # gone: chosen again from the resumed step on
+    assert checkpoint.restore_best(tmp_path, {"step": 2, "tau": 2.0, "tokens": 5}) is None
+
+
+def test_card_says_which_checkpoint_and_its_tau(tiny_cache, tmp_path, fresh_accelerate, monkeypatch):
+    from draftsmith.hub import build_card
+
+    scripted_tau(monkeypatch, {2: 1.25, 4: 1.75, 6: 1.5})
+    train(tmp_path, "--optim.max_steps=6")
+    card = build_card(tmp_path / "best", [])
+    line = next(x for x in card.splitlines() if x.startswith("- checkpoint:"))
+    assert "`best/` (step 4)" in line and "highest τ" in line and "τ 1.75" in line and "2 held-out prompts" in line
+    final = next(x for x in build_card(tmp_path / "final", []).splitlines() if x.startswith("- checkpoint:"))
+    assert "`final/` (step 6)" in final and "τ 1.50" in final and "highest" not in final
+
+
+def test_acceptance_prompts_keep_chat_and_code(tiny_target):
+    from draftsmith.train.config import DataConfig
+    from draftsmith.train.data import build_data
+
+    data = build_data(DataConfig(path="chitchat", max_rows=60, max_length=64, eval_rows=4), tiny_target.tokenizer)
+    first = [p.domain for p in data.eval_prompts[:2]]
+    assert first == ["chitchat", "code"]  # held-out rows and the built-in code set, one for one
+    assert {p.domain for p in data.eval_prompts} == {"chitchat", "code"}
+    counts = [sum(p.domain == d for p in data.eval_prompts) for d in ("chitchat", "code")]
+    assert counts[0] == counts[1] == data.stats["eval_rows"]
