@@ -1,0 +1,344 @@
+"""The README and the docs site cannot drift from the code.
+
+- `mkdocs build --strict` passes (no broken link or anchor; the generated pages build);
+- every `draftsmith ...` and `accelerate launch ...` command in README.md and docs/*.md parses with
+  the CLI's own parsers (flags exist, choices are valid, recipe overrides are real keys), and
+  every repository path a command names exists; a test of the checker shows it failing on a
+  renamed flag;
+- the generated config reference covers every recipe key, the README's kinds table matches the
+  kind registry, and no page or help text carries work-log words.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib.util
+import io
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+import typing
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# A token naming something in the repository starts with one of its folders.
+REPO_DIRS = ("configs/", "scripts/", "docs/", "tests/", "models/", "train/", "infer/", "draftsmith/")
+FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+
+
+# --- collecting the commands -----------------------------------------------------------------------
+
+
+def fenced_commands(text: str) -> list[str]:
+    """Command lines in fenced blocks that start with `draftsmith ` or `accelerate launch `
+    (a trailing backslash continues a line)."""
+    out = []
+    for block in FENCE.findall(text):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = line.strip().removeprefix("$ ")
+            if line.startswith(("draftsmith ", "accelerate launch ")):
+                out.append(line)
+    return out
+
+
+def inline_commands(text: str) -> list[str]:
+    """`draftsmith ...` spans in the prose (outside fenced blocks)."""
+    prose = FENCE.sub("", text)
+    return [m for m in INLINE.findall(prose) if m.startswith("draftsmith ")]
+
+
+def all_commands() -> list[tuple[str, str, bool]]:
+    """(page, command, full) for every command in the README and the docs."""
+    out = []
+    for page in PAGES:
+        text = page.read_text()
+        out += [(page.name, c, True) for c in fenced_commands(text)]
+        out += [(page.name, c, False) for c in inline_commands(text)]
+    return out
+
+
+# --- checking one command ----------------------------------------------------------------------------
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str], known: bool = False):
+    """argparse without its sys.exit: (namespace, rest) or a DocsCommandError with its message."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return parser.parse_known_args(argv) if known else (parser.parse_args(argv), [])
+    except SystemExit as e:
+        message = err.getvalue().strip().splitlines()
+        raise DocsCommandError(message[-1] if message else f"argparse exited {e.code}") from None
+
+
+class DocsCommandError(Exception):
+    pass
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _recipe_keys() -> set[str]:
+    """Every dotted key a recipe has, over every kind's drafter section."""
+    from draftsmith.train.config import Recipe
+
+    from draftsmith.kinds import drafter_configs
+
+    def keys(cls, prefix):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(hints[f.name]):
+                yield from keys(hints[f.name], f"{prefix}{f.name}.")
+            else:
+                yield f"{prefix}{f.name}"
+
+    out = {k for k in keys(Recipe, "") if not k.startswith("drafter")}
+    for cls in drafter_configs().values():
+        out |= set(keys(cls, "drafter."))
+    return out
+
+
+def _check_paths(tokens: list[str]) -> list[str]:
+    problems = []
+    for token in tokens:
+        value = token.split("=", 1)[-1]
+        if value.startswith(REPO_DIRS) and not re.search(r"[<{*]|\.\.\.", value):
+            if not (ROOT / value).exists():
+                problems.append(f"{value}: no such path in the repository")
+    return problems
+
+
+def _check_train(argv: list[str], prog: str) -> list[str]:
+    """`draftsmith train RECIPE ...` or `python -m draftsmith.train[.features] RECIPE ...`."""
+    if prog == "draftsmith.train.features":
+        from draftsmith.train.features_cli import build_parser
+    else:
+        from draftsmith.train.__main__ import build_parser
+    from draftsmith.train.config import load_recipe
+
+    from draftsmith.errors import DraftsmithError
+
+    args, rest = _parse(build_parser(), argv, known=True)
+    if not (ROOT / args.recipe).is_file():
+        return [f"recipe {args.recipe} does not exist"]
+    try:
+        load_recipe(ROOT / args.recipe, rest)
+    except DraftsmithError as e:
+        return [str(e)]
+    return []
+
+
+def check_command(command: str, full: bool = True) -> list[str]:
+    """What is wrong with one documented command line ([] when it parses).
+
+    full: the whole line is a command to run (a fenced block): it must parse completely. Otherwise
+    (a prose span, which may hold placeholders) the subcommand and every flag must exist.
+    """
+    from draftsmith.cli import build_parser
+
+    try:
+        tokens = shlex.split(command, comments=True)
+    except ValueError as e:
+        return [f"cannot split: {e}"]
+    problems = _check_paths(tokens)
+    try:
+        if tokens[:2] == ["accelerate", "launch"]:
+            from accelerate.commands.launch import launch_command_parser
+
+            args, _ = _parse(launch_command_parser(), tokens[2:])
+            if args.config_file and not (ROOT / args.config_file).is_file():
+                problems.append(f"--config_file {args.config_file} does not exist")
+            if not args.module or not args.training_script.startswith("draftsmith.train"):
+                return [*problems, "accelerate launch should run -m draftsmith.train or -m draftsmith.train.features"]
+            return problems + _check_train(args.training_script_args, args.training_script)
+        if tokens[0] != "draftsmith" or len(tokens) < 2:
+            return [*problems, "not a draftsmith command"]
+        if tokens[1] == "train":
+            if full:
+                return problems + _check_train(tokens[2:], "draftsmith.train")
+            from draftsmith.train.__main__ import build_parser as train_parser
+
+            known, keys = train_parser()._option_string_actions, _recipe_keys()
+            for token in tokens[2:]:
+                flag = token.split("=", 1)[0]
+                if flag.startswith("--") and flag not in known and flag[2:] not in keys:
+                    problems.append(f"draftsmith train has no option or recipe key {flag}")
+            return problems
+        parser = build_parser()
+        if full:
+            _parse(parser, tokens[1:])
+            return problems
+        sub = parser if tokens[1].startswith("-") else _subparsers(parser).get(tokens[1])
+        if sub is None:
+            return [*problems, f"no command 'draftsmith {tokens[1]}'"]
+        for token in tokens[2:]:
+            flag = token.split("=", 1)[0]
+            if flag.startswith("-") and flag not in sub._option_string_actions:
+                problems.append(f"draftsmith {tokens[1]} has no option {flag}")
+    except DocsCommandError as e:
+        problems.append(str(e))
+    return problems
+
+
+# --- the tests ---------------------------------------------------------------------------------------
+
+
+def test_docs_hold_commands_to_check():
+    commands = all_commands()
+    pages = {page for page, _, _ in commands}
+    assert len(commands) >= 30 and {"README.md", "getting-started.md", "training-at-scale.md"} <= pages
+    assert any(c.startswith("accelerate launch") for _, c, _ in commands)
+
+
+@pytest.mark.parametrize(("page", "command", "full"), all_commands(), ids=lambda v: str(v)[:60])
+def test_documented_command_parses(page, command, full):
+    assert check_command(command, full) == [], f"{page}: {command}"
+
+
+@pytest.mark.parametrize(
+    ("command", "full", "problem"),
+    [
+        # a flag renamed in the code (here: in the docs) is caught, in blocks and in prose
+        ("draftsmith bench --draft truncated:2 --num-prompt-count 4", True, "unrecognized arguments"),
+        ("draftsmith eval --draft D --num-prompt-count 4", False, "no option --num-prompt-count"),
+        ("draftsmith export runs/x/final --format onnx --output-dir out/x", True, "invalid choice"),
+        ("draftsmith plann configs/tiny/eagle3.yaml", True, "invalid choice"),
+        ("draftsmith train configs/tiny/draft_lm.yaml --optim.lrr=1e-3", True, "unknown config key 'optim.lrr'"),
+        ("draftsmith train configs/tiny/draft_lm.yaml --optim.lrr=1e-3", False, "no option or recipe key"),
+        ("draftsmith train configs/tiny/no_such.yaml", True, "does not exist"),
+        (
+            "accelerate launch --config_file configs/accelerate/nope.yaml -m draftsmith.train configs/tiny/eagle.yaml",
+            True,
+            "nope.yaml",
+        ),
+        (
+            "accelerate launch --num_processes 2 -m draftsmith.train configs/tiny/eagle.yaml --drafter.nosie=1",
+            True,
+            "drafter.nosie",
+        ),
+        ("accelerate launch --num_processess 2 -m draftsmith.train configs/tiny/eagle.yaml", True, "num_processess"),
+    ],
+)
+def test_the_checker_fails_on_a_broken_command(command, full, problem):
+    problems = check_command(command, full)
+    assert any(problem in p for p in problems), problems
+
+
+def test_a_renamed_flag_in_a_real_doc_line_fails():
+    """The checker, run on a line of the docs with one of its flags renamed, reports it."""
+    line = next(c for _, c, full in all_commands() if full and " --num-prompts " in c)
+    assert check_command(line) == []
+    # (not a prefix of the real flag: argparse accepts unambiguous abbreviations)
+    assert check_command(line.replace("--num-prompts", "--prompt-count")) != []
+
+
+def _hooks():
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_config_reference_names_every_recipe_key():
+    reference = _hooks().config_reference()
+    missing = [key for key in sorted(_recipe_keys()) if f"`{key}`" not in reference]
+    assert missing == []
+
+
+def test_generated_tables_list_every_recipe_and_kind():
+    from draftsmith.kinds import KINDS
+
+    hooks = _hooks()
+    recipes, kinds = hooks.recipes(), hooks.kinds()
+    for path in (ROOT / "configs").glob("*/*.yaml"):
+        if path.parent.name != "accelerate":
+            assert f"`{path.relative_to(ROOT)}`" in recipes
+    for name in KINDS:
+        assert f"| `{name}` |" in kinds
+    page = hooks.on_page_markdown("a\n<!-- generated: kinds -->\nb")
+    assert "generated" not in page and "| `eagle3` |" in page
+
+
+def test_readme_kinds_table_matches_the_registry():
+    """Each README row says what the registry declares: trains, vLLM and llama.cpp proven where
+    crosscheck runs the kind, SGLang checked where the kind exports to it."""
+    from draftsmith.kinds import KINDS
+
+    rows = {}
+    for line in (ROOT / "README.md").read_text().splitlines():
+        m = re.match(r"\| `(\w+)`[^|]*\|(.+)\|$", line)
+        if m and m.group(1) in KINDS:
+            rows[m.group(1)] = [c.strip() for c in m.group(2).split("|")]
+    assert set(rows) == set(KINDS)
+    for name, (train, runtime, vllm, sglang, llamacpp, hub) in rows.items():
+        kind = KINDS[name]
+        assert (train == "yes") == kind.trainable, name
+        assert runtime == "proven", name
+        assert (vllm == "proven") == ("vllm" in kind.crosscheck), name
+        assert (llamacpp == "proven") == ("llamacpp" in kind.crosscheck), name
+        assert (sglang == "export checked") == ("sglang" in kind.exports), name
+        assert (hub == "yes") == kind.trainable, name
+
+
+def test_readme_is_the_short_front_door():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    for command in ("bash scripts/quickstart.sh", "bash scripts/test.sh"):
+        assert command in text
+    assert "docs/results.md" in text and "docs/your-target.md" in text
+
+
+WORK_LOG = re.compile(r"\bissues?\s*#?\d+|\bsessions?\b|\blent\b|\bPR\s*#?\d+", re.I)
+
+
+def _help_texts() -> dict[str, str]:
+    from draftsmith.train.__main__ import build_parser as train_parser
+
+    from draftsmith.cli import build_parser
+
+    parser = build_parser()
+    out = {"draftsmith": parser.format_help(), "draftsmith train": train_parser().format_help()}
+    for name, sub in _subparsers(parser).items():
+        out[f"draftsmith {name}"] = sub.format_help()
+    return out
+
+
+def test_no_work_log_words_in_pages_or_help():
+    texts = {p.name: p.read_text() for p in PAGES}
+    texts["mkdocs.yml"] = (ROOT / "mkdocs.yml").read_text()
+    texts.update(_help_texts())
+    found = {name: WORK_LOG.findall(text) for name, text in texts.items()}
+    assert {name: words for name, words in found.items() if words} == {}
+
+
+def test_the_work_log_check_catches_them():
+    for text in ("fixed in issue 17", "see issue #24", "in the next session", "no GPU lent"):
+        assert WORK_LOG.search(text), text
+    assert not WORK_LOG.search("the issue is the verify cost; a lentil; 17 sessionless")
+
+
+def test_site_builds_strict(tmp_path):
+    if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
+        pytest.skip("mkdocs and mkdocs-material are not installed (pip install -e '.[test]')")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reference = (tmp_path / "recipes" / "index.html").read_text()
+    assert "drafter.ttt_steps" in reference and "generated:" not in reference
