@@ -396,7 +396,7 @@ def build_card(
         f"- method: {title} (`{kind}`), step {meta.get('step', '?')}"
         + "".join(
             f", {key} `{dr[key]}`"
-            for key in ("init", "num_heads", "ttt_steps", "draft_vocab_size", "loss", "mode")
+            for key in ("init", "num_heads", "ttt_steps", "draft_vocab_size", "divergence", "loss", "mode")
             if dr.get(key) not in (None, "")
         ),
         _checkpoint_line(ckpt, meta),

@@ -128,6 +128,36 @@ TRAINING = [
         absent=("{tmp}/out",),
     ),
     Case(
+        "divergence-unknown",
+        ("train", "{tiny}/eagle3.yaml", "--drafter.divergence=kl", "--output-dir", "{tmp}/out"),
+        "config key 'drafter.divergence': 'kl' is not one of fkl, rkl, jsd, tvd",
+        absent=("{tmp}/out",),
+    ),
+    Case(
+        "divergence-ce-needs-token-labels",
+        ("train", "{tiny}/eagle3.yaml", "--drafter.divergence=ce", "--output-dir", "{tmp}/out"),
+        "'ce' is not one of fkl, rkl, jsd, tvd",
+        absent=("{tmp}/out",),
+    ),
+    Case(
+        "divergence-unused-by-token-labels",
+        ("train", "{tiny}/medusa.yaml", "--drafter.divergence=tvd", "--output-dir", "{tmp}/out"),
+        "set drafter.labels: distill",
+        absent=("{tmp}/out",),
+    ),
+    Case(
+        "data-source-unknown",
+        ("train", "{tiny}/draft_lm.yaml", "--data.source=synthetic", "--output-dir", "{tmp}/out"),
+        "config key 'data.source': 'synthetic' is not one of corpus, regenerated, on_policy",
+        absent=("{tmp}/out",),
+    ),
+    Case(
+        "on-policy-data-for-a-head",
+        ("train", "{tiny}/eagle3.yaml", "--data.source=on_policy", "--output-dir", "{tmp}/out"),
+        "data.source on_policy samples from the drafter",
+        absent=("{tmp}/out",),
+    ),
+    Case(
         "existing-checkpoints-without-resume",
         ("train", "{tiny}/draft_lm.yaml", "{quick}", "--output-dir", "{tmp}/run"),
         "already holds checkpoints: pass --resume",

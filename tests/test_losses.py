@@ -310,3 +310,172 @@ def test_heads_on_counted_rows_only_give_the_full_logits_loss_and_gradients(tiny
     assert got.shape == (1, 2, target.shape[-1])
     torch.testing.assert_close(got[0], target[rows])
     assert tiny_target.model.get_output_embeddings()._forward_pre_hooks == {}  # removed on exit
+
+
+# --- drafter.divergence: one switch for every kind, and the data it trains on -----------------
+
+
+def test_soft_loss_fkl_is_the_soft_cross_entropy_with_the_gradient_of_kl() -> None:
+    from draftsmith.train.losses import log_probs, soft_loss
+
+    g = torch.Generator().manual_seed(5)
+    draft = torch.randn(6, 9, generator=g, dtype=torch.float64).float().requires_grad_(True)
+    target = torch.randn(6, 9, generator=g)
+    p = target.softmax(-1)
+    ce = soft_loss(draft, log_probs(target), "fkl")
+    torch.testing.assert_close(ce, -(p * draft.log_softmax(-1)).sum(-1))
+    entropy = -(p * p.log()).sum(-1)
+    torch.testing.assert_close(ce - entropy, divergence(draft, target, "fkl"), atol=1e-5, rtol=1e-5)
+    (g_ce,) = torch.autograd.grad(ce.sum(), draft)
+    (g_kl,) = torch.autograd.grad(divergence(draft, target, "fkl").sum(), draft)
+    torch.testing.assert_close(g_ce, g_kl, atol=1e-6, rtol=1e-5)
+    for kind in ("rkl", "jsd", "tvd"):
+        torch.testing.assert_close(soft_loss(draft, log_probs(target), kind), divergence(draft, target, kind))
+    # tvd's value is 1 - the probability that a token drafted from q is accepted (sum_x min(p, q))
+    accept = torch.minimum(p, draft.softmax(-1)).sum(-1)
+    torch.testing.assert_close(soft_loss(draft, log_probs(target), "tvd"), 1 - accept, atol=1e-6, rtol=1e-5)
+    assert soft_loss(draft, log_probs(target).requires_grad_(True), "tvd").grad_fn is not None
+
+
+TINY_RECIPES = "configs/tiny/{}.yaml"
+
+
+@pytest.mark.parametrize("kind", ["draft_lm", "medusa", "eagle", "eagle3", "dflash", "pard"])
+def test_every_kind_takes_one_divergence_switch(kind: str) -> None:
+    from draftsmith.train.kinds import load_recipe
+
+    distill = ["--drafter.labels=distill"] if kind in ("medusa", "dflash") else []
+    for div in DIVS:
+        assert (
+            load_recipe(TINY_RECIPES.format(kind), [f"--drafter.divergence={div}", *distill]).drafter.divergence == div
+        )
+    from draftsmith.errors import DraftsmithError
+
+    with pytest.raises(DraftsmithError, match="config key 'drafter.divergence': 'kl' is not one of"):
+        load_recipe(TINY_RECIPES.format(kind), ["--drafter.divergence=kl"])
+    if kind in ("draft_lm", "pard"):  # cross-entropy on the data's tokens: theirs only
+        assert load_recipe(TINY_RECIPES.format(kind), ["--drafter.divergence=ce"]).drafter.divergence == "ce"
+    else:
+        with pytest.raises(DraftsmithError, match="'ce' is not one of fkl, rkl, jsd, tvd"):
+            load_recipe(TINY_RECIPES.format(kind), ["--drafter.divergence=ce"])
+
+
+@pytest.mark.parametrize("kind", ["draft_lm", "pard"])
+def test_the_old_loss_key_still_works_with_a_warning(kind: str) -> None:
+    from draftsmith.train.kinds import load_recipe
+
+    from draftsmith.errors import DraftsmithError
+
+    with pytest.warns(FutureWarning, match="'drafter.loss' is deprecated"):
+        r = load_recipe(TINY_RECIPES.format(kind), ["--drafter.loss=tvd"])
+    assert r.drafter.divergence == "tvd" and r.drafter.loss is None
+    with pytest.warns(FutureWarning), pytest.raises(DraftsmithError, match="disagree"):
+        load_recipe(TINY_RECIPES.format(kind), ["--drafter.loss=tvd", "--drafter.divergence=rkl"])
+
+
+def test_token_labels_refuse_a_divergence_they_would_not_use() -> None:
+    from draftsmith.train.kinds import load_recipe
+
+    from draftsmith.errors import DraftsmithError
+
+    with pytest.raises(DraftsmithError, match="set drafter.labels: distill"):
+        load_recipe("configs/tiny/medusa.yaml", ["--drafter.divergence=tvd", "--drafter.labels=tokens"])
+
+
+def _tiny_batch(vocab: int, seed: int = 3) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (2, 24), generator=g)
+    loss_mask = torch.ones_like(ids)
+    loss_mask[:, :4] = 0
+    return {"input_ids": ids, "loss_mask": loss_mask, "attention_mask": torch.ones_like(ids), "row": torch.arange(2)}
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle", "eagle3", "dflash"])
+def test_each_soft_label_kind_trains_on_the_divergence_it_is_given(kind, tiny_target, monkeypatch) -> None:
+    """The task's loss goes through losses.soft_loss with the recipe's divergence (tvd here), and
+    its value is that divergence: below the fkl run's cross-entropy, gradients flowing."""
+    from draftsmith.train import losses
+    from draftsmith.train.kinds import TASKS, load_recipe
+
+    distill = ["--drafter.labels=distill"] if kind in ("medusa", "dflash") else []
+    seen = []
+    real = losses.soft_loss
+
+    def spy(draft_logits, target_logp, divergence_kind, beta=0.5):
+        seen.append(divergence_kind)
+        return real(draft_logits, target_logp, divergence_kind, beta)
+
+    monkeypatch.setattr(losses, "soft_loss", spy)
+    values = {}
+    for div in ("fkl", "tvd"):
+        cfg = load_recipe(TINY_RECIPES.format(kind), [f"--drafter.divergence={div}", *distill]).drafter
+        task = TASKS[kind](cfg, tiny_target, seed=0)
+        batch = _tiny_batch(tiny_target.vocab_size)
+        loss, _ = task.loss(task.model, batch, step=0)
+        loss.backward()
+        assert any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in task.trainable_parameters())
+        values[div] = float(loss.detach())
+    assert set(seen) == {"fkl", "tvd"}
+    assert 0 <= values["tvd"] < values["fkl"]  # TV <= 1 per position; the soft CE of a random draft is far above
+
+
+def test_on_policy_batch_is_sampled_by_the_draft_and_scored_by_the_target(tiny_target, monkeypatch) -> None:
+    """data.source on_policy: the tokens trained on are the draft's own continuation (near-greedy
+    sampling here, so it can be recomputed), and the loss compares the draft with the target's
+    law on exactly those tokens."""
+    from draftsmith.train import losses
+    from draftsmith.train.kinds import TASKS, load_recipe
+
+    r = load_recipe(
+        TINY_RECIPES.format("draft_lm"),
+        ["--data.source=on_policy", "--drafter.on_policy_tokens=6", "--drafter.on_policy_temperature=1e-4"],
+    )
+    assert r.drafter.on_policy_fraction == 1.0  # every step on-policy unless a share is given
+    task = TASKS["draft_lm"](r.drafter, tiny_target, seed=0)
+    batch = _tiny_batch(tiny_target.vocab_size, seed=7)
+    captured = {}
+    real_batch, real_rows = task._on_policy_batch, losses.rows_loss
+
+    def keep_batch(*a, **kw):
+        captured["batch"] = real_batch(*a, **kw)
+        return captured["batch"]
+
+    def keep_rows(draft_rows, target_rows, labels, *a, **kw):
+        captured["target_rows"], captured["labels"] = target_rows, labels
+        return real_rows(draft_rows, target_rows, labels, *a, **kw)
+
+    monkeypatch.setattr(task, "_on_policy_batch", keep_batch)
+    monkeypatch.setattr(losses, "rows_loss", keep_rows)
+    loss, _ = task.loss(task.model, batch, step=3)
+    ids, loss_mask, attention = captured["batch"]
+    cut = int((loss_mask[0] != 0).nonzero()[0])
+    assert torch.equal(ids[:, :cut], batch["input_ids"][:, :cut])  # the data's prefix, then the draft's tokens
+    with torch.no_grad():
+        greedy = task.model.generate(
+            input_ids=ids[:, :cut], attention_mask=torch.ones_like(ids[:, :cut]), do_sample=False, max_new_tokens=6
+        )
+    kept = loss_mask[:, cut:].bool()
+    assert torch.equal(ids[:, cut:][kept], greedy[:, cut : ids.shape[1]][kept])
+    # the target's law at the rows that predict the draft's tokens
+    with torch.no_grad():
+        law = tiny_target.model(input_ids=ids, attention_mask=attention).logits
+    counted = loss_mask[:, 1:] != 0
+    torch.testing.assert_close(captured["target_rows"], law[:, :-1][counted], atol=1e-4, rtol=1e-4)
+    assert torch.equal(captured["labels"], ids[:, 1:][counted]) and bool(torch.isfinite(loss))
+
+
+def test_data_source_switch() -> None:
+    from draftsmith.train.kinds import load_recipe
+
+    from draftsmith.errors import DraftsmithError
+
+    assert load_recipe(TINY_RECIPES.format("draft_lm")).data.source == "corpus"
+    r = load_recipe(TINY_RECIPES.format("eagle3"), ["--data.source=regenerated"])
+    assert r.data.regenerate is True  # what train/data.py reads
+    assert load_recipe(TINY_RECIPES.format("eagle3"), ["--data.regenerate=true"]).data.source == "regenerated"
+    old = load_recipe(TINY_RECIPES.format("draft_lm"), ["--drafter.on_policy_fraction=0.5"])
+    assert (old.data.source, old.drafter.on_policy_fraction) == ("on_policy", 0.5)
+    with pytest.raises(DraftsmithError, match="data.source on_policy samples from the drafter"):
+        load_recipe(TINY_RECIPES.format("eagle3"), ["--data.source=on_policy"])
+    with pytest.raises(DraftsmithError, match="config key 'data.source': 'synthetic' is not one of"):
+        load_recipe(TINY_RECIPES.format("draft_lm"), ["--data.source=synthetic"])

@@ -61,17 +61,23 @@ def test_every_recipe_parses_and_starts_with_its_launch_command():
 
 def test_overrides_and_unknown_keys():
     r = load_recipe(
-        TINY, ["--optim.lr=3e-4", "--data.max_length", "96", "--drafter.loss=jsd", "--logging.trackers=[tensorboard]"]
+        TINY,
+        ["--optim.lr=3e-4", "--data.max_length", "96", "--drafter.divergence=jsd", "--logging.trackers=[tensorboard]"],
     )
-    assert (r.optim.lr, r.data.max_length, r.drafter.loss, r.logging.trackers) == (3e-4, 96, "jsd", ["tensorboard"])
+    assert (r.optim.lr, r.data.max_length, r.drafter.divergence, r.logging.trackers) == (
+        3e-4,
+        96,
+        "jsd",
+        ["tensorboard"],
+    )
     with pytest.raises(DraftsmithError, match=r"unknown config key 'optim.lrr' \(did you mean 'optim.lr'\?\)"):
         load_recipe(TINY, ["--optim.lrr=1"])
     with pytest.raises(DraftsmithError, match="unknown config key 'drafter.num_heads'"):
         load_recipe(TINY, ["--drafter.num_heads=4"])
     with pytest.raises(DraftsmithError, match="'optim.max_steps': expected int"):
         load_recipe(TINY, ["--optim.max_steps=ten"])
-    with pytest.raises(DraftsmithError, match="drafter.loss"):
-        load_recipe(TINY, ["--drafter.loss=kl"])
+    with pytest.raises(DraftsmithError, match="drafter.divergence"):
+        load_recipe(TINY, ["--drafter.divergence=kl"])
 
 
 def test_cli_reports_config_errors_in_one_line(tmp_path):
@@ -121,7 +127,7 @@ def test_tiny_training_loss_falls_and_checkpoint_is_a_drafter(tiny_target, tmp_p
 def test_each_distillation_loss_falls(kind, tiny_cache, tmp_path, fresh_accelerate):
     s = run(
         tmp_path,
-        f"--drafter.loss={kind}",
+        f"--drafter.divergence={kind}",
         "--optim.max_steps=24",
         "--logging.log_every=4",
         "--logging.acceptance_prompts=0",

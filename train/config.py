@@ -24,6 +24,7 @@ import math
 import pathlib
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 
 import yaml
@@ -31,6 +32,49 @@ import yaml
 from draftsmith.errors import DraftsmithError
 
 SEED = "[0, 4294967295]"  # numpy's seed range (accelerate's set_seed seeds numpy too)
+
+# `drafter.divergence`, the same switch for every kind: what the draft's law q is pulled towards the
+# target's law p by (train/losses.py computes them). Under lossless speculative sampling a drafted
+# token is accepted with probability 1 - TV(p, q) (Leviathan et al. 2023, sec. 3), so:
+#   fkl  forward KL(p || q): mass-covering; classic distillation (Hinton et al. 2015). Same gradient as
+#        cross-entropy to the target's soft labels, which EAGLE, EAGLE-3, Medusa and DFlash train with.
+#   rkl  reverse KL(q || p): mode-seeking (MiniLLM, Gu et al. 2024).
+#   jsd  generalised JSD_beta (GKD, Agarwal et al. 2024), `jsd_beta` in (0, 1).
+#   tvd  total variation: its value is 1 - the expected acceptance of one drafted token, i.e.
+#        the objective acceptance itself (DistillSpec, Zhou et al. 2023, sec. 3).
+#   ce   (draft_lm, pard) cross-entropy on the data's tokens: not a divergence to the target.
+DIVERGENCES = ("fkl", "rkl", "jsd", "tvd")
+
+
+def divergence_checks(cfg, *, ce: bool = False, soft: bool = True) -> list[tuple[bool, str]]:
+    """`cfg.divergence` for a kind: `ce` allowed or not; `soft` False: the recipe's labels are the
+    data's tokens, so a divergence other than the default would be silently unused."""
+    allowed = DIVERGENCES + (("ce",) if ce else ())
+    return [
+        (
+            cfg.divergence in allowed,
+            f"config key 'drafter.divergence': {cfg.divergence!r} is not one of {', '.join(allowed)}",
+        ),
+        (
+            soft or cfg.divergence == "fkl",
+            f"drafter.divergence {cfg.divergence} compares with the target's distribution: set drafter.labels: distill",
+        ),
+    ]
+
+
+def take_old_loss_key(cfg) -> None:
+    """`drafter.loss`, the draft LM's and PARD's key before `drafter.divergence`: still read (a
+    recipe key is a contract), with a warning; the two may not disagree."""
+    if cfg.loss is None:
+        return
+    warnings.warn(
+        "config key 'drafter.loss' is deprecated: write 'drafter.divergence' (same values)", FutureWarning, stacklevel=2
+    )
+    if cfg.divergence not in ("fkl", cfg.loss):
+        raise DraftsmithError(
+            f"drafter.loss {cfg.loss!r} and drafter.divergence {cfg.divergence!r} disagree: keep drafter.divergence"
+        )
+    cfg.divergence, cfg.loss = cfg.loss, None
 
 
 @dataclass
@@ -57,10 +101,11 @@ class DraftLMConfig:
     kind: str = "draft_lm"
     init: str = "truncated:8"  # truncated:N (target's first N layers) or any causal LM with its tokenizer
     lora: LoraConfig = field(default_factory=LoraConfig)
-    loss: str = "fkl"  # fkl | rkl | jsd | tvd | ce (see train/losses.py)
+    divergence: str = "fkl"  # fkl | rkl | jsd | tvd | ce (see DIVERGENCES above: what each optimises)
+    loss: str | None = None  # deprecated spelling of divergence, still read
     temperature: float = 1.0
     jsd_beta: float = 0.5
-    on_policy_fraction: float = 0.0  # share of steps trained on the draft's own samples
+    on_policy_fraction: float = 0.0  # share of steps trained on the draft's own samples (data.source on_policy: 1)
     on_policy_tokens: int = 32  # tokens the draft samples per on-policy sequence
     on_policy_temperature: float = 1.0  # > 0: the draft samples (0 would be greedy, not a distribution)
 
@@ -71,6 +116,12 @@ class DraftLMConfig:
         "on_policy_tokens": ">=1",
         "on_policy_temperature": ">0",
     }
+
+    def __post_init__(self):
+        take_old_loss_key(self)
+
+    def checks(self) -> list[tuple[bool, str]]:
+        return divergence_checks(self, ce=True)
 
 
 @dataclass
@@ -83,7 +134,9 @@ class MedusaTrainConfig:
     num_layers: int = 1  # ResBlocks per head
     share_lm_head: bool = False  # heads use the target's LM head itself (fewer weights, untrained)
     decay: float = 0.8  # λ: head k's loss weight is λ^k
-    labels: str = "tokens"  # tokens: CE on the data's tokens; distill: CE on the target's distribution
+    labels: str = "tokens"  # tokens: CE on the data's tokens; distill: `divergence` to the target's distribution
+    divergence: str = "fkl"  # labels distill: fkl | rkl | jsd | tvd (see DIVERGENCES above)
+    jsd_beta: float = 0.5
     mode: str = "medusa1"  # medusa1 | medusa2
     heads_loss_weight: float = 0.2  # medusa2: L = L_LM + heads_loss_weight * Σ_k λ^k L_k
     heads_lr_multiplier: float = 4.0  # medusa2: the heads learn at optim.lr * this, LoRA at optim.lr
@@ -97,6 +150,7 @@ class MedusaTrainConfig:
         "decay": "(0, 1]",
         "heads_loss_weight": ">0",
         "heads_lr_multiplier": ">0",
+        "jsd_beta": "(0, 1)",
     }
 
     def checks(self) -> list[tuple[bool, str]]:
@@ -104,7 +158,8 @@ class MedusaTrainConfig:
             (
                 self.mode != "medusa2" or self.lora.r > 0,
                 "drafter.mode medusa2 trains the target through LoRA: drafter.lora.r must be > 0",
-            )
+            ),
+            *divergence_checks(self, soft=self.labels == "distill"),
         ]
 
 
@@ -117,7 +172,9 @@ class EagleTrainConfig:
     features: str = "online"  # online | a feature cache folder (python -m draftsmith.train.features)
     noise: float = 0.1  # uniform noise U(-noise, noise) on the input features (paper, sec. 4.2)
     feature_loss_weight: float = 1.0  # smooth-L1 on the predicted feature
-    cls_loss_weight: float = 0.1  # cross-entropy to the target's distribution (paper: 0.1)
+    cls_loss_weight: float = 0.1  # the divergence to the target's distribution (paper: 0.1, cross-entropy)
+    divergence: str = "fkl"  # fkl (the paper's cross-entropy, less the target's entropy) | rkl | jsd | tvd
+    jsd_beta: float = 0.5
     intermediate_size: int | None = None  # the draft layer's MLP width (None: the target's)
     init: str | None = None  # an existing eagle checkpoint folder to start from
 
@@ -126,6 +183,7 @@ class EagleTrainConfig:
         "feature_loss_weight": ">=0 (0: no feature loss)",
         "cls_loss_weight": ">=0 (0: no cross-entropy)",
         "intermediate_size": ">=1",
+        "jsd_beta": "(0, 1)",
     }
 
     def checks(self) -> list[tuple[bool, str]]:
@@ -133,7 +191,8 @@ class EagleTrainConfig:
             (
                 self.feature_loss_weight + self.cls_loss_weight > 0,
                 "drafter.feature_loss_weight and drafter.cls_loss_weight must not both be 0",
-            )
+            ),
+            *divergence_checks(self),
         ]
 
 
@@ -148,6 +207,8 @@ class Eagle3TrainConfig:
     draft_vocab_size: int = 32000  # most frequent target tokens in the training data (capped at the target's vocab)
     ttt_steps: int = 7  # n: steps unrolled on the draft's own hidden states
     ttt_decay: float = 0.8  # step j's loss weight is ttt_decay^j
+    divergence: str = "fkl"  # fkl (the paper's cross-entropy, less the target's entropy) | rkl | jsd | tvd
+    jsd_beta: float = 0.5
     noise: float = 0.0  # uniform noise on the input features
     intermediate_size: int | None = None  # the draft layer's MLP width (None: the target's)
     init: str | None = None  # an existing eagle3 checkpoint folder to start from
@@ -159,6 +220,7 @@ class Eagle3TrainConfig:
         "ttt_decay": "(0, 1]",
         "noise": ">=0 (0: no noise)",
         "intermediate_size": ">=1",
+        "jsd_beta": "(0, 1)",
     }
 
     def checks(self) -> list[tuple[bool, str]]:
@@ -166,7 +228,8 @@ class Eagle3TrainConfig:
             (
                 self.aux_layers is None or len(self.aux_layers) >= 1,
                 "drafter.aux_layers: give at least one layer (or null for the default)",
-            )
+            ),
+            *divergence_checks(self),
         ]
 
 
@@ -183,7 +246,13 @@ class DataConfig:
     max_rows: int | None = None  # use at most this many dataset rows (None: all)
     eval_rows: int = 64  # rows held out for evaluation and acceptance prompts
     max_turn_chars: int = 4000  # drop conversations with a longer turn (chitchat has 95k-char turns)
-    regenerate: bool = False  # rewrite assistant turns with the target itself (train/regenerate.py)
+    # The data the drafter imitates, one switch: corpus (the dataset's replies as they are) |
+    # regenerated (assistant turns rewritten by the target itself: its own law, train/regenerate.py) |
+    # on_policy (the draft LM's own samples, scored by the target: DistillSpec / GKD; share of steps:
+    # drafter.on_policy_fraction, 1 unless set; the other steps train on the corpus, or on
+    # regenerated replies with regenerate: true).
+    source: str = "corpus"
+    regenerate: bool = False  # the older spelling of source: regenerated (either may be given)
     regenerate_with: str = "batched"  # batched (in-process, many chats at once) | engine (batch 1) | endpoint
     regenerate_max_rows: int | None = None  # regenerate only the first N usable rows; the rest train as they are
     regenerate_max_new_tokens: int = 256
@@ -313,8 +382,9 @@ CHOICES = {
     "model.target_dtype": ("auto", "float32", "bfloat16", "float16"),
     "data.format": ("auto", "chat", "text"),
     "data.regenerate_with": ("batched", "engine", "endpoint"),
+    "data.source": ("corpus", "regenerated", "on_policy"),
     "optim.mixed_precision": ("no", "bf16", "fp16"),
-    "drafter.loss": ("fkl", "rkl", "jsd", "tvd", "ce"),
+    "drafter.divergence": (*DIVERGENCES, "ce"),  # which kinds take ce: their checks()
     "drafter.labels": ("tokens", "distill"),
     "drafter.mode": ("medusa1", "medusa2"),
     "drafter.lm_loss": ("ce", "kl"),
@@ -408,7 +478,28 @@ def recipe_from_dict(data: dict, *, drafter_configs: dict[str, type]) -> Recipe:
     return recipe
 
 
+def resolve_data_source(r: Recipe) -> None:
+    """data.source against the older knobs that say the same (data.regenerate, the draft LM's
+    drafter.on_policy_fraction): one meaning whichever is written, or one clear error."""
+    d, fraction = r.data, getattr(r.drafter, "on_policy_fraction", None)
+    if d.source == "regenerated":
+        d.regenerate = True
+    elif d.source == "corpus" and d.regenerate:
+        d.source = "regenerated"
+    if d.source == "on_policy":
+        if fraction is None:
+            raise DraftsmithError(
+                f"data.source on_policy samples from the drafter, which the draft LM can do (drafter.kind draft_lm); "
+                f"a {r.drafter.kind} drafter trains on corpus or regenerated data"
+            )
+        if fraction == 0:
+            r.drafter.on_policy_fraction = 1.0
+    elif fraction:  # on_policy_fraction alone, as recipes wrote it before data.source
+        d.source = "on_policy"
+
+
 def _check_values(r: Recipe) -> None:
+    resolve_data_source(r)
     check_ranges(r)
     checks = [
         (len(r.optim.betas) == 2, "optim.betas must be two numbers"),

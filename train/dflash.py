@@ -16,7 +16,9 @@ first positions decide the acceptance length, later ones only count when all bef
 
 with label the target's own distribution for token a+k (`labels: distill`, softmax of its logits
 at a+k-1: what the draft must imitate when the data was not written by the target) or the data's
-token (`labels: tokens`, the paper's choice on target-regenerated data). The context features
+token (`labels: tokens`, the paper's choice on target-regenerated data). With `labels: distill`
+the CE may be replaced by another `divergence` (train/config.py's DIVERGENCES; fkl is this CE,
+tvd is 1 - the expected acceptance). The context features
 come from the frozen target, online (a forward per batch) or from an offline cache, through
 train/features.py as for EAGLE-3.
 
@@ -38,6 +40,8 @@ from draftsmith.models.eagle import EagleConfig
 
 from draftsmith.errors import DraftsmithError
 
+from . import losses
+from .config import divergence_checks
 from .features import OfflineFeatures, OnlineFeatures
 
 
@@ -54,7 +58,9 @@ class DFlashTrainConfig:
     mask_token_id: int | None = None  # None: the tokenizer's mask, an unused embedding row, else pad/eos/unk
     causal: bool = False  # False (DFlash): the block attends to itself both ways; True: causally
     num_blocks: int = 16  # anchors (blocks) drawn per training row
-    labels: str = "distill"  # distill: CE to the target's distribution | tokens: CE on the data's tokens
+    labels: str = "distill"  # distill: `divergence` to the target's distribution | tokens: CE on the data's tokens
+    divergence: str = "fkl"  # labels distill: fkl (the soft CE) | rkl | jsd | tvd (train/config.py's DIVERGENCES)
+    jsd_beta: float = 0.5
     loss_decay: float = 4.0  # γ: block position k weighs exp(-(k-1)/γ); 0: every position alike
     intermediate_size: int | None = None  # the draft layers' MLP width (None: the target's)
     init: str | None = None  # an existing dflash checkpoint folder to start from
@@ -67,7 +73,11 @@ class DFlashTrainConfig:
         "num_blocks": ">=1",
         "loss_decay": ">=0 (0: every block position weighs the same)",
         "intermediate_size": ">=1",
+        "jsd_beta": "(0, 1)",
     }
+
+    def checks(self) -> list[tuple[bool, str]]:
+        return divergence_checks(self, soft=self.labels == "distill")
 
 
 def target_layers(cfg: DFlashTrainConfig, target_config) -> tuple[int, ...]:
@@ -218,11 +228,10 @@ class DFlashTask:
         with torch.no_grad():
             target_logits = feats.logits[b, t - 1].float()
             target_top1 = target_logits.argmax(-1)
-        logq = logits.log_softmax(-1)
         if self.cfg.labels == "distill":
-            ce = -(target_logits.softmax(-1) * logq).sum(-1)
+            ce = losses.soft_loss(logits, losses.log_probs(target_logits), self.cfg.divergence, self.cfg.jsd_beta)
         else:
-            ce = -logq.gather(1, ids[b, t][:, None])[:, 0]
+            ce = -logits.log_softmax(-1).gather(1, ids[b, t][:, None])[:, 0]
         w = torch.exp(-k.float() / self.cfg.loss_decay) if self.cfg.loss_decay > 0 else torch.ones_like(ce)
         total = (w * ce).sum() / w.sum().clamp_min(1e-9)
         stats = self._stats(logits.argmax(-1) == target_top1, scored, b, n, k, training)

@@ -4,8 +4,9 @@ The draft learns the target's next-token distribution on the same tokens (fixed 
 dataset's or the target's own regenerated replies), with a divergence chosen in the recipe
 (train/losses.py). DistillSpec (Zhou et al. 2023) shows that which divergence works best depends
 on the decoding temperature, and that training on the draft's own samples (on-policy data,
-scored by the target) aligns the two where it matters at inference: `on_policy_fraction` of the
-optimizer steps do that.
+scored by the target) aligns the two where it matters at inference: `data.source: on_policy`
+(GKD, Agarwal et al. 2024), on `on_policy_fraction` of the optimizer steps (1 unless set). The
+divergence is `drafter.divergence` (train/config.py's DIVERGENCES says what each optimises).
 
 A task is the trainer's only view of a drafter kind: the trainable module, a loss over a
 batch, how to save a loadable drafter, and how to run it in the inference engine.
@@ -72,13 +73,15 @@ class DraftLMTask:
         with losses.head_on_rows(model, rows):
             draft_rows = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[0]
         target_rows = None
-        if self.cfg.loss != "ce":
+        if self.cfg.divergence != "ce":
             with torch.no_grad(), losses.head_on_rows(self.target.model, rows):
                 target_rows = self.target.model(
                     input_ids=input_ids, attention_mask=attention_mask, use_cache=False
                 ).logits[0]
         c = self.cfg
-        return losses.rows_loss(draft_rows, target_rows, input_ids[:, 1:][counted], c.loss, c.temperature, c.jsd_beta)
+        return losses.rows_loss(
+            draft_rows, target_rows, input_ids[:, 1:][counted], c.divergence, c.temperature, c.jsd_beta
+        )
 
     @torch.no_grad()
     def _on_policy_batch(self, model, input_ids, attention_mask, step: int):

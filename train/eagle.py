@@ -13,6 +13,9 @@ t+2+j, i.e. softmax(target logits at t+1+j).
   entropy only, over the draft vocabulary: the target's distribution restricted to it and
   renormalised.
 
+Both papers' cross-entropy to the target's law is `drafter.divergence: fkl` (the default); rkl,
+jsd or tvd replace it (train/losses.py, soft_loss; tvd is 1 - the expected acceptance).
+
 Evaluation unrolls max(n, K) steps for both (K = logging.acceptance_k) and reports the per-step
 top-1 agreement with the target's argmax and `simulated_acceptance_length`: 1 + the mean number
 of leading steps (of K) whose top-1 matches, i.e. greedy chain acceptance with the data's tokens
@@ -31,6 +34,7 @@ from draftsmith.models.eagle3 import Eagle3, Eagle3Config, default_aux_layers, f
 
 from draftsmith.errors import DraftsmithError
 
+from . import losses
 from .config import Eagle3TrainConfig, EagleTrainConfig
 from .data import collate
 from .features import OfflineFeatures, OnlineFeatures
@@ -116,14 +120,14 @@ class EagleTask:
         # Per needed row, once (not per step): the target's argmax and the law each step is scored on.
         with torch.no_grad():
             target_top1 = feats.logits.argmax(-1)  # [N]
-            target_probs = self._target_probs(unwrapped, feats.logits)  # [N, V or draft vocab]
+            target_logp = self._target_logp(unwrapped, feats.logits)  # [N, V or draft vocab]
         for j in range(steps):
             b, t = counted[j].nonzero(as_tuple=True)
             n = b.numel()
             pred = outs[j][b, t]
             r = feats.logit_index[b, t + 1 + j]
             step_loss, top1, parts = self._step_loss(
-                unwrapped, pred, hidden, b, t + 1 + j, target_probs[r], target_top1[r]
+                unwrapped, pred, hidden, b, t + 1 + j, target_logp[r], target_top1[r]
             )
             if j < self.train_steps:
                 total = total + self._weight(j) * step_loss
@@ -145,18 +149,22 @@ class EagleTask:
     def _draft_features(self, hidden):
         return hidden
 
-    def _target_probs(self, model, target_logits):
-        """[N, V] the target's next-token law, float32."""
-        return target_logits.float().softmax(-1)
+    def _target_logp(self, model, target_logits):
+        """[N, V] the target's next-token law as log-probabilities, float32."""
+        return losses.log_probs(target_logits)
 
-    def _step_loss(self, model, pred, hidden, b, t_next, target_probs, target_top1):
+    def _divergence(self, logits, target_logp):
+        """[N] drafter.divergence of the draft's law from the target's (fkl: the paper's cross-entropy)."""
+        return losses.soft_loss(logits, target_logp, self.cfg.divergence, self.cfg.jsd_beta)
+
+    def _step_loss(self, model, pred, hidden, b, t_next, target_logp, target_top1):
         """(loss, top-1 agreement [N] bool, loss parts) for one step's predictions `pred` [N, d]
-        of the features at rows b, t_next, whose law is `target_probs` [N, V] (argmax `target_top1`)."""
+        of the features at rows b, t_next, whose law is `target_logp` [N, V] (argmax `target_top1`)."""
         n = max(pred.shape[0], 1)
         feature = hidden[b, t_next]
         reg = F.smooth_l1_loss(pred.float(), feature, reduction="none").mean(-1).sum() / n
         logits = model.draft_logits(pred).float()
-        cls = -(target_probs * logits.log_softmax(-1)).sum(-1).sum() / n
+        cls = self._divergence(logits, target_logp).sum() / n
         loss = self.cfg.feature_loss_weight * reg + self.cfg.cls_loss_weight * cls
         with torch.no_grad():
             top1 = logits.argmax(-1) == target_top1
@@ -251,14 +259,14 @@ class Eagle3Task(EagleTask):
     def _draft_features(self, hidden):
         return hidden[..., : len(self._aux) * self.target.config.hidden_size]
 
-    def _target_probs(self, model, target_logits):
+    def _target_logp(self, model, target_logits):
         """The target's law restricted to the draft vocabulary and renormalised: [N, draft vocab]."""
-        return target_logits[..., model.draft_to_target].float().softmax(-1)
+        return losses.log_probs(target_logits[..., model.draft_to_target])
 
-    def _step_loss(self, model, pred, hidden, b, t_next, target_probs, target_top1):
+    def _step_loss(self, model, pred, hidden, b, t_next, target_logp, target_top1):
         n = max(pred.shape[0], 1)
         logits = model.draft_logits(pred).float()  # [N, draft vocab]
-        loss = -(target_probs * logits.log_softmax(-1)).sum(-1).sum() / n
+        loss = self._divergence(logits, target_logp).sum() / n
         with torch.no_grad():
             top1 = model.target_ids(logits.argmax(-1)) == target_top1
         return loss, top1, {}

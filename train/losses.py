@@ -9,7 +9,8 @@ compares these divergences for exactly this purpose):
 - ``fkl``: forward KL(p || q), classic distillation (Hinton et al. 2015); mass-covering.
 - ``rkl``: reverse KL(q || p); mode-seeking (MiniLLM, Gu et al. 2024).
 - ``jsd``: generalised JSD_beta of GKD (Agarwal et al. 2024, eq. 2) / DistillSpec.
-- ``tvd``: total variation distance, directly 1 - acceptance probability (DistillSpec, sec. 3).
+- ``tvd``: total variation distance, directly 1 - acceptance probability (DistillSpec, sec. 3):
+  the one divergence whose value is the objective itself (Leviathan et al. 2023, sec. 3).
 - ``ce``: cross-entropy on the target's own next tokens (its generated data); not a divergence.
 
 All math is float32 whatever the input dtype: bf16 keeps 8 mantissa bits, too few for sums
@@ -110,6 +111,28 @@ def _divergence(logq: torch.Tensor, logp: torch.Tensor, kind: str, beta: float) 
     # log m by logsumexp: m >= beta * p, so KL(p || m) stays finite even for disjoint supports.
     logm = torch.logsumexp(torch.stack((logp + math.log(beta), logq + math.log1p(-beta))), dim=0)
     return beta * (p * (logp - logm)).sum(-1) + (1.0 - beta) * (q * (logq - logm)).sum(-1)
+
+
+def log_probs(logits: torch.Tensor) -> torch.Tensor:
+    """A law's log-probabilities at T = 1, float32, floored (see _LOG_FLOOR): what `soft_loss`
+    takes for the target, computed once where several draft rows are scored on the same rows."""
+    return _log_probs(logits, 1.0)
+
+
+def soft_loss(draft_logits: torch.Tensor, target_logp: torch.Tensor, kind: str, beta: float = 0.5) -> torch.Tensor:
+    """Per-row loss [N] of draft logits [N, V] against the target's law given as log-probabilities
+    [N, V] (`log_probs`; a constant: no gradient flows into it). The `drafter.divergence` of the
+    kinds that train on the target's soft labels (EAGLE, EAGLE-3, Medusa distill, DFlash distill).
+
+    ``fkl`` is computed as their papers' soft cross-entropy -sum_x p log q = KL(p || q) + H(p): the
+    gradient of forward KL, with the value these kinds have always logged. The others are
+    `divergence`'s (``tvd``: 1 - the expected acceptance of a token drafted from q)."""
+    logq = _log_probs(draft_logits, 1.0)
+    target_logp = target_logp.detach()
+    if kind == "fkl":
+        return -(target_logp.exp() * logq).sum(-1)
+    _check_divergence(draft_logits, target_logp, kind, 1.0, beta)
+    return _divergence(logq, target_logp, kind, beta)
 
 
 def cross_entropy(draft_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

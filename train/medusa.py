@@ -12,7 +12,9 @@ target's own LM head predicts t+1); the loss is Σ_k λ^k L_k (paper, eq. 1, λ 
 
 labels: "tokens" scores head k on the data's token t+k+1 (with data.regenerate these are the
 target's own tokens); "distill" on the target's distribution at that position,
-softmax(target_logits[t+k]) (Medusa-2: the adapted target's, the one that will verify).
+softmax(target_logits[t+k]) (Medusa-2: the adapted target's, the one that will verify), with
+`divergence` (train/config.py's DIVERGENCES: fkl, the soft cross-entropy, by default; tvd is
+1 - the expected acceptance).
 """
 
 from __future__ import annotations
@@ -116,7 +118,15 @@ class MedusaTask:
             head_logits = model(out.hidden_states[-1][select].to(_dtype(self.heads)))
         soft = lm_logits.detach() if self.cfg.labels == "distill" else None
         heads_loss, stats = heads_loss_and_stats(
-            head_logits, counted, select, ids, self.cfg.decay, soft, ranks=step is None
+            head_logits,
+            counted,
+            select,
+            ids,
+            self.cfg.decay,
+            soft,
+            ranks=step is None,
+            divergence=self.cfg.divergence,
+            beta=self.cfg.jsd_beta,
         )
         if lm_loss is None:
             return heads_loss, {"loss": float(heads_loss.detach()), **stats}
@@ -187,9 +197,18 @@ def label_positions(loss_mask: torch.Tensor, attention_mask: torch.Tensor, num_h
 
 
 def heads_loss_and_stats(
-    head_logits, counted, select, input_ids, decay: float, target_logits=None, ranks: bool = False
+    head_logits,
+    counted,
+    select,
+    input_ids,
+    decay: float,
+    target_logits=None,
+    ranks: bool = False,
+    divergence: str = "fkl",
+    beta: float = 0.5,
 ):
-    """Σ_k decay^k · mean CE_k, and per-head accuracy stats.
+    """Σ_k decay^k · mean L_k, and per-head accuracy stats (L_k: CE on tokens, or `divergence`
+    to the target's law with target_logits; fkl is the soft cross-entropy, losses.soft_loss).
 
     head_logits [K, N, V]: every head at the N positions where `select` [B, T] is set (row-major);
     counted [K, B, T] (label_positions); input_ids [B, T]. With target_logits [B, T, V] head k at
@@ -210,7 +229,7 @@ def heads_loss_and_stats(
         else:
             soft = target_logits[b[rows], t[rows] + k].float()
             labels = soft.argmax(-1)
-            per_row = -(soft.softmax(-1) * logits.log_softmax(-1)).sum(-1)
+            per_row = losses.soft_loss(logits, losses.log_probs(soft), divergence, beta)
         total = total + decay**k * per_row.sum() / max(n, 1)
         with torch.no_grad():
             top = (

@@ -37,6 +37,7 @@ from draftsmith.models.pard import MASK_KEY, Pard, check_mask_token, choose_mask
 from draftsmith.errors import DraftsmithError
 
 from . import losses
+from .config import divergence_checks, take_old_loss_key
 from .draft_lm import init_causal_lm
 
 K_KEY = "pard_num_speculative_tokens"  # config.json: the K the masks were trained for
@@ -51,7 +52,10 @@ class PardTrainConfig:
     init: str = "truncated:8"
     num_speculative_tokens: int = 8  # K: tokens per forward; trained with K-1 mask copies (paper: 8)
     mask_token: str = "auto"  # auto (see models/pard.py choose_mask_token) | a token id | a token string
-    loss: str = "fkl"  # fkl | rkl | jsd | tvd to the target's distribution, or ce on the data's tokens (the paper's)
+    # fkl | rkl | jsd | tvd to the target's distribution, or ce on the data's tokens (the paper's);
+    # what each optimises: train/config.py's DIVERGENCES
+    divergence: str = "fkl"
+    loss: str | None = None  # deprecated spelling of divergence, still read
     temperature: float = 1.0
     jsd_beta: float = 0.5
     retention: float = 0.7  # COD's r: copy i keeps a share max(r^i, min_retention) of its queries
@@ -65,8 +69,11 @@ class PardTrainConfig:
         "min_retention": "[0, 1] (0: no floor)",
     }
 
+    def __post_init__(self):
+        take_old_loss_key(self)
+
     def checks(self) -> list[tuple[bool, str]]:
-        return [(self.loss in losses.KINDS, f"drafter.loss: {self.loss!r} is not one of {', '.join(losses.KINDS)}")]
+        return divergence_checks(self, ce=True)
 
 
 def cod_layout(length: int, k: int, retention: float, min_retention: float, generator: torch.Generator | None = None):
@@ -165,17 +172,19 @@ class PardTask:
         rows = draft_logits[counted]  # [M, V]
         labels = input_ids[:, nxt][counted]
         target_rows = None
-        if self.cfg.loss != "ce" or not model.training:
+        if self.cfg.divergence != "ce" or not model.training:
             with torch.no_grad():
                 t_logits = self.target.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
             target_rows = t_logits[:, pos][counted]  # the target's distribution over x_{p+1} given x_0..x_p
             vocab = min(rows.shape[-1], target_rows.shape[-1])
         num = int(counted.sum())
         c = self.cfg
-        if c.loss == "ce":
+        if c.divergence == "ce":
             per_row = losses.cross_entropy(rows, labels)
         else:
-            per_row = losses.divergence(rows[:, :vocab], target_rows[:, :vocab], c.loss, c.temperature, c.jsd_beta)
+            per_row = losses.divergence(
+                rows[:, :vocab], target_rows[:, :vocab], c.divergence, c.temperature, c.jsd_beta
+            )
         loss = per_row.sum() / max(num, 1)
         stats = {"loss": float(loss.detach()), "num_tokens": float(num)}
         if target_rows is not None:
