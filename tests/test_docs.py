@@ -120,24 +120,49 @@ def _check_paths(tokens: list[str]) -> list[str]:
     return problems
 
 
-def _check_train(argv: list[str], prog: str) -> list[str]:
-    """`draftsmith train RECIPE ...` or `python -m draftsmith.train[.features] RECIPE ...`."""
+# Commands that parse with a parser of their own and take free-form recipe overrides
+OWN_PARSER = {"train": "draftsmith.train", "features": "draftsmith.train.features"}
+
+
+def _own_parser(prog: str) -> argparse.ArgumentParser:
     if prog == "draftsmith.train.features":
         from draftsmith.train.features_cli import build_parser
     else:
         from draftsmith.train.__main__ import build_parser
+    return build_parser()
+
+
+def _check_recipe(recipe: str, overrides: list[str]) -> list[str]:
+    """The recipe exists and the overrides are real keys with valid values (the recipe loader's word)."""
     from draftsmith.train.config import load_recipe
 
     from draftsmith.errors import DraftsmithError
 
-    args, rest = _parse(build_parser(), argv, known=True)
-    if not (ROOT / args.recipe).is_file():
-        return [f"recipe {args.recipe} does not exist"]
+    if not (ROOT / recipe).is_file():
+        return [f"recipe {recipe} does not exist"]
     try:
-        load_recipe(ROOT / args.recipe, rest)
+        load_recipe(ROOT / recipe, overrides)
     except DraftsmithError as e:
         return [str(e)]
     return []
+
+
+def _check_train(argv: list[str], prog: str) -> list[str]:
+    """`draftsmith train|features RECIPE ...` or `accelerate launch -m draftsmith.train[.features] RECIPE ...`."""
+    args, rest = _parse(_own_parser(prog), argv, known=True)
+    return _check_recipe(args.recipe, rest)
+
+
+def _check_flags(parser: argparse.ArgumentParser, name: str, argv: list[str]) -> list[str]:
+    """A prose span: every flag is an option of the command, or a recipe key where it takes overrides."""
+    takes_overrides = name in OWN_PARSER or any(a.dest == "recipe" for a in parser._actions)
+    keys = _recipe_keys() if takes_overrides else set()
+    problems = []
+    for token in argv:
+        flag = token.split("=", 1)[0]
+        if flag.startswith("-") and flag not in parser._option_string_actions and flag[2:] not in keys:
+            problems.append(f"draftsmith {name} has no option {flag}" + (" or recipe key" if keys else ""))
+    return problems
 
 
 def check_command(command: str, full: bool = True) -> list[str]:
@@ -160,33 +185,23 @@ def check_command(command: str, full: bool = True) -> list[str]:
             args, _ = _parse(launch_command_parser(), tokens[2:])
             if args.config_file and not (ROOT / args.config_file).is_file():
                 problems.append(f"--config_file {args.config_file} does not exist")
-            if not args.module or not args.training_script.startswith("draftsmith.train"):
+            if not args.module or args.training_script not in OWN_PARSER.values():
                 return [*problems, "accelerate launch should run -m draftsmith.train or -m draftsmith.train.features"]
             return problems + _check_train(args.training_script_args, args.training_script)
         if tokens[0] != "draftsmith" or len(tokens) < 2:
             return [*problems, "not a draftsmith command"]
-        if tokens[1] == "train":
+        name, argv, parser = tokens[1], tokens[2:], build_parser()
+        if name in OWN_PARSER:
             if full:
-                return problems + _check_train(tokens[2:], "draftsmith.train")
-            from draftsmith.train.__main__ import build_parser as train_parser
-
-            known, keys = train_parser()._option_string_actions, _recipe_keys()
-            for token in tokens[2:]:
-                flag = token.split("=", 1)[0]
-                if flag.startswith("--") and flag not in known and flag[2:] not in keys:
-                    problems.append(f"draftsmith train has no option or recipe key {flag}")
-            return problems
-        parser = build_parser()
-        if full:
-            _parse(parser, tokens[1:])
-            return problems
-        sub = parser if tokens[1].startswith("-") else _subparsers(parser).get(tokens[1])
-        if sub is None:
-            return [*problems, f"no command 'draftsmith {tokens[1]}'"]
-        for token in tokens[2:]:
-            flag = token.split("=", 1)[0]
-            if flag.startswith("-") and flag not in sub._option_string_actions:
-                problems.append(f"draftsmith {tokens[1]} has no option {flag}")
+                return problems + _check_train(argv, OWN_PARSER[name])
+            return problems + _check_flags(_own_parser(OWN_PARSER[name]), name, argv)
+        sub = parser if name.startswith("-") else _subparsers(parser).get(name)
+        if sub is None or not full:
+            return problems + ([f"no command 'draftsmith {name}'"] if sub is None else _check_flags(sub, name, argv))
+        if any(a.dest == "recipe" for a in sub._actions):  # e.g. plan: the CLI parses it with parse_known_args
+            args, rest = _parse(parser, tokens[1:], known=True)
+            return problems + _check_recipe(args.recipe, rest)
+        _parse(parser, tokens[1:])
     except DocsCommandError as e:
         problems.append(str(e))
     return problems
@@ -214,9 +229,11 @@ def test_documented_command_parses(page, command, full):
         ("draftsmith bench --draft truncated:2 --num-prompt-count 4", True, "unrecognized arguments"),
         ("draftsmith eval --draft D --num-prompt-count 4", False, "no option --num-prompt-count"),
         ("draftsmith export runs/x/final --format onnx --output-dir out/x", True, "invalid choice"),
-        ("draftsmith plann configs/tiny/eagle3.yaml", True, "invalid choice"),
+        ("draftsmith plann configs/tiny/eagle3.yaml", True, "no command 'draftsmith plann'"),
+        ("draftsmith plan configs/tiny/eagle3.yaml --data.max_lenght 4096", True, "unknown config key"),
+        ("draftsmith features configs/tiny/eagle3.yaml --output f --data.max_lenght 4", True, "unknown config key"),
         ("draftsmith train configs/tiny/draft_lm.yaml --optim.lrr=1e-3", True, "unknown config key 'optim.lrr'"),
-        ("draftsmith train configs/tiny/draft_lm.yaml --optim.lrr=1e-3", False, "no option or recipe key"),
+        ("draftsmith train configs/tiny/draft_lm.yaml --optim.lrr=1e-3", False, "no option --optim.lrr or recipe key"),
         ("draftsmith train configs/tiny/no_such.yaml", True, "does not exist"),
         (
             "accelerate launch --config_file configs/accelerate/nope.yaml -m draftsmith.train configs/tiny/eagle.yaml",
