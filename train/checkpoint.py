@@ -37,6 +37,8 @@ import time
 
 from draftsmith.errors import DraftsmithError
 
+from . import faults
+
 log = logging.getLogger("draftsmith.train")
 
 TRAINER_STATE = "trainer_state.json"
@@ -281,7 +283,23 @@ def save(
     accelerator, task, model, root: pathlib.Path, name: str, trainer_state: dict | None, extra: dict
 ) -> pathlib.Path:
     """Write checkpoint `root/name` atomically; with `trainer_state`, also the resumable training
-    state. Every rank must call this (DeepSpeed writes per-rank shards, ZeRO-3 gathers weights)."""
+    state. Every rank must call this (DeepSpeed writes per-rank shards, ZeRO-3 gathers weights).
+    A write that fails (a full disk, a kill) leaves no partial folder behind: the earlier
+    checkpoints are all there is, intact and resumable."""
+    tmp = root / f".tmp-{name}"
+    try:
+        return _save(accelerator, task, model, root, name, trainer_state, extra)
+    except BaseException as e:
+        if accelerator.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)  # frees what a full disk let it write
+        if not isinstance(e, OSError):
+            raise
+        prev = latest_checkpoint(root)
+        then = f"{prev} is intact: free space, then --resume" if prev else "free space and rerun"
+        raise DraftsmithError(f"{faults.write_failure(e, f'checkpoint {name}', tmp)}; {then}") from None
+
+
+def _save(accelerator, task, model, root: pathlib.Path, name: str, trainer_state: dict | None, extra: dict):
     final = root / name
     tmp = root / f".tmp-{name}"
     if accelerator.is_main_process:

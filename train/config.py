@@ -336,8 +336,23 @@ class CheckpointConfig:
     save_every: int = 200  # optimizer steps; 0: none but the last step's (final/ and SIGTERM's are always written)
     keep_last: int = 2  # older complete step-* folders are deleted (final/ is kept)
     resume: bool = False  # continue from the newest complete checkpoint in output_dir
+    # SIGTERM (SLURM's preemption; it kills 30 s later by default), at any moment: the run finishes
+    # the training step, evaluation batch or decoding step in progress (an evaluation or acceptance
+    # measurement is abandoned, not the checkpoint), saves a resumable checkpoint and exits 143.
+    # On the tiny recipes that takes a few seconds; the tests hold it to 20 s on a busy 2-core machine.
+    # Multi-process runs: a process waits this long at a collective (a gradient all-reduce, a barrier)
+    # for the others, then the run stops with one line naming the process that did not answer. A
+    # process that is killed is noticed within seconds (its connections close); this bounds a hung
+    # one or a machine gone silently. 600 s is NCCL's own default (gloo's is 1800 s). It must exceed
+    # the longest phase the main process runs alone while the others wait: data preparation,
+    # the acceptance measurement, writing a checkpoint.
+    collective_timeout_s: float = 600.0  # multi-process: wait for a silent process, then stop naming it
 
-    RANGES: typing.ClassVar[dict[str, str]] = {"save_every": ">=0 (0: only at the end)", "keep_last": ">=1"}
+    RANGES: typing.ClassVar[dict[str, str]] = {
+        "save_every": ">=0 (0: only at the end)",
+        "keep_last": ">=1",
+        "collective_timeout_s": ">0",
+    }
 
 
 @dataclass

@@ -27,9 +27,17 @@ def make_accelerator(recipe: Recipe):
     from accelerate.utils import InitProcessGroupKwargs, ProjectConfiguration
 
     handlers = []
-    if not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # How long a collective waits for a silent process (checkpoint.collective_timeout_s).
         # CPU ranks talk over gloo; DeepSpeed would otherwise ask for its own CPU backend.
-        handlers.append(InitProcessGroupKwargs(backend="gloo", timeout=datetime.timedelta(minutes=30)))
+        kwargs = {"timeout": datetime.timedelta(seconds=recipe.checkpoint.collective_timeout_s)}
+        if not torch.cuda.is_available():
+            kwargs["backend"] = "gloo"
+        group = InitProcessGroupKwargs(**kwargs)
+        # accelerate's to_kwargs() drops values equal to its NCCL defaults (a 600 s timeout), which
+        # gloo would then replace with its own 1800 s: hand the process group exactly these.
+        group.to_kwargs = lambda: dict(kwargs)
+        handlers.append(group)
     out = pathlib.Path(recipe.checkpoint.output_dir)
     trackers = list(recipe.logging.trackers)
     if "wandb" in trackers:

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
 
-from . import checkpoint
+from . import checkpoint, faults
 from .config import Recipe, dump_recipe
 from .curves import CURVES, plot_curves
 from .distributed import fingerprint, is_zero3, load_target, make_accelerator, outside_zero_init, shutdown
@@ -88,6 +88,10 @@ class Trainer:
         self.lock = checkpoint.RunLock(self.out)
         self.lock.acquire_on_all_ranks(acc)  # one run per output dir
         self._wrote = False  # until _write_run_files: a failed setup then removes the folder it created
+        # SIGTERM: _terminate asks the loop to checkpoint and stop; _raise_on_term (only inside the
+        # acceptance measurement) makes the handler abandon the measurement where it is.
+        self._terminate = self._raise_on_term = False
+        self._old_sigterm = None
         try:
             self._setup(r)
         except BaseException:
@@ -168,7 +172,11 @@ class Trainer:
         self.acc.wait_for_everyone()
 
     def close(self) -> None:
-        """Release the output dir (the process's exit releases it too)."""
+        """Release the output dir (the process's exit releases it too) and give SIGTERM back to
+        whoever handled it before train() (an in-process caller)."""
+        if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
         self.lock.release()
 
     def _resume(self) -> None:
@@ -207,7 +215,7 @@ class Trainer:
         r, acc = self.recipe, self.acc
         self._terminate = False
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_sigterm)
+            self._old_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
         bar = tqdm(
             total=r.optim.max_steps,
             initial=self.step,
@@ -258,11 +266,8 @@ class Trainer:
                     self.save()
                 stop, out_of_time = self._stop_requested(deadline)
                 if stop:
-                    if not saved:
-                        self.save()
                     bar.close()
-                    log.warning("stopped by SIGTERM at step %d; checkpoint saved: --resume continues", self.step)
-                    return {"interrupted": True, "steps": self.step, "output_dir": str(self.out)}
+                    return self._preempted(saved)
                 if out_of_time:
                     log.info(
                         "optim.max_minutes (%g) reached at step %d of %d: evaluating and saving",
@@ -278,6 +283,8 @@ class Trainer:
         bar.close()
         final_eval = self.evaluate()
         acceptance = self.measure_acceptance()
+        if self._stop_requested()[0]:  # SIGTERM during the final measurements: --resume measures again
+            return self._preempted(saved=False)
         self._keep_if_best(acceptance)  # the end of the run is a candidate too
         self.save()
         extra = {"step": self.step, "eval": self.last_eval, "checkpoint": "final"}
@@ -326,6 +333,17 @@ class Trainer:
 
     def _on_sigterm(self, signum, frame) -> None:
         self._terminate = True
+        if self._raise_on_term:
+            self._raise_on_term = False
+            raise faults.Preempted
+
+    def _preempted(self, saved: bool) -> dict:
+        """Stop on SIGTERM: a resumable checkpoint of the last finished step (unless this step's
+        was just written), then {"interrupted": True}; the CLI exits 143."""
+        if not saved:
+            self.save()
+        log.warning("stopped by SIGTERM at step %d; checkpoint saved: --resume continues", self.step)
+        return {"interrupted": True, "steps": self.step, "output_dir": str(self.out)}
 
     def _stop_requested(self, deadline: float | None = None) -> tuple[bool, bool]:
         """(any rank got SIGTERM, any rank is past the time budget): all ranks must agree, since
@@ -375,6 +393,10 @@ class Trainer:
         for i, batch in enumerate(self.eval_loader):
             if i >= self.recipe.logging.eval_batches:
                 break
+            if self._stop_requested()[0]:  # SIGTERM: abandon (all ranks agree), the checkpoint comes first
+                self.model.train()
+                log.warning("evaluation at step %d abandoned after %d batches: SIGTERM", self.step, i)
+                return {}
             _, stats = self.task.loss(self.model, batch, step=None)
             if keys is None:
                 keys = sorted(k for k, v in stats.items() if k != "num_tokens" and isinstance(v, (int, float)))
@@ -403,7 +425,7 @@ class Trainer:
     def measure_acceptance(self) -> dict | None:
         """Real mean_acceptance_length from the inference engine on held-out prompts (greedy)."""
         r, acc = self.recipe.logging, self.acc
-        if r.acceptance_prompts <= 0 or not self.data.eval_prompts:
+        if r.acceptance_prompts <= 0 or not self.data.eval_prompts or self._terminate:
             return None
         if is_zero3(acc):
             if self.main:
@@ -421,29 +443,42 @@ class Trainer:
             unwrapped = acc.unwrap_model(self.model)
             drafter = self.task.runtime_drafter(unwrapped)
             unwrapped.eval()
-            with torch.inference_mode():
-                k = min(
-                    r.acceptance_k, getattr(drafter, "max_speculative_tokens", r.acceptance_k)
-                )  # Medusa: <= its heads
-                result = run_eval(
-                    self.target,
-                    drafter,
-                    self.data.eval_prompts[: r.acceptance_prompts],
-                    k,
-                    r.acceptance_max_new_tokens,
-                    GREEDY,
-                    seed=self.recipe.optim.seed,
-                    progress=False,
+            try:
+                try:
+                    # A SIGTERM from here on abandons the measurement wherever the decoding is
+                    # (one decoding step, not the whole measurement, stands between it and the checkpoint).
+                    self._raise_on_term = True
+                    if self._terminate:
+                        raise faults.Preempted
+                    with torch.inference_mode():
+                        k = min(
+                            r.acceptance_k, getattr(drafter, "max_speculative_tokens", r.acceptance_k)
+                        )  # Medusa: <= its heads
+                        result = run_eval(
+                            self.target,
+                            drafter,
+                            self.data.eval_prompts[: r.acceptance_prompts],
+                            k,
+                            r.acceptance_max_new_tokens,
+                            GREEDY,
+                            seed=self.recipe.optim.seed,
+                            progress=False,
+                        )
+                finally:
+                    self._raise_on_term = False
+                    unwrapped.train()
+            except faults.Preempted:
+                result = None
+                log.warning("acceptance measurement at step %d abandoned: SIGTERM", self.step)
+            if result is not None:
+                per_pos = {f"eval/acceptance_pos{j + 1}": a for j, a in enumerate(result["per_position_acceptance"])}
+                self._record(
+                    {
+                        "eval/mean_acceptance_length": result["mean_acceptance_length"],
+                        "eval/draft_acceptance_rate": result["draft_acceptance_rate"],
+                        **per_pos,
+                    }
                 )
-            unwrapped.train()
-            per_pos = {f"eval/acceptance_pos{j + 1}": a for j, a in enumerate(result["per_position_acceptance"])}
-            self._record(
-                {
-                    "eval/mean_acceptance_length": result["mean_acceptance_length"],
-                    "eval/draft_acceptance_rate": result["draft_acceptance_rate"],
-                    **per_pos,
-                }
-            )
         acc.wait_for_everyone()
         return result
 
@@ -566,13 +601,29 @@ def _tracker_kwargs(r: Recipe) -> dict:
 
 
 def train(recipe: Recipe, resume: bool | None = None) -> dict:
+    beat = faults.Heartbeat.from_env()  # multi-process runs: names a lost process (train/faults.py)
+    trainer = None
     try:
         trainer = Trainer(recipe, resume=resume)
         try:
             return trainer.train()
         finally:
             trainer.close()
+    except Exception as e:
+        # Another process died or hangs: one line naming it instead of a collective's traceback.
+        if beat is None or isinstance(e, DraftsmithError) or not faults.is_comm_failure(e):
+            raise
+        out = pathlib.Path(recipe.checkpoint.output_dir)
+        latest = checkpoint.latest_checkpoint(out)
+        hint = (
+            f"Every checkpoint in {out} is complete: --resume continues from {latest.name}"
+            if latest
+            else f"No checkpoint in {out} yet: rerun to start again"
+        )
+        raise DraftsmithError(faults.lost_process_message(e, beat, trainer and trainer.step, hint)) from None
     finally:
+        if beat is not None:
+            beat.stop()
         shutdown()
 
 
