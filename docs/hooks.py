@@ -34,12 +34,17 @@ def on_page_markdown(markdown: str, page=None, config=None, files=None) -> str:
 
 
 def _comments(cls) -> dict[str, str]:
-    """field -> the `# comment` beside it in the class's source (the knob's one-line meaning)."""
-    out = {}
+    """field -> the `# comment` beside it in the class's source, or the comment lines right above it."""
+    out, above = {}, []
     for line in inspect.getsource(cls).splitlines():
-        m = re.match(r"\s+(\w+): [^=#]+(?:=[^#]*)?#\s*(.+)$", line)
-        if m:
-            out[m.group(1)] = m.group(2).strip()
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            above.append(stripped.lstrip("# "))
+            continue
+        m = re.match(r"\s+(\w+): [^=#]+(?:=[^#]*)?(?:#\s*(.+))?$", line)
+        if m and (m.group(2) or above):
+            out[m.group(1)] = (m.group(2) or " ".join(above)).strip()
+        above = []
     return out
 
 
@@ -93,9 +98,8 @@ def section_table(cls, prefix: str) -> str:
 
 
 def config_reference() -> str:
-    from draftsmith.train.config import Recipe
-
     from draftsmith.kinds import KINDS
+    from draftsmith.train.config import Recipe
 
     hints = typing.get_type_hints(Recipe)
     parts = []

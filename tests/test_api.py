@@ -57,12 +57,11 @@ def test_every_public_name_resolves():
 
 
 def test_names_point_at_their_modules():
+    import draftsmith
     from draftsmith.infer import Engine
+    from draftsmith.kinds import KINDS
     from draftsmith.models import Target, load_drafter
     from draftsmith.train.config import load_recipe
-
-    import draftsmith
-    from draftsmith.kinds import KINDS
 
     assert draftsmith.Engine is Engine and draftsmith.Target is Target
     assert draftsmith.load_drafter is load_drafter and draftsmith.load_recipe is load_recipe

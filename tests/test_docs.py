@@ -92,9 +92,8 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def _recipe_keys() -> set[str]:
     """Every dotted key a recipe has, over every kind's drafter section."""
-    from draftsmith.train.config import Recipe
-
     from draftsmith.kinds import drafter_configs
+    from draftsmith.train.config import Recipe
 
     def keys(cls, prefix):
         hints = typing.get_type_hints(cls)
@@ -134,9 +133,8 @@ def _own_parser(prog: str) -> argparse.ArgumentParser:
 
 def _check_recipe(recipe: str, overrides: list[str]) -> list[str]:
     """The recipe exists and the overrides are real keys with valid values (the recipe loader's word)."""
-    from draftsmith.train.config import load_recipe
-
     from draftsmith.errors import DraftsmithError
+    from draftsmith.train.config import load_recipe
 
     if not (ROOT / recipe).is_file():
         return [f"recipe {recipe} does not exist"]
@@ -321,9 +319,8 @@ WORK_LOG = re.compile(r"\bissues?\s*#?\d+|\bsessions?\b|\blent\b|\bPR\s*#?\d+", 
 
 
 def _help_texts() -> dict[str, str]:
-    from draftsmith.train.__main__ import build_parser as train_parser
-
     from draftsmith.cli import build_parser
+    from draftsmith.train.__main__ import build_parser as train_parser
 
     parser = build_parser()
     out = {"draftsmith": parser.format_help(), "draftsmith train": train_parser().format_help()}
