@@ -259,6 +259,30 @@ def test_a_renamed_flag_in_a_real_doc_line_fails():
     assert check_command(line.replace("--num-prompts", "--prompt-count")) != []
 
 
+def named_paths(text: str) -> set[str]:
+    """Repository paths named in code (fenced blocks and inline spans): scripts the results cite,
+    recipes, test files, modules. Placeholders (<kind>, {url}, *) are not paths."""
+    code = " ".join(FENCE.findall(text) + INLINE.findall(FENCE.sub("", text)))
+    out = set()
+    for token in re.split(r"[\s=]+", code):
+        token = token.strip("`'\"()[],;:")
+        if token.startswith(REPO_DIRS) and not re.search(r"[<{*]|\.\.\.", token):
+            out.add(token)
+    return out
+
+
+def test_every_repository_path_the_pages_name_exists():
+    missing = {page.name: sorted(p for p in named_paths(page.read_text()) if not (ROOT / p).exists()) for page in PAGES}
+    assert {page: paths for page, paths in missing.items() if paths} == {}
+    assert "scripts/bench_evidence.sh" in named_paths((ROOT / "docs" / "results.md").read_text())
+
+
+def test_the_path_check_catches_a_missing_script():
+    assert named_paths("run `python scripts/bench_gone.py --x 1` and `configs/<target>/eagle3.yaml`") == {
+        "scripts/bench_gone.py"
+    }
+
+
 def _hooks():
     spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
     module = importlib.util.module_from_spec(spec)
