@@ -106,6 +106,18 @@ BUILTINS: dict[str, Builtin] = {
 }
 
 
+# Hub ids our recipes name whose public config.json (and nothing else of them) ships under
+# configs/<folder>/: `draftsmith plan` and the recipe tests build these targets on the meta device
+# with no network. Used only for meta-device builds; real loads always go to the Hub.
+KNOWN_CONFIGS: dict[str, str] = {
+    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b-instruct",
+    "meta-llama/Llama-3.2-1B-Instruct": "llama-3.2-1b-instruct",
+    "meta-llama/Llama-3.3-70B-Instruct": "llama-3.3-70b-instruct",
+    "Qwen/Qwen3-8B": "qwen3-8b",
+}
+CONFIGS_DIR = pathlib.Path(__file__).resolve().parents[1] / "configs"  # the repository's configs/ (editable install)
+
+
 @dataclasses.dataclass
 class ModelSource:
     """Where a name resolved to. ``path`` goes to ``from_pretrained``: a local folder, or the hub
@@ -143,9 +155,48 @@ def load_tokenizer(name_or_path: str):
     """The tokenizer for any accepted name (``AutoTokenizer`` on the resolved folder)."""
     from transformers import AutoTokenizer
 
+    if _meta_build:
+        return None
     src = resolve_model(name_or_path)
     with _hub_errors(src):
         return AutoTokenizer.from_pretrained(src.path)
+
+
+def load_config(name_or_path: str):
+    """The transformers config of any accepted name, reading no weights; a Hub id in
+    KNOWN_CONFIGS reads its shipped copy (no network)."""
+    from transformers import AutoConfig
+
+    if name_or_path in KNOWN_CONFIGS:
+        return AutoConfig.from_pretrained(CONFIGS_DIR / KNOWN_CONFIGS[name_or_path])
+    src = resolve_model(name_or_path)
+    with _hub_errors(src):
+        return AutoConfig.from_pretrained(src.path)
+
+
+def meta_causal_lm(name_or_path: str, dtype: torch.dtype = torch.bfloat16):
+    """The model built from its config on the meta device: shapes and parameter counts, no memory."""
+    from transformers import AutoModelForCausalLM
+
+    config = load_config(name_or_path)  # outside the meta device: a built-in may convert its GGUF first
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+
+
+_meta_build = False  # inside meta_build(): loaders build shapes only
+
+
+@contextlib.contextmanager
+def meta_build():
+    """Inside, `load_causal_lm` builds from the config on the meta device and `load_tokenizer`
+    returns None (no tokenizer ships with configs/<target>/), so a training task builds its
+    drafter as shapes only: what `draftsmith plan` counts."""
+    global _meta_build
+    before, _meta_build = _meta_build, True
+    try:
+        yield
+    finally:
+        _meta_build = before
 
 
 def load_causal_lm(name_or_path: str, dtype: torch.dtype = torch.float32, device="cpu"):
@@ -153,6 +204,8 @@ def load_causal_lm(name_or_path: str, dtype: torch.dtype = torch.float32, device
     ``requires_grad``: whether to freeze is the caller's decision (targets do, drafts don't)."""
     from transformers import AutoModelForCausalLM
 
+    if _meta_build:
+        return meta_causal_lm(name_or_path, dtype)
     src = resolve_model(name_or_path)
     if src.builtin is None and src.hub_id is None:  # a local folder
         require_config(src.path)
@@ -477,7 +530,10 @@ def _tf_version() -> str:
 def check_same_tokenizer(tok_a, tok_b, name_a: str, name_b: str) -> None:
     """Raise unless ``tok_a`` and ``tok_b`` map every token to the same id and agree on the
     special ids. Speculative decoding compares token ids between draft and target, so a draft
-    with a different vocabulary would be silently wrong rather than merely slow."""
+    with a different vocabulary would be silently wrong rather than merely slow. A meta-device
+    build (`meta_build`) has no tokenizers: nothing to compare."""
+    if tok_a is None or tok_b is None:
+        return
     va, vb = tok_a.get_vocab(), tok_b.get_vocab()
     problems = []
     if va != vb:
