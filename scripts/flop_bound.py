@@ -1,6 +1,9 @@
 #!/usr/bin/env python
 """How fast online training can be at best: the FLOP bound, for targets too large to run here.
 
+The closed forms live in draftsmith/train/flops.py (`draftsmith plan` uses them too); this
+script prints them for the targets users train and checks them against bench_train.py's count.
+
 Online distillation runs the frozen target forward on every batch, then the draft forward and
 backward. If every FLOP ran at the target forward's speed, training would reach
 
@@ -30,14 +33,9 @@ import json
 import sys
 
 from draftsmith.bench import write_json
+from draftsmith.train.flops import SHAPES, draft_lm_flops, eagle3_flops, target_flops
+from draftsmith.train.flops import bound as flop_ratio
 
-# Llama-style shapes (published configs): d, I, L, H, KV, hd, V
-SHAPES = {
-    "smollm2-135m": dict(d=576, I=1536, L=30, H=9, KV=3, hd=64, V=49152),
-    "llama-3.2-1b": dict(d=2048, I=8192, L=16, H=32, KV=8, hd=64, V=128256),
-    "llama-3.1-8b": dict(d=4096, I=14336, L=32, H=32, KV=8, hd=128, V=128256),
-    "llama-3.3-70b": dict(d=8192, I=28672, L=80, H=64, KV=8, hd=128, V=128256),
-}
 # (target, drafter): what users train. Draft LMs: a truncated copy (layers=) or another model (shape=).
 PAIRS = [
     ("smollm2-135m", {"kind": "draft_lm", "layers": 4}),
@@ -50,32 +48,13 @@ PAIRS = [
 ]
 
 
-def layer_weights(c: dict) -> int:
-    return c["d"] * (c["H"] + 2 * c["KV"]) * c["hd"] + c["H"] * c["hd"] * c["d"] + 3 * c["d"] * c["I"]
-
-
-def target_flops(c: dict, T: int, s: float) -> tuple[float, float]:
-    """(forward-only floor, the forward inside training) per token."""
-    body = 2 * c["L"] * layer_weights(c) + 4 * c["L"] * T * c["H"] * c["hd"]
-    return body + 2 * c["V"] * c["d"], body + 2 * c["V"] * c["d"] * s
-
-
 def draft_flops(target: dict, drafter: dict, T: int, s: float) -> float:
     """One draft forward per token (backward counted by the caller)."""
     if drafter["kind"] == "draft_lm":
         c = SHAPES[drafter["shape"]] if "shape" in drafter else {**target, "L": drafter["layers"]}
-        return 2 * c["L"] * layer_weights(c) + 2 * c["V"] * c["d"] * s + 4 * c["L"] * T * c["H"] * c["hd"]
+        return draft_lm_flops(c, T, s)
     if drafter["kind"] == "eagle3":
-        c = target
-        d = c["d"]
-        step = (
-            2 * 2 * d * (c["H"] + 2 * c["KV"]) * c["hd"]
-            + 2 * c["H"] * c["hd"] * d
-            + 6 * d * c["I"]
-            + 4 * T * c["H"] * c["hd"]
-            + 2 * d * drafter["draft_vocab"] * s
-        )
-        return 2 * 3 * d * d + drafter["steps"] * step
+        return eagle3_flops(target, T, s, drafter["steps"], drafter["draft_vocab"])
     raise ValueError(f"no FLOP model for {drafter['kind']!r}")
 
 
@@ -93,7 +72,7 @@ def bound(target_name: str, drafter: dict, T: int, s: float, shape: dict | None 
             "target_in_training": in_training / 1e9,
             "draft_forward": draft / 1e9,
         },
-        "bound": floor / (in_training + 3 * draft),
+        "bound": flop_ratio(floor, in_training, draft),
     }
 
 
