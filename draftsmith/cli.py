@@ -138,8 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_arguments(
         sub.add_parser("publish", help="upload a checkpoint, its engine exports and a model card to the Hub")
     )
-    from draftsmith import crosscheck
+    from draftsmith import crosscheck, plan
 
+    plan.add_arguments(sub.add_parser("plan", help="before a run: what fits on which GPUs and how long it takes"))
     crosscheck.add_arguments(
         sub.add_parser(
             "crosscheck",
@@ -432,6 +433,10 @@ def main(argv=None) -> int:
 
         return train_main(argv[1:])
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if argv[:1] == ["plan"]:  # takes the recipe overrides train takes: free-form --section.key=value
+        from draftsmith import plan
+
+        return run_command(plan.run, *build_parser().parse_known_args(argv))
     args = build_parser().parse_args(argv)
     return run_command(COMMANDS[args.command], args)
 

@@ -57,10 +57,39 @@ def _run(args, rest: list[str]) -> int:
     out = pathlib.Path(recipe.checkpoint.output_dir)
     check_output_dir(out)
     plan_resume(out, recipe.drafter.kind, args.resume or recipe.checkpoint.resume)
+    print_plan(recipe)
     from .trainer import train
 
     summary = train(recipe, resume=True if args.resume else None)
     return 143 if summary.get("interrupted") else 0  # 128 + SIGTERM: schedulers requeue it
+
+
+def print_plan(recipe) -> None:
+    """`draftsmith plan`'s one-line summary, once (the main process), before training starts. It
+    builds on the meta device (about a second); a plan that cannot be made is one line, never the
+    end of the run."""
+    import os
+
+    if os.environ.get("RANK", "0") != "0":
+        return
+    try:
+        import torch
+
+        from draftsmith.plan import make_plan
+        from draftsmith.train.flops import measure_tflops
+
+        cuda = torch.cuda.is_available()
+        plan = make_plan(
+            recipe,
+            gpus=int(os.environ.get("WORLD_SIZE", "1")),
+            gpu_memory=torch.cuda.get_device_properties(0).total_memory if cuda else 80e9,
+            # A GPU: H100's bf16 peak (draftsmith plan --gpu-tflops for others); a CPU: its own rate, timed briefly.
+            gpu_tflops=989.0 if cuda else measure_tflops("float32", n=512, seconds=0.3),
+            device="cuda" if cuda else "cpu",
+        )
+        print(plan.summary(), flush=True)
+    except Exception as e:  # noqa: BLE001 -- the plan is advice; the run goes on without it
+        print(f"plan: not available ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})", flush=True)
 
 
 def _data_only(recipe) -> int:
