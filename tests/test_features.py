@@ -244,6 +244,8 @@ def test_two_processes_write_shards_that_one_manifest_joins(tiny_cache, tiny_tar
         "accelerate.commands.launch",
         "--config_file",
         str(ROOT / "configs" / "accelerate" / "ddp.yaml"),
+        "--num_processes",
+        "2",
         "-m",
         "draftsmith.train.features",
         str(ROOT / "configs" / "tiny" / "medusa.yaml"),

@@ -43,6 +43,8 @@ def _launch(config: str, out: pathlib.Path, machine_rank: int | None, port: int,
         "accelerate.commands.launch",
         "--config_file",
         str(ROOT / "configs" / "accelerate" / config),
+        "--num_processes",  # the configs leave the count to the user: 2 in all, one or two machines
+        "2",
     ]
     if machine_rank is not None:
         cmd += ["--machine_rank", str(machine_rank), "--main_process_ip", "127.0.0.1", "--main_process_port", str(port)]

@@ -444,6 +444,7 @@ def _accelerate(mode, out, env_extra=None, steps=4):
         "accelerate.commands.launch",
         "--config_file",
         str(ROOT / "configs" / "accelerate" / f"{mode}.yaml"),
+        *([] if mode == "single" else ["--num_processes", "2"]),  # the configs leave the count to the user
         "-m",
         "draftsmith.train",
         str(TINY),
@@ -551,6 +552,8 @@ def test_fsdp_without_gpus_is_a_clear_error(tiny_cache, tmp_path):
         "accelerate.commands.launch",
         "--config_file",
         str(ROOT / "configs" / "accelerate" / "fsdp.yaml"),
+        "--num_processes",
+        "2",
         "-m",
         "draftsmith.train",
         str(TINY),
