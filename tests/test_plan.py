@@ -1,0 +1,161 @@
+"""`draftsmith plan`: its figures against hand calculations, its verdicts, the CLI and train's summary line."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from draftsmith import cli
+from draftsmith.plan import HEADROOM, build_meta, make_plan, parse_bytes
+from draftsmith.train.kinds import load_recipe
+from draftsmith.train.flops import SHAPES, draft_lm_flops, eagle3_flops, module_flops, target_flops
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+L8 = ROOT / "configs" / "llama-3.1-8b-instruct"
+L70 = ROOT / "configs" / "llama-3.3-70b-instruct"
+
+# Llama-3.1-8B and Llama-3.3-70B shapes (their config.json): d, ffn, kv width, vocabulary
+D8, I8, KV8, V = 4096, 14336, 1024, 128256
+D70, I70, KV70 = 8192, 28672, 1024
+P8 = 8_030_261_248  # tests/test_recipes.py works these out from the configs
+P70 = 70_553_706_496
+E8 = 424_689_664  # the 8B EAGLE-3 draft
+E70 = 1_403_027_456
+
+
+def eagle3_activations_per_token(d, ffn, kv, s, steps=7, vocab=32000):
+    """Inputs + outputs of every matmul the draft runs per token, in elements: fc once, then per TTT
+    step q/k/v over [embedding; hidden] (2d in), o, gate, up, down, and the LM head at scored rows."""
+    fc = 3 * d + d
+    step = (2 * d + d) + 2 * (2 * d + kv) + (d + d) + 2 * (d + ffn) + (ffn + d) + (d + vocab) * s
+    return fc + steps * step
+
+
+def test_8b_eagle3_plan_matches_a_hand_calculation():
+    recipe = load_recipe(L8 / "eagle3.yaml")  # bf16, batch 1 x 2048 tokens, 8 GPUs
+    s, T = 0.5, 2048
+    plan = make_plan(recipe, gpus=8, gpu_memory=80e9, gpu_tflops=989, utilisation=0.4, scored=s, epoch_tokens=1e8)
+    assert (plan.target_params, plan.drafter_params) == (P8, E8)
+    ddp, zero2, zero3, fsdp = plan.memory
+    assert ddp.target_weights == P8 * 2  # bf16 target, whole on every GPU
+    assert (ddp.drafter_weights, ddp.gradients, ddp.optimizer) == (E8 * 4, E8 * 4, E8 * 8)  # fp32 + AdamW
+    assert (zero2.drafter_weights, zero2.gradients, zero2.optimizer) == (E8 * 4, E8 * 4 / 8, E8 * 8 / 8)
+    assert (zero3.drafter_weights, zero3.gradients, zero3.optimizer) == (E8 * 4 / 8, E8 * 4 / 8, E8 * 8 / 8)
+    assert fsdp.total == zero3.total
+    # Activations per token: matmul inputs/outputs in bf16, the draft's logits upcast (fp32 + gradient)
+    # at every TTT step, the target's full-vocabulary logits (bf16 + an fp32 copy).
+    per_token = eagle3_activations_per_token(D8, I8, KV8, s) * 2 + 7 * 32000 * s * 8 + V * (2 + 4)
+    assert ddp.activations == pytest.approx(T * per_token, rel=1e-9)
+    assert ddp.features == T * 4 * D8 * 2  # layers 2, 16, 29 and the last, bf16
+    # FLOPs: the closed forms (scripts/flop_bound.py's), not the module count the plan uses.
+    target = target_flops(SHAPES["llama-3.1-8b"], T, s)[1]
+    draft = eagle3_flops(SHAPES["llama-3.1-8b"], T, s, 7, 32000)
+    assert plan.flops_per_token["training"] == pytest.approx(target + 3 * draft, rel=1e-9)
+    rate = 8 * 989e12 * 0.4 / (target + 3 * draft)
+    assert plan.tokens_per_s == pytest.approx(rate, rel=1e-9)
+    assert plan.epoch_hours == pytest.approx(1e8 / rate / 3600, rel=1e-9)
+    assert plan.feature_cache_bytes == 1e8 * 4 * D8 * 2
+    assert plan.fitting == ["ddp", "zero2", "zero3", "fsdp"]
+
+
+def test_70b_eagle3_plan_trains_beside_the_feature_readers_only():
+    recipe = load_recipe(L70 / "eagle3.yaml")  # features from a cache vLLM wrote
+    s, T = 0.5, 2048
+    plan = make_plan(recipe, gpus=8, gpu_memory=80e9, gpu_tflops=989, utilisation=0.4, scored=s, epoch_tokens=1e8)
+    assert (plan.target_params, plan.drafter_params) == (P70, E70)
+    ddp = plan.memory[0]
+    readers = 2 * V * D70 + D70  # embedding, LM head, final norm: all the trainer holds of the target
+    assert ddp.target_weights == readers * 2
+    per_token = eagle3_activations_per_token(D70, I70, KV70, s) * 2 + 7 * 32000 * s * 8 + V * (2 + 4)
+    assert ddp.activations == pytest.approx(T * per_token, rel=1e-9)
+    assert ddp.total == pytest.approx(readers * 2 + E70 * 16 + T * per_token + T * 4 * D70 * 2, rel=1e-9)
+    # Training FLOPs: no target forward, only its LM head on the cached last layer at scored rows.
+    draft = eagle3_flops(SHAPES["llama-3.3-70b"], T, s, 7, 32000)
+    assert plan.flops_per_token["training"] == pytest.approx(2 * V * D70 * s + 3 * draft, rel=1e-9)
+    assert plan.fitting == ["ddp", "zero2", "zero3", "fsdp"]
+    # Online (the whole 70B target on every GPU: 141 GB) fits nowhere.
+    online = make_plan(load_recipe(L70 / "eagle3.yaml", ["--drafter.features=online"]), gpus=8, gpu_memory=80e9)
+    assert online.memory[0].target_weights == P70 * 2 and online.fitting == []
+    assert "features from vLLM" in online.advice
+
+
+def test_module_count_equals_the_closed_forms():
+    """The generic count (any module tree) against scripts/flop_bound.py's formulas."""
+    for T, s in ((512, 0.5), (2048, 1.0)):
+        built = build_meta(load_recipe(L8 / "eagle3.yaml", [f"--data.max_length={T}"]), "cuda", s)
+        assert built.target_cost.flops == pytest.approx(target_flops(SHAPES["llama-3.1-8b"], T, s)[1], rel=1e-12)
+        assert built.target_floor == pytest.approx(target_flops(SHAPES["llama-3.1-8b"], T, s)[0], rel=1e-12)
+        assert built.draft_cost.flops == pytest.approx(eagle3_flops(SHAPES["llama-3.1-8b"], T, s, 7, 32000), rel=1e-12)
+    built = build_meta(load_recipe(L8 / "draft_lm.yaml"), "cuda", 0.5)
+    assert built.draft_cost.flops == pytest.approx(draft_lm_flops(SHAPES["llama-3.2-1b"], 2048, 0.5), rel=1e-12)
+
+
+def test_module_flops_counts_a_plain_linear_stack():
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 100))
+    assert module_flops(model, T=4, scored=0.5, vocab_sizes=(100,)) == 2 * 8 * 16 + 2 * 16 * 100 * 0.5
+
+
+def _plan_cli(*args, capsys):
+    code = cli.main(["plan", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_names_the_smallest_change_that_fits(capsys, tmp_path):
+    recipe = L8 / "eagle3.yaml"
+    # 30 GB: DDP (29.6 GB) is over 90% of it, ZeRO-2 (25.2 GB) is not: the plan fits, DDP does not.
+    assert _plan_cli(recipe, "--gpu-memory", "30GB", capsys=capsys)[0] == 0
+    code, out, err = _plan_cli(recipe, "--gpu-memory", "30GB", "--strategy", "ddp", capsys=capsys)
+    assert (
+        code == 2 and "does not fit with ddp" in err and "use zero2" in err and "configs/accelerate/zero2.yaml" in err
+    )
+    assert err.count("\n") == 1
+    # 24 GB: no strategy holds the 16 GB target beside the draft at batch 1: features from vLLM.
+    code, out, err = _plan_cli(recipe, "--gpu-memory", "24GB", "--json", tmp_path / "p.json", capsys=capsys)
+    assert code == 2 and "draftsmith features" in err and "--engine vllm" in err
+    saved = json.loads((tmp_path / "p.json").read_text())
+    assert saved["fitting"] == [] and saved["memory"][0]["strategy"] == "ddp"
+    # The recipe's overrides are planned: 8 rows of 2048 no longer fit DDP on 40 GB; 2 rows do, accumulated.
+    code, out, err = _plan_cli(recipe, "--gpu-memory", "40GB", "--optim.batch_size=8", capsys=capsys)
+    assert code == 2 and "--optim.batch_size=" in err and "--optim.grad_accum=" in err
+
+
+def test_cli_plan_that_fits_prints_the_table(capsys, tmp_path):
+    code, out, err = _plan_cli(L8 / "eagle3.yaml", "--gpus", "4", "--nodes", "2", "--json", tmp_path / "p.json",
+                               capsys=capsys)  # fmt: skip
+    assert code == 0 and "| ddp |" in out and "| zero3 |" in out and out.strip().splitlines()[-1].startswith("plan: ")
+    saved = json.loads((tmp_path / "p.json").read_text())
+    assert saved["world"] == 8 and saved["tokens_per_step"] == 8 * 2048
+    mem = {m["strategy"]: m["total"] for m in saved["memory"]}
+    assert mem["zero3"] < mem["zero2"] < mem["ddp"] <= 80e9 * HEADROOM
+
+
+def test_parse_bytes():
+    assert parse_bytes("80GB") == 80e9 and parse_bytes("141gb") == 141e9 and parse_bytes("16GiB") == 16 * 2**30
+
+
+def test_plan_module_imports_without_torch():
+    code = "import sys, draftsmith.plan, draftsmith.train.flops; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+def test_train_prints_the_plan_line_or_says_it_cannot(tiny_target, capsys, monkeypatch):
+    from draftsmith.train.__main__ import print_plan
+
+    recipe = load_recipe(ROOT / "configs" / "tiny" / "eagle3.yaml")
+    print_plan(recipe)
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("plan: tiny-random ") and "eagle3" in line and "tokens/s" in line
+
+    def broken(*a, **k):
+        raise RuntimeError("no config")
+
+    monkeypatch.setattr("draftsmith.plan.make_plan", broken)
+    print_plan(recipe)  # must not raise
+    assert capsys.readouterr().out.strip() == "plan: not available (RuntimeError: no config)"
