@@ -283,6 +283,69 @@ def test_the_path_check_catches_a_missing_script():
     }
 
 
+def _module_file(name: str, script: pathlib.Path) -> pathlib.Path | None:
+    """The local file an import names: a sibling of the script, or a module of the package."""
+    sibling = script.parent / f"{name}.py"
+    if sibling.is_file():
+        return sibling
+    if name.startswith("draftsmith"):
+        spec = importlib.util.find_spec(name)
+        return pathlib.Path(spec.origin) if spec and spec.origin else None
+    return None
+
+
+def script_flags(script: pathlib.Path) -> set[str]:
+    """Every `--flag` string in a script's source and in the local modules it imports (where a
+    shared argument parser would live): read, not run, so no torch loads."""
+    import ast
+
+    flags, seen, todo = set(), set(), [script]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"--[\w-]+", node.value):
+                flags.add(node.value)
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            todo += [f for f in (_module_file(n, script) for n in names) if f]
+    return flags
+
+
+def script_commands() -> list[tuple[str, str]]:
+    """(page, command) for every `python scripts/X.py ...` the pages give."""
+    out = []
+    for page in PAGES:
+        text = page.read_text()
+        code = [*INLINE.findall(FENCE.sub("", text)), *"\n".join(FENCE.findall(text)).splitlines()]
+        out += [(page.name, c.strip()) for c in code if re.match(r"\s*python3? scripts/\S+\.py", c)]
+    return out
+
+
+def check_script_command(command: str) -> list[str]:
+    tokens = shlex.split(command, comments=True)
+    script = ROOT / tokens[1]
+    if not script.is_file():
+        return [f"{tokens[1]}: no such script"]
+    known = script_flags(script)
+    flags = {t.split("=", 1)[0] for t in tokens[2:] if t.startswith("--")}
+    return [f"{tokens[1]} has no option {f}" for f in sorted(flags - known)]
+
+
+@pytest.mark.parametrize(("page", "command"), script_commands(), ids=lambda v: str(v)[:60])
+def test_documented_script_command_has_those_options(page, command):
+    assert check_script_command(command) == [], f"{page}: {command}"
+
+
+def test_the_script_check_fails_on_a_renamed_option():
+    command = next(c for _, c in script_commands() if "scripts/flop_bound.py" not in c and " --" in c)
+    assert check_script_command(command) == []
+    flag = re.search(r" (--[\w-]+)", command).group(1)
+    assert check_script_command(command.replace(flag, flag + "-renamed")) != []
+
+
 def _hooks():
     spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
     module = importlib.util.module_from_spec(spec)
