@@ -291,6 +291,7 @@ def test_collective_timeout_reaches_the_process_group(monkeypatch):
     import datetime
 
     import accelerate
+
     from draftsmith.train.config import load_recipe
     from draftsmith.train.distributed import make_accelerator
 
@@ -311,3 +312,65 @@ def test_collective_timeout_reaches_the_process_group(monkeypatch):
             make_accelerator(load_recipe(TINY, [f"--checkpoint.collective_timeout_s={seconds}"]))
         (group,) = seen["kwargs_handlers"]
         assert group.to_kwargs() == {"timeout": datetime.timedelta(seconds=seconds), "backend": "gloo"}
+
+
+@pytest.mark.slow  # waits out a 60 s timeout by design
+@pytest.mark.skipif(not pathlib.Path("/proc/self/task").is_dir(), reason="finds the worker through /proc")
+def test_a_hung_rank_stops_the_other_after_the_collective_timeout(tiny_target, tmp_path):
+    """Machine 1's process frozen (SIGSTOP: alive, connections open, silent, as a hung node): gloo
+    would wait 30 minutes; checkpoint.collective_timeout_s=60 stops machine 0 with one line. (The
+    timeout also bounds how long the processes wait for each other to join at the start: 10 s was
+    too short for two processes starting on a busy 2-core machine.)"""
+    timeout_s = 60
+    out, port = tmp_path / "hung", _free_port()
+    logs = [tmp_path / f"hung-machine{r}.log" for r in (0, 1)]
+    extra = [f"--checkpoint.collective_timeout_s={timeout_s}", "--optim.max_steps=4"]
+    procs = [
+        _launch("multinode_ddp.yaml", out, r, port, {"ACCELERATE_USE_CPU": "1"}, extra, log=logs[r]) for r in (0, 1)
+    ]
+    worker = None
+    try:
+        deadline = time.monotonic() + 600
+        while "\nstep 3 " not in logs[0].read_text():
+            assert all(p.poll() is None for p in procs), logs[0].read_text()[-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        worker = _worker(procs[1])
+        os.kill(worker, signal.SIGSTOP)
+        t0 = time.monotonic()
+        rc = procs[0].wait(timeout=300)
+        took = time.monotonic() - t0
+        print(f"rank 1 SIGSTOPped: rank 0 exited {took:.1f} s later (collective timeout {timeout_s} s)")
+    finally:
+        if worker is not None:
+            os.kill(worker, signal.SIGKILL)
+        for p in procs:
+            p.kill()
+            p.wait()
+    text = logs[0].read_text()
+    assert rc != 0, text[-3000:]
+    assert timeout_s <= took < timeout_s + LOST_RANK_BOUND_S, f"{took:.1f} s from the freeze to machine 0's exit"
+    lines = [ln for ln in text.splitlines() if ln.startswith("draftsmith: error:")]
+    assert len(lines) == 1 and "process rank 1 of 2 did not answer in time" in lines[0], text[-3000:]
+    _only_verified_checkpoints(out)
+
+
+def test_one_ranks_sigterm_stops_every_rank():
+    """The ranks agree on a stop (saving is collective), and a rank that learned of it from
+    another skips what follows as if it had been signalled itself (the main process's acceptance
+    measurement, which the others wait for at a barrier)."""
+    import types
+
+    import torch
+
+    from draftsmith.train.trainer import Trainer
+
+    other_rank_signalled = torch.tensor([1.0, 0.0])
+    acc = types.SimpleNamespace(num_processes=2, device="cpu", reduce=lambda t, reduction: t + other_rank_signalled)
+    trainer = Trainer.__new__(Trainer)  # no run: only the agreement is under test
+    trainer.acc, trainer._terminate = acc, False
+    assert trainer._stop_requested() == (True, False)
+    assert trainer._terminate
+    other_rank_signalled.zero_()
+    trainer._terminate = False
+    assert trainer._stop_requested() == (False, False) and not trainer._terminate

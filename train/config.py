@@ -344,8 +344,8 @@ class CheckpointConfig:
     # for the others, then the run stops with one line naming the process that did not answer. A
     # process that is killed is noticed within seconds (its connections close); this bounds a hung
     # one or a machine gone silently. 600 s is NCCL's own default (gloo's is 1800 s). It must exceed
-    # the longest phase the main process runs alone while the others wait: data preparation,
-    # the acceptance measurement, writing a checkpoint.
+    # the longest phase the main process runs alone while the others wait (data preparation, the
+    # acceptance measurement, writing a checkpoint) and the processes' spread in reaching the start.
     collective_timeout_s: float = 600.0  # multi-process: wait for a silent process, then stop naming it
 
     RANGES: typing.ClassVar[dict[str, str]] = {

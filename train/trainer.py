@@ -353,7 +353,11 @@ class Trainer:
             return self._terminate, late
         flags = torch.tensor([float(self._terminate), float(late)], device=self.acc.device)
         flags = self.acc.reduce(flags, reduction="sum")
-        return bool(flags[0].item() > 0), bool(flags[1].item() > 0)
+        # one rank's SIGTERM stops every rank: the phases after this (the main process's acceptance
+        # measurement) are skipped on all of them too
+        agreed = bool(flags[0].item() > 0)  # what every rank returns (a signal landing now counts next time)
+        self._terminate = self._terminate or agreed
+        return agreed, bool(flags[1].item() > 0)
 
     def _log_train(self, window: dict, grad_norm, bar) -> None:
         n = max(1, window["n"])
@@ -425,7 +429,7 @@ class Trainer:
     def measure_acceptance(self) -> dict | None:
         """Real mean_acceptance_length from the inference engine on held-out prompts (greedy)."""
         r, acc = self.recipe.logging, self.acc
-        if r.acceptance_prompts <= 0 or not self.data.eval_prompts or self._terminate:
+        if r.acceptance_prompts <= 0 or not self.data.eval_prompts:
             return None
         if is_zero3(acc):
             if self.main:
