@@ -2,13 +2,15 @@
 later step), kept across a resume; the loss/τ curves PNG; the model card's checkpoint line; the
 acceptance prompts keep both domains."""
 
+import importlib.util
 import json
 import pathlib
 import shutil
 
 import torch
-from draftsmith.train.kinds import load_recipe
 from safetensors.torch import load_file
+
+from draftsmith.train.kinds import load_recipe
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny" / "draft_lm.yaml"
@@ -59,7 +61,8 @@ def same_weights(a: pathlib.Path, b: pathlib.Path) -> bool:
 
 def test_best_is_the_highest_tau_and_the_curves_are_drawn(tiny_cache, tmp_path, fresh_accelerate, monkeypatch):
     measured = scripted_tau(monkeypatch, {2: 1.5, 4: 2.5, 6: 1.8, 8: 1.2})
-    s = train(tmp_path, "--optim.max_steps=8")
+    tensorboard = importlib.util.find_spec("tensorboard") is not None
+    s = train(tmp_path, "--optim.max_steps=8", *(["--logging.trackers=[tensorboard]"] if tensorboard else []))
     assert measured == [2, 4, 6, 8]  # every acceptance_every steps, and the end of the run as a candidate
     best = tmp_path / "best"
     meta = json.loads((best / "drafter.json").read_text())
@@ -76,6 +79,14 @@ def test_best_is_the_highest_tau_and_the_curves_are_drawn(tiny_cache, tmp_path, 
 
     tokens, taus = series(s["history"], "eval/mean_acceptance_length")
     assert taus == [1.5, 2.5, 1.8, 1.2] and tokens == sorted(tokens) and tokens[0] > 0
+    if tensorboard:  # the trackers get τ beside the losses, at the steps it was measured
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        events = EventAccumulator(str(next((tmp_path / "logs").rglob("events.out.tfevents.*")).parent))
+        events.Reload()
+        assert "train/loss" in events.Tags()["scalars"]
+        logged = [(e.step, round(e.value, 3)) for e in events.Scalars("eval/mean_acceptance_length")]
+        assert logged == [(2, 1.5), (4, 2.5), (6, 1.8), (8, 1.2)]
     png = tmp_path / "curves.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
     # nothing left half-written
