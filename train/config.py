@@ -251,7 +251,7 @@ class DataConfig:
     # on_policy (the draft LM's own samples, scored by the target: DistillSpec / GKD; share of steps:
     # drafter.on_policy_fraction, 1 unless set; the other steps train on the corpus, or on
     # regenerated replies with regenerate: true).
-    source: str = "corpus"
+    source: str = "corpus"  # corpus | regenerated | on_policy: what the drafter imitates (the comment above)
     regenerate: bool = False  # the older spelling of source: regenerated (either may be given)
     regenerate_with: str = "batched"  # batched (in-process, many chats at once) | engine (batch 1) | endpoint
     regenerate_max_rows: int | None = None  # regenerate only the first N usable rows; the rest train as they are
