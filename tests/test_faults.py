@@ -374,3 +374,22 @@ def test_one_ranks_sigterm_stops_every_rank():
     other_rank_signalled.zero_()
     trainer._terminate = False
     assert trainer._stop_requested() == (False, False) and not trainer._terminate
+
+
+@pytest.mark.parametrize(
+    "message, lost",
+    [
+        ("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:6020. This is typically ...", True),
+        ("[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 60000ms for recv operation to complete", True),
+        ("wait timeout after 10000ms, keys: /default_pg/0//cpu//0/0", True),  # a process never joined
+        ("the regeneration endpoint request timed out", False),  # this process's own problem: its traceback stays
+        ("mat1 and mat2 shapes cannot be multiplied (4x8 and 16x8)", False),
+    ],
+)
+def test_a_lost_process_is_told_from_a_bug(message, lost):
+    import torch.distributed as dist
+
+    from draftsmith.train.faults import is_comm_failure
+
+    assert is_comm_failure(RuntimeError(message)) is lost
+    assert is_comm_failure(dist.DistNetworkError("anything"))

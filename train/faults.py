@@ -28,9 +28,8 @@ log = logging.getLogger("draftsmith.train")
 # What gloo, NCCL and the c10d store say when a peer is gone or silent; anything else is a bug
 # of this process and keeps its traceback.
 _COMM_FAILURE = re.compile(
-    r"Connection closed by peer|Connection reset by peer|Broken pipe|Timed out waiting|timed out|"
-    r"gloo/transport|NCCL communicator was aborted|Socket Timeout|Connection refused",
-    re.IGNORECASE,
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|Timed out waiting|wait timeout after|"
+    r"socket has timed out|gloo/transport|NCCL communicator was aborted|Connection refused"
 )
 _KEY = "draftsmith/heartbeat/"
 _LOST_KEY = "draftsmith/lost"
