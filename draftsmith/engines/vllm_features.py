@@ -9,6 +9,10 @@ one safetensors file per request: `hidden_states` [T, len(ids), H] and `token_id
 is the residual stream entering decoder layer k (0: the embeddings; L: the last layer's output,
 before the final norm). Generating one token per prompt makes vLLM run the prompt's prefill.
 
+On a CPU-only build the stock connector fails at its first write ("RuntimeError: pin_memory=True
+requires a CUDA or other accelerator backend"): there the runner loads vllm_plugins/'s subclass,
+which writes the same file synchronously, and runs eager (prefill only: nothing to compile for).
+
 Protocol (JSON lines, as vllm_runner.py):
   stdin  line 1  {"target": DIR, "target_name": NAME, "dtype": "float32", "aux_layers": [ids],
                   "storage": DIR, "max_model_len": N, "engine_args": {...}}  (engine_args: any
@@ -67,6 +71,19 @@ def main():
         storage = os.path.abspath(config["storage"])
         os.makedirs(storage, exist_ok=True)
         aux = [int(i) for i in config["aux_layers"]]
+        engine_args = dict(config.get("engine_args", {}))
+        connector = {"kv_connector": "ExampleHiddenStatesConnector"}
+        if not torch.cuda.is_available():
+            # vLLM's connector copies through pinned memory on a CUDA stream, which a CPU build
+            # refuses; ours (vllm_plugins/) writes the same file synchronously. Workers import it by
+            # module path: the folder goes on sys.path, which vLLM's worker processes inherit.
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_plugins"))
+            connector = {
+                "kv_connector": "DraftsmithHiddenStatesConnector",
+                "kv_connector_module_path": "draftsmith_hidden_states_connector",
+            }
+            # Extraction is prefill only: compiling the graph for it cost minutes on 2 cores for nothing.
+            engine_args.setdefault("enforce_eager", True)
         llm = LLM(
             model=config["target"],
             dtype=config.get("dtype", "float32"),
@@ -79,11 +96,11 @@ def main():
                 "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": aux}},
             },
             kv_transfer_config={
-                "kv_connector": "ExampleHiddenStatesConnector",
+                **connector,
                 "kv_role": "kv_producer",
                 "kv_connector_extra_config": {"shared_storage_path": storage},
             },
-            **config.get("engine_args", {}),
+            **engine_args,
         )
         versions = {"vllm": vllm.__version__, "torch": torch.__version__}
         meta = {
@@ -92,7 +109,7 @@ def main():
             "aux_layers": aux,
             "dtype": config.get("dtype", "float32"),
             "versions": versions,
-            "connector": "ExampleHiddenStatesConnector",
+            "connector": connector["kv_connector"],
         }
         with open(os.path.join(storage, META), "w") as f:
             json.dump(meta, f, indent=2)
