@@ -30,7 +30,7 @@ import torch
 from draftsmith.errors import DraftsmithError
 
 from .metrics import SpecMetrics
-from .proposal import Drafter
+from .proposal import Drafter, check_num_speculative_tokens, speculative_cap
 from .sampling import GREEDY, SamplingConfig, logits_to_probs, sample
 from .stopping import StopCriteria
 from .tree import Tree, TreeConfig
@@ -93,6 +93,9 @@ class Engine:
             raise DraftsmithError(
                 f"unknown verification {verification!r}: choose one of {', '.join(VERIFICATIONS)}{hint}"
             )
+        if drafter is not None and tree is None:  # a chain: the drafter must draft all K (a tree ignores K)
+            what = f"this {getattr(drafter, 'kind', '')} drafter".replace("  ", " ")
+            check_num_speculative_tokens(num_speculative_tokens, speculative_cap(drafter), what)
         if tree is not None and drafter is not None and not getattr(drafter, "supports_trees", False):
             raise DraftsmithError(
                 f"a {getattr(drafter, 'kind', 'this')} drafter proposes chains only; trees need a medusa or eagle "

@@ -10,8 +10,12 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from draftsmith.errors import DraftsmithError
+
 from .sampling import SamplingConfig
 from .tree import Tree, TreeConfig
+
+K_FLAG = "-k/--num-speculative-tokens"
 
 
 @dataclass
@@ -55,6 +59,10 @@ class Drafter(Protocol):
     row for the root and each accepted token, in order (the last row produced the new pending
     token). Others get hidden=None.
 
+    A drafter that cannot draft any number of tokens per step sets `max_speculative_tokens`, the
+    most it drafts (Medusa: its heads; DFlash: its block minus the pending token; PARD: the K it
+    was trained for); `check_num_speculative_tokens` refuses a K above it.
+
     A tree drafter may define `max_tree_nodes(tree_config) -> int`, the most nodes it drafts per
     step for that config; the engine sizes its caches by it (else by TreeConfig.max_nodes).
     """
@@ -74,3 +82,21 @@ class Drafter(Protocol):
     ) -> Proposal: ...
 
     def accept(self, num_accepted: int, hidden: torch.Tensor | None = None) -> None: ...
+
+
+def speculative_cap(drafter) -> int | None:
+    """The most tokens `drafter` drafts per step (`max_speculative_tokens`), None: no limit."""
+    cap = getattr(drafter, "max_speculative_tokens", None)
+    return int(cap) if cap else None
+
+
+def check_num_speculative_tokens(k: int, cap: int | None, what: str = "this drafter") -> int:
+    """The one check of a requested K (every command and the engine call it): refused in one
+    line, naming the flag and the cap, instead of drafting fewer tokens without a word. -> k"""
+    if k < 1:
+        raise DraftsmithError(f"{K_FLAG} must be >= 1, got {k}")
+    if cap is not None and k > cap:
+        raise DraftsmithError(
+            f"{K_FLAG} {k}: {what} drafts at most {cap} tokens per step; pass -k {cap} or less (or leave it out)"
+        )
+    return k

@@ -22,13 +22,13 @@ import logging
 
 import torch
 import torch.nn.functional as F
-from draftsmith.infer.proposal import Proposal
-from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
-from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies, full_choices
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.infer.proposal import Proposal, check_num_speculative_tokens
+from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
+from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies, full_choices
 
 from .loading import check_draft_sizes, load_draft_weights, register_config
 from .target import compile_decode
@@ -216,11 +216,7 @@ class Medusa:
         self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None, tree: TreeConfig | None = None
     ) -> Proposal:
         if tree is None:
-            if k > self.num_heads:
-                raise DraftsmithError(
-                    f"this medusa checkpoint has {self.num_heads} heads: --num-speculative-tokens {k} "
-                    "is more than it can draft"
-                )
+            check_num_speculative_tokens(k, self.num_heads, f"medusa heads {self.name} ({self.num_heads} heads)")
             with torch.no_grad():
                 logits = self._logits(seq, k)  # [k, V]
             if sampling.greedy:
