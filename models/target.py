@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 
 import torch
-from draftsmith.infer.cache import KVCache
-from draftsmith.infer.hardware import auto_dtype, use_affinity_threads
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.infer.cache import KVCache
+from draftsmith.infer.hardware import auto_dtype, use_affinity_threads
 
 from .loading import load_causal_lm, load_tokenizer, resolve_model
 
@@ -54,6 +54,28 @@ def compile_decode(forward):
     the rest back to eager, so the limit is raised (each graph is still one fixed shape)."""
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     return torch.compile(forward, mode="reduce-overhead", dynamic=False)
+
+
+def check_device(name) -> torch.device:
+    """A device that exists here, or one line saying why `--device name` does not."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise DraftsmithError(
+            f"--device {name!r}: not a device name torch knows; use cpu, cuda or cuda:N (or leave it out)"
+        ) from None
+    backend = getattr(torch, device.type, None)
+    available = getattr(backend, "is_available", None)
+    if device.type != "cpu" and (available is None or not available()):
+        why = "this torch was built without CUDA" if device.type == "cuda" and not torch.version.cuda else "none here"
+        raise DraftsmithError(
+            f"--device {name}: no {device.type} device is available ({why}; torch {torch.__version__}); "
+            "use --device cpu or leave --device out"
+        )
+    count = getattr(backend, "device_count", None)
+    if device.index is not None and device.type != "cpu" and count is not None and device.index >= count():
+        raise DraftsmithError(f"--device {name}: there are {count()} {device.type} devices (0..{count() - 1})")
+    return device
 
 
 def default_device() -> torch.device:
@@ -98,7 +120,7 @@ class Target:
         """dtype "auto": what the machine runs fastest (infer/hardware.py: bf16 on CUDA, and on a
         CPU with AMX/AVX512-BF16 where measured faster; else fp32). On CPU torch's threads are set
         to the cores this process may use."""
-        device = torch.device(device) if device is not None else default_device()
+        device = check_device(device) if device is not None else default_device()
         reason = None
         if dtype == "auto":
             dtype, reason = auto_dtype(device)
