@@ -65,6 +65,12 @@ def _read_dataset(name: str, split: str) -> list[dict]:
 
         ds = datasets.load_dataset(name, split=split)
     except Exception as e:  # offline, unknown id, missing split: all mean "no such prompt source"
+        if Path(name).is_dir():  # a folder `datasets` can read is a dataset; any other is a mistake
+            raise DraftsmithError(
+                f"--prompts {name} is a folder that holds no dataset `datasets` can read ({type(e).__name__}); "
+                "name a .jsonl file (a 'prompt' or 'messages' per line) or a built-in set "
+                f"({', '.join(BUILTIN_SETS + tuple(STANDARD_SETS))})"
+            ) from None
         raise DraftsmithError(
             f"prompts {name!r}: not a file, not a built-in set ({', '.join(BUILTIN_SETS + tuple(STANDARD_SETS))}), "
             f"and `datasets.load_dataset` failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -114,9 +120,10 @@ class ContextFit:
         truncate: bool = False,
         model: str = "the target",
         truncate_flag: str | None = "--truncate-prompts",
+        draft_flag: str = "-k/--num-speculative-tokens",
     ):
         self.max_positions, self.max_new_tokens, self.draft_tokens = max_positions, max_new_tokens, draft_tokens
-        self.truncate, self.model, self.truncate_flag = truncate, model, truncate_flag
+        self.truncate, self.model, self.truncate_flag, self.draft_flag = truncate, model, truncate_flag, draft_flag
 
     def __call__(self, p: Prompt, where: str) -> Prompt:
         if not self.max_positions:
@@ -124,6 +131,12 @@ class ContextFit:
         reserve = self.max_new_tokens + self.draft_tokens
         budget = self.max_positions - reserve
         drafts = f" and {self.draft_tokens} draft tokens" if self.draft_tokens else ""
+        if budget < 1 and self.draft_tokens and self.max_new_tokens < self.max_positions:
+            raise DraftsmithError(  # --max-new-tokens alone would fit: the drafts are what leave no room
+                f"{self.draft_flag} asks for {self.draft_tokens} draft tokens per step: with --max-new-tokens "
+                f"{self.max_new_tokens} they leave no room for a prompt in {self.model}'s {self.max_positions:,} "
+                f"positions (max_position_embeddings): lower {self.draft_flag.split('/')[-1]}"
+            )
         if budget < 1:
             raise DraftsmithError(
                 f"--max-new-tokens {self.max_new_tokens}{drafts} leave{'s' if not drafts else ''} no room for a "
