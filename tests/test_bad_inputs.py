@@ -458,7 +458,29 @@ DATA: list[Case] = [
     ),
 ]
 
-CASES = TRAINING + CHECKPOINTS + BENCH + DATA
+# --- draftsmith plan --------------------------------------------------------------------------------
+PLAN = [
+    Case("plan-gpus-zero", ("plan", "{tiny}/eagle3.yaml", "--gpus", "0"), "--gpus must be >= 1, got 0"),
+    Case(
+        "plan-gpu-memory-unparsable",
+        ("plan", "{tiny}/eagle3.yaml", "--gpu-memory", "lots"),
+        "--gpu-memory 'lots': expected a size like 80GB",
+    ),
+    Case(
+        "plan-gpu-tflops-word",
+        ("plan", "{tiny}/eagle3.yaml", "--gpu-tflops", "fast"),
+        "--gpu-tflops 'fast': give a number or 'measured'",
+    ),
+    Case(
+        "plan-utilisation-above-one",
+        ("plan", "{tiny}/eagle3.yaml", "--utilisation", "1.5"),
+        "--utilisation must be in (0, 1], got 1.5",
+    ),
+    Case("plan-unknown-override", ("plan", "{tiny}/eagle3.yaml", "--optim.lrr=1"), "unknown config key 'optim.lrr'"),
+    Case("plan-fits-nowhere", ("plan", "{tiny}/eagle3.yaml", "--gpu-memory", "1MB"), "does not fit on 1 MB GPUs"),
+]
+
+CASES = TRAINING + CHECKPOINTS + BENCH + DATA + PLAN
 
 
 # --- the runner -----------------------------------------------------------------------------------
