@@ -28,12 +28,12 @@ from dataclasses import asdict, dataclass
 
 from draftsmith.engines import EngineOutput
 from draftsmith.errors import DraftsmithError
-from draftsmith.train.kinds import KINDS
+from draftsmith.kinds import KINDS
 
 log = logging.getLogger("draftsmith.crosscheck")
 
 ENGINES = ("vllm", "llamacpp")
-ENGINE_KINDS = {e: tuple(k for k, v in KINDS.items() if e in v.crosscheck) for e in ENGINES}  # train/kinds.py
+ENGINE_KINDS = {e: tuple(k for k, v in KINDS.items() if e in v.crosscheck) for e in ENGINES}  # draftsmith/kinds.py
 NEAR_TIE = 1e-3  # fp32 logits of two runtimes differ by ~1e-5: a gap under this can flip an argmax
 
 
@@ -248,24 +248,24 @@ def engine_runtimes(name: str, setup: Setup, stop_ids, max_model_len: int, token
     """(runtimes, info) an engine contributes: its plain decoding and the draft's."""
     if name == "vllm":
         from draftsmith.engines.vllm_engine import VLLMEngine
-        from draftsmith.export.vllm import METHODS, SPEC_EXTRA
+        from draftsmith.export.common import layout
 
-        draft_dir = _export(setup, "vllm")
+        draft_dir, lay = _export(setup, "vllm"), layout(setup.kind, "vllm")
         common = dict(dtype=setup.dtype, max_model_len=max_model_len)
         plain = VLLMEngine(setup.target_dir, log_path=setup.workdir / "vllm-plain.log", **common)
         spec = VLLMEngine(
             setup.target_dir,
             draft_dir=draft_dir,
-            method=METHODS[setup.kind],
+            method=lay.method,
             num_speculative_tokens=setup.k,
-            speculative_extra=SPEC_EXTRA.get(setup.kind),
+            speculative_extra=lay.spec_extra or None,
             log_path=setup.workdir / "vllm-draft.log",
             **common,
         )
         info = {
             "versions": spec.versions,
             "export": str(draft_dir),
-            "method": METHODS[setup.kind],
+            "method": lay.method,
             "load_s": {"plain": plain.load_s, "draft": spec.load_s},
         }
         return {"vllm plain": EngineRuntime(plain, stop_ids), "vllm": EngineRuntime(spec, stop_ids, True)}, info
@@ -295,12 +295,11 @@ def crosscheck(
     progress: bool = True,
 ) -> dict:
     from draftsmith.bench import cpu_info
-    from draftsmith.models import Target, read_drafter_meta
+    from draftsmith.models import Target, load_drafter, read_drafter_meta, resolve_checkpoint
     from draftsmith.models.loading import resolve_model
     from draftsmith.prompts import load_prompt_sets
-    from draftsmith.train.kinds import load_drafter
 
-    ckpt = pathlib.Path(checkpoint)
+    ckpt = resolve_checkpoint(checkpoint)  # a run folder: its best/ or final/
     meta = read_drafter_meta(ckpt) if ckpt.is_dir() else None
     if meta is None:
         raise DraftsmithError(f"{checkpoint}: not a draftsmith checkpoint folder (no drafter.json)")
@@ -448,8 +447,9 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--engines",
         default="vllm",
-        help="comma list: vllm (draft_lm, medusa, eagle, eagle3), "
-        "llamacpp (draft_lm, eagle3); install them with `bash scripts/install_engines.sh`",
+        help="comma list: "
+        + ", ".join(f"{e} ({', '.join(kinds)})" for e, kinds in ENGINE_KINDS.items())
+        + "; install them with `bash scripts/install_engines.sh`",
     )
     parser.add_argument("--prompts", default="chat,code", help="prompt sets, as for bench (default chat,code)")
     parser.add_argument("--num-prompts", type=int, default=None, help="the first N prompts of each set")

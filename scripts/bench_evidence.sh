@@ -53,13 +53,13 @@ python scripts/bench_all.py --recipes "$RECIPES" --minutes "$MINUTES" --train-fl
   2>&1 | tee -a "$OUT/bench.log"
 
 echo "== 3. cross-checking each checkpoint in the engines ($(date +%H:%M))"
-# every kind with the engines `draftsmith crosscheck` runs it in (train/kinds.py: Kind.crosscheck)
+# every kind with the engines `draftsmith crosscheck` runs it in (draftsmith/kinds.py: Kind.crosscheck)
 while read -r kind engines; do
   ckpt=runs/smollm2-${kind//_/-}-${MINUTES}min/final
   [[ -f $OUT/crosscheck-$kind.json ]] && { echo "crosscheck $kind: done"; continue; }
   draftsmith crosscheck "$ckpt" --engines "$engines" --prompts chat,code --num-prompts "$CC_PROMPTS" --max-new-tokens "$CC_TOKENS" \
     --workdir "$OUT/crosscheck-$kind" --json "$OUT/crosscheck-$kind.json" --quiet 2>&1 | tee "$OUT/crosscheck-$kind.txt" || true  # a disagreement is reported, the others still run
-done < <(python -c "from draftsmith.train.kinds import KINDS
+done < <(python -c "from draftsmith.kinds import KINDS
 for k, v in KINDS.items():
     if v.crosscheck: print(k, ','.join(v.crosscheck))")
 echo "== done ($(date +%H:%M)): $OUT"

@@ -458,6 +458,220 @@ DATA: list[Case] = [
     ),
 ]
 
+# --- the 224-case probe's last findings (issue 28) ----------------------------------------------
+# {ck[KIND]}: a tiny run of that kind (run/final), trained once per module on first use.
+
+
+def copy_ckpt(kind: str, name: str, then: Callable[[pathlib.Path], None] | None = None):
+    """A setup that copies the module's tiny `kind` checkpoint (its final/) to {tmp}/name, then calls then(copy)."""
+
+    def setup(tmp: pathlib.Path) -> None:
+        dst = tmp / name
+        shutil.copytree(CKPTS[kind] / "final", dst)
+        if then is not None:
+            then(dst)
+
+    return setup
+
+
+def edit_json(rel: str, **changes):
+    """then-callback: set keys of the JSON file {copy}/rel."""
+
+    def edit(folder: pathlib.Path) -> None:
+        path = folder / rel
+        data = json.loads(path.read_text())
+        data.update(changes)
+        path.write_text(json.dumps(data))
+
+    return edit
+
+
+def remove_tree(rel: str):
+    def rm(folder: pathlib.Path) -> None:
+        shutil.rmtree(folder / rel)
+
+    return rm
+
+
+def result_of(kind: str, name: str, alter_weights: bool = False):
+    """A setup writing {tmp}/name: an `eval --json` result as it records the tiny `kind` checkpoint.
+    alter_weights: the result of a copy of that checkpoint whose weights differ (a retrained one)."""
+
+    def setup(tmp: pathlib.Path) -> None:
+        from draftsmith.models import checkpoint_identity
+
+        ckpt = CKPTS[kind] / "final"
+        if alter_weights:
+            other = tmp / "retrained"
+            shutil.copytree(ckpt, other)
+            with open(other / "model.safetensors", "r+b") as f:  # one byte of the last tensor's data
+                f.seek(-1, os.SEEK_END)
+                last = f.read(1)
+                f.seek(-1, os.SEEK_END)
+                f.write(bytes([last[0] ^ 1]))
+            ckpt = other
+        meta = json.loads((ckpt / "drafter.json").read_text())
+        result = {
+            "target": meta["target"],
+            "draft": str(ckpt),
+            "drafter_kind": meta["kind"],
+            "draft_checkpoint": checkpoint_identity(ckpt),
+            "num_speculative_tokens": 3,
+            "mean_acceptance_length": 1.5,
+            "per_position_acceptance": [0.3, 0.1, 0.1],
+        }
+        (tmp / name).write_text(json.dumps(result))
+
+    return setup
+
+
+def _read_only(name: str) -> str:
+    """A path in a folder this process cannot write: root writes anywhere its permissions allow,
+    so /sys (EPERM even for root) stands in; as another user {tmp}/ro (0o555, see ro_setup)."""
+    return f"/sys/draftsmith-test/{name}" if os.geteuid() == 0 else "{tmp}/ro/" + name
+
+
+GEN = ("generate", "--target", "tiny-random", "--max-new-tokens", "4")
+EVAL1 = ("--target", "tiny-random", "--prompts", "chat", "--num-prompts", "1", "--max-new-tokens", "4", "--quiet")
+
+PROBE: list[Case] = [
+    # Wrong results: a K the drafter cannot draft is refused by the one check, on every command.
+    Case(
+        "dflash-k-above-its-block-eval",
+        ("eval", *EVAL1, "--draft", "{ck[dflash]}/final", "-k", "10", "--json", "{tmp}/d.json"),
+        "-k/--num-speculative-tokens 10: {ck[dflash]}/final (a dflash drafter) drafts at most 3 tokens per step",
+        absent=("{tmp}/d.json",),
+    ),
+    Case(
+        "dflash-k-above-its-block-generate",
+        (*GEN, "--draft", "{ck[dflash]}/final", "-k", "4", "Hi"),
+        "-k/--num-speculative-tokens 4: {ck[dflash]}/final (a dflash drafter) drafts at most 3 tokens per step",
+    ),
+    Case(
+        "dflash-k-above-its-block-export",
+        ("export", "{ck[dflash]}/final", "--format", "vllm", "-k", "10", "--output-dir", "{tmp}/e"),
+        "-k/--num-speculative-tokens 10: this dflash checkpoint (num_speculative_tokens=3) drafts at most 3 tokens",
+        absent=("{tmp}/e",),
+    ),
+    Case(
+        "pard-k-above-its-training",
+        ("eval", *EVAL1, "--draft", "{ck[pard]}/final", "-k", "9"),
+        "-k/--num-speculative-tokens 9: {ck[pard]}/final (a pard drafter) drafts at most 4 tokens per step",
+    ),
+    Case(
+        "medusa-k-above-its-heads-bench",
+        ("bench", *EVAL1, "--draft", "{ck[medusa]}/final", "-k", "5", "--json", "{tmp}/b.json"),
+        "-k/--num-speculative-tokens 5: {ck[medusa]}/final (a medusa drafter) drafts at most 4 tokens per step",
+        absent=("{tmp}/b.json",),
+    ),
+    Case(
+        "publish-results-of-another-kind",
+        ("publish", "{ck[eagle3]}/final", "--dry-run", "--results", "{tmp}/d.json", "--stage-dir", "{tmp}/stage"),
+        "--results d.json belongs to another checkpoint: it measured a dflash drafter",
+        setup=result_of("dflash", "d.json"),
+        unchanged=("{tmp}/d.json",),
+        absent=("{tmp}/stage",),
+    ),
+    Case(
+        "publish-results-of-another-checkpoint-of-the-kind",
+        ("publish", "{ck[eagle3]}/final", "--dry-run", "--results", "{tmp}/r.json", "--stage-dir", "{tmp}/stage"),
+        "--results r.json belongs to another checkpoint: it measured the checkpoint {tmp}/retrained",
+        setup=result_of("eagle3", "r.json", alter_weights=True),
+        absent=("{tmp}/stage",),
+    ),
+    # Output folders that cannot be written, or that another export fills (test_export_race below).
+    Case(
+        "export-into-a-read-only-folder",
+        ("export", "{ck[eagle]}/final", "--format", "hf", "--output-dir", _read_only("e")),
+        "cannot write in",
+        setup=mkdir("ro", 0o555),
+        unchanged=("{tmp}/ro",),
+    ),
+    Case(
+        "publish-stage-dir-read-only",
+        ("publish", "{ck[eagle3]}/final", "--dry-run", "--stage-dir", _read_only("s")),
+        "cannot write there",
+        setup=mkdir("ro", 0o555),
+        unchanged=("{tmp}/ro",),
+    ),
+    # Damaged checkpoints are named as damaged (not as our internal error, not a KeyError).
+    *(
+        Case(
+            f"medusa-config-says-more-heads-{name}",
+            (argv[0], "{tmp}/moreheads", *argv[1:]),
+            "checkpoint {tmp}/moreheads is damaged",
+            setup=copy_ckpt("medusa", "moreheads", edit_json("config.json", num_heads=6)),
+            unchanged=("{tmp}/moreheads",),
+            absent=("{tmp}/e", "{tmp}/stage"),
+        )
+        for name, argv in (
+            ("export-vllm", ("export", "--format", "vllm", "--output-dir", "{tmp}/e")),
+            ("export-hf", ("export", "--format", "hf", "--output-dir", "{tmp}/e")),
+            ("publish", ("publish", "--dry-run", "--stage-dir", "{tmp}/stage")),
+        )
+    ),
+    *(
+        Case(
+            f"medusa2-without-its-target-{cmd[0]}",
+            (cmd[0], "{tmp}/m2", *cmd[1:]),
+            "its fine-tuned target target/ (drafter.json's target_path) is missing",
+            setup=copy_ckpt("medusa2", "m2", remove_tree("target")),
+            unchanged=("{tmp}/m2",),
+            absent=("{tmp}/e", "{tmp}/stage"),
+        )
+        for cmd in (
+            ("export", "--format", "vllm", "--output-dir", "{tmp}/e"),
+            ("publish", "--dry-run", "--stage-dir", "{tmp}/stage"),
+        )
+    ),
+    Case(
+        "draft-an-empty-folder",
+        (*GEN, "--draft", "{tmp}/empty", "Hi"),
+        "--draft {tmp}/empty: the folder is empty",
+        setup=mkdir("empty"),
+    ),
+    Case(
+        "draft-eagle3-without-drafter-json",
+        (*GEN, "--draft", "{tmp}/nodrafter", "Hi"),
+        "a damaged eagle3 checkpoint: drafter.json is missing",
+        setup=copy_ckpt("eagle3", "nodrafter", delete("drafter.json")),
+        unchanged=("{tmp}/nodrafter",),
+    ),
+    # Devices and numbers, named with the flag that is wrong.
+    Case("device-cuda-without-cuda", (*GEN, "--device", "cuda", "Hi"), "--device cuda: no cuda device is available"),
+    Case("device-unknown", (*GEN, "--device", "tpu9", "Hi"), "--device 'tpu9': not a device name torch knows"),
+    Case("prompt-lookup-zero", (*GEN, "--draft", "prompt_lookup:0", "Hi"), "prompt_lookup:0': N, the longest n-gram"),
+    Case(
+        "seed-past-64-bits",
+        (*GEN, "--seed", "99999999999999999999999", "Hi"),
+        "--seed must be in [0, 9223372036854775807], got 99999999999999999999999",
+    ),
+    Case("temperature-infinite", (*GEN, "--temperature", "inf", "Hi"), "--temperature must be >= 0 and finite"),
+    Case(
+        "k-past-the-context-blames-k",
+        ("generate", "--target", "tiny-random", "--draft", "truncated:2", "-k", "5000", "Hi"),
+        "-k/--num-speculative-tokens asks for 5000 draft tokens per step",
+    ),
+    Case(
+        "prompts-a-folder",
+        ("eval", "--target", "tiny-random", "--draft", "truncated:2", "--quiet", "--prompts", "{tmp}/rec"),
+        "--prompts {tmp}/rec is a folder that holds no dataset",
+        setup=write("rec/a.yaml", "model:\n  target: tiny-random\n"),
+        unchanged=("{tmp}/rec",),
+    ),
+    Case(
+        "train-output-dir-empty-string",
+        ("train", "{tiny}/draft_lm.yaml", "--output-dir", ""),
+        '--output-dir "": name the run folder',
+    ),
+    Case(
+        "gguf-type-with-hf",
+        ("export", "{run}/final", "--format", "hf", "--gguf-type", "f32", "--output-dir", "{tmp}/g"),
+        "--gguf-type applies to --format gguf only",
+        absent=("{tmp}/g",),
+    ),
+]
+
 # --- draftsmith plan --------------------------------------------------------------------------------
 PLAN = [
     Case("plan-gpus-zero", ("plan", "{tiny}/eagle3.yaml", "--gpus", "0"), "--gpus must be >= 1, got 0"),
@@ -480,7 +694,7 @@ PLAN = [
     Case("plan-fits-nowhere", ("plan", "{tiny}/eagle3.yaml", "--gpu-memory", "1MB"), "does not fit on 1 MB GPUs"),
 ]
 
-CASES = TRAINING + CHECKPOINTS + BENCH + DATA + PLAN
+CASES = TRAINING + CHECKPOINTS + BENCH + DATA + PROBE + PLAN
 
 
 # --- the runner -----------------------------------------------------------------------------------
@@ -518,8 +732,36 @@ def trained_run(tiny_cache, tmp_path_factory):
     return out
 
 
+class _Checkpoints(dict):
+    """kind -> a tiny run folder of that kind (recipe.yaml, final/), trained on first use (2 steps)
+    and shared by the module's cases; `root` is set by the first test that needs one."""
+
+    root: pathlib.Path | None = None
+
+    def __missing__(self, kind: str) -> pathlib.Path:
+        from accelerate.state import AcceleratorState, GradientState
+
+        from draftsmith.cli import main
+
+        recipe, extra = (kind, []) if kind != "medusa2" else ("medusa2", ["--data.regenerate=false"])
+        out = self.root / kind
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+        try:
+            rc = main(["train", str(TINY / f"{recipe}.yaml"), "--output-dir", str(out), *QUICK, *extra])
+        finally:
+            AcceleratorState._reset_state(True)
+            GradientState._reset_state()
+        assert rc == 0 and (out / "final" / "drafter.json").is_file(), f"training the tiny {kind} failed"
+        self[kind] = out
+        return out
+
+
+CKPTS = _Checkpoints()
+
+
 def _fill(text: str, tmp: pathlib.Path) -> str:
-    return text.format(tmp=tmp, run=RUN.get("path", "{run}"), tiny=TINY)
+    return text.format(tmp=tmp, run=RUN.get("path", "{run}"), tiny=TINY, ck=CKPTS)
 
 
 def _argv(case: Case, tmp: pathlib.Path) -> list[str]:
@@ -573,9 +815,11 @@ def assert_one_clear_line(rc: int, err: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case, request, tmp_path, capsys, tiny_cache, fresh_accelerate):
+def test_bad_input(case, request, tmp_path, tmp_path_factory, capsys, tiny_cache, fresh_accelerate):
     if _uses_run(case):
         request.getfixturevalue("trained_run")
+    if CKPTS.root is None:
+        CKPTS.root = tmp_path_factory.mktemp("bad-inputs-kinds")
     tmp = tmp_path / "case"
     tmp.mkdir()
     if case.setup is not None:
@@ -722,7 +966,8 @@ def test_every_numeric_knob_has_a_range_that_is_enforced():
     """Each int/float knob of every section declares its range, and a value just outside it is
     refused naming the key (issue 16 item 7: eval_every=-5 was accepted)."""
     from draftsmith.train import config as c
-    from draftsmith.train import kinds
+    from draftsmith import kinds
+    from draftsmith.train.config import recipe_from_dict
 
     from draftsmith.errors import DraftsmithError
 
@@ -733,7 +978,7 @@ def test_every_numeric_knob_has_a_range_that_is_enforced():
         ("checkpoint", c.CheckpointConfig, {}),
         ("logging", c.LoggingConfig, {}),
     ]
-    for kind, cls in kinds.DRAFTER_CONFIGS.items():
+    for kind, cls in kinds.drafter_configs().items():
         sections.append(("drafter", cls, {"kind": kind}))
         if "lora" in {f.name for f in dataclasses.fields(cls)}:
             sections.append(("drafter.lora", c.LoraConfig, {"kind": kind}))
@@ -751,6 +996,180 @@ def test_every_numeric_knob_has_a_range_that_is_enforced():
                 node = node.setdefault(part, {})
             node[name] = _just_outside(spec, hints[name])
             with pytest.raises(DraftsmithError, match=rf"config key '{prefix}.{name}' must be"):
-                kinds.recipe_from_dict(data)
+                recipe_from_dict(data)
             checked += 1
     assert checked >= 40
+
+
+# --- the probe's findings that are not a refused command (issue 28) -----------------------------
+
+
+def test_export_race_loser_gets_one_line(trained_run, tmp_path, capsys, monkeypatch):
+    """Two exports into one folder at once: the one that finishes second is refused in one line,
+    and the winner's files stay as they are (here the winner lands while the loser writes)."""
+    from draftsmith.export import hf
+
+    out = tmp_path / "race"
+    write = hf.write
+
+    def lose(ckpt, folder, **kw):
+        notes = write(ckpt, folder, **kw)
+        out.mkdir()
+        (out / "winner.txt").write_text("the other export")
+        return notes
+
+    monkeypatch.setattr(hf, "write", lose)
+    rc, err = run_draftsmith(
+        ["export", str(trained_run / "final"), "--format", "hf", "--output-dir", str(out)], capsys, False
+    )
+    assert_one_clear_line(rc, err, f"--output-dir {out} was filled by another export while this one ran")
+    assert sorted(p.name for p in out.iterdir()) == ["winner.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["race"]  # no temporary folder left behind
+
+
+def test_resolve_checkpoint_takes_best_then_final(tmp_path):
+    from draftsmith.models import resolve_checkpoint, write_drafter_meta
+
+    run = tmp_path / "run"
+    for name in ("final", "step-0000002"):
+        (run / name).mkdir(parents=True)
+        write_drafter_meta(run / name, "eagle", "tiny-random")
+    assert resolve_checkpoint(run) == run / "final"
+    assert resolve_checkpoint(run / "step-0000002") == run / "step-0000002"  # a checkpoint is itself
+    (run / "best").mkdir()
+    write_drafter_meta(run / "best", "eagle", "tiny-random")
+    assert resolve_checkpoint(run) == run / "best"
+    assert resolve_checkpoint(tmp_path / "absent") == tmp_path / "absent"  # the caller names the problem
+    assert str(resolve_checkpoint("smollm2-135m-instruct")) == "smollm2-135m-instruct"
+
+
+def test_draft_a_run_folder_decodes_with_its_final_checkpoint(trained_run, capsys, caplog, fresh_accelerate):
+    import logging
+
+    caplog.set_level(logging.INFO)
+    rc, err = run_draftsmith(
+        ["generate", "--target", "tiny-random", "--draft", str(trained_run), "--max-new-tokens", "4", "Hi"],
+        capsys,
+        False,
+    )
+    assert rc == 0, err[-3000:]
+    assert f"--draft {trained_run} is a training run: using its final/ checkpoint" in caplog.text
+    assert json.loads(err.strip().splitlines()[-1])["drafts"] > 0  # it did draft with the checkpoint
+
+
+def test_drafter_json_naming_another_target_warns(trained_run, tmp_path, capsys, caplog, fresh_accelerate):
+    import logging
+
+    ckpt = tmp_path / "mism"
+    shutil.copytree(trained_run / "final", ckpt)
+    edit_json("drafter.json", target="qwen2.5-coder-1.5b-instruct")(ckpt)
+    caplog.set_level(logging.INFO)
+    rc, err = run_draftsmith(
+        ["generate", "--target", "tiny-random", "--draft", str(ckpt), "--max-new-tokens", "4", "Hi"], capsys, False
+    )
+    assert rc == 0, err[-3000:]
+    assert f"{ckpt} was trained against qwen2.5-coder-1.5b-instruct; decoding with --target tiny-random" in caplog.text
+
+
+def test_publish_takes_results_measured_with_this_checkpoint(trained_run, tmp_path, capsys, fresh_accelerate):
+    """eval --json records the checkpoint's identity, and publish --results accepts exactly that."""
+    from draftsmith.models import checkpoint_identity
+
+    ckpt, result = trained_run / "final", tmp_path / "r.json"
+    rc, err = run_draftsmith(
+        ["eval", *EVAL1[:2], "--draft", str(ckpt), *EVAL1[2:], "--json", str(result)], capsys, False
+    )
+    assert rc == 0, err[-3000:]
+    recorded = json.loads(result.read_text())["draft_checkpoint"]
+    assert recorded == checkpoint_identity(ckpt) and recorded["kind"] == "draft_lm" and len(recorded["sha256"]) == 64
+    rc, err = run_draftsmith(
+        ["publish", str(ckpt), "--dry-run", "--results", str(result), "--stage-dir", str(tmp_path / "s")], capsys, False
+    )
+    assert rc == 0, err[-3000:]
+    assert (tmp_path / "s" / "results" / "r.json").is_file()
+
+
+@pytest.mark.parametrize("with_json", [True, False], ids=["json", "no-json"])
+def test_ctrl_c_during_bench_keeps_the_finished_runs(with_json, tmp_path, capsys, monkeypatch, tiny_cache):
+    """SIGINT (KeyboardInterrupt) at the 4th timed run of 6: the 3 that finished are written,
+    marked partial, and the one line says so; nothing claims a resume."""
+    from draftsmith.infer.engine import Engine
+
+    calls = {"n": 0}
+    generate = Engine.generate
+
+    def interrupt_after(self, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2 + 4:  # 2 warm-up runs (plain, speculative), then the 4th timed run
+            raise KeyboardInterrupt
+        return generate(self, *a, **kw)
+
+    monkeypatch.setattr(Engine, "generate", interrupt_after)
+    out = tmp_path / "b.json"
+    argv = ["bench", *EVAL1[:2], "--draft", "truncated:2", "--prompts", "chat", "--num-prompts", "3"]
+    argv += ["--max-new-tokens", "4", "--quiet", "--no-hf", *(["--json", str(out)] if with_json else [])]
+    rc, err = run_draftsmith(argv, capsys, False)
+    assert rc == 130, err[-3000:]
+    lines = [ln for ln in err.splitlines() if ln.startswith("draftsmith: interrupted")]
+    assert (
+        len(lines) == 1
+        and "3 of 6 runs had finished" in lines[0]
+        and "resume" not in lines[0].replace("nothing resumes", "")
+    ), lines
+    if not with_json:
+        assert "nothing was kept" in lines[0] and not out.exists()
+        return
+    assert f"they are in {out}, marked partial" in lines[0]
+    partial = json.loads(out.read_text())["partial"]
+    assert partial["runs_done"] == 3 and partial["runs_total"] == 6
+    assert sum(m["runs"] for m in partial["methods"].values()) == 3
+    assert partial["methods"]["speculative"]["drafts"] > 0
+
+
+@pytest.mark.parametrize("kind", ["file", "read-only"])
+def test_features_output_that_cannot_be_a_folder(kind, tmp_path, capsys, tiny_cache):
+    from draftsmith.train.features_cli import main
+
+    if kind == "file":
+        target, watched, line = tmp_path / "afile", tmp_path / "afile", f"--output {tmp_path / 'afile'} is a file"
+        target.write_text("keep me")
+    else:
+        (tmp_path / "ro").mkdir(mode=0o555)
+        watched = tmp_path / "ro"
+        target = pathlib.Path("/sys/draftsmith-test/f") if os.geteuid() == 0 else tmp_path / "ro" / "f"
+        line = "cannot write in"
+    before = snapshot(watched)
+    capsys.readouterr()
+    rc = main([str(TINY / "eagle.yaml"), "--output", str(target)])
+    assert_one_clear_line(rc, capsys.readouterr().err, line)
+    assert snapshot(watched) == before and not (tmp_path / "ro" / "f").exists()
+
+
+def test_help_texts_come_from_the_kind_registry():
+    """crosscheck's engines per kind, export's formats per kind: read from KINDS, never a hand list;
+    the top-level help names every export format; kind names take their article."""
+    from draftsmith.cli import build_parser
+    from draftsmith.export import FORMATS, export
+    from draftsmith.kinds import kinds_with
+    from draftsmith.models import write_drafter_meta
+
+    from draftsmith.errors import DraftsmithError
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices
+    flat = {name: " ".join(sub[name].format_help().split()) for name in ("crosscheck", "export")}
+    for engine in ("vllm", "llamacpp"):
+        assert f"{engine} ({', '.join(kinds_with(engine))})" in flat["crosscheck"]
+    assert {"pard", "dflash"} <= set(kinds_with("vllm"))
+    for fmt in FORMATS:
+        assert f"({', '.join(kinds_with(fmt, 'exports'))})" in flat["export"], fmt
+    assert "dflash" in kinds_with("sglang", "exports")
+    assert f"({', '.join(FORMATS)})" in " ".join(parser.format_help().split())
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = pathlib.Path(tmp) / "e"
+        ckpt.mkdir()
+        write_drafter_meta(ckpt, "eagle", "tiny-random")
+        with pytest.raises(DraftsmithError, match="does not apply to an eagle checkpoint"):
+            export(ckpt, "sglang", pathlib.Path(tmp) / "out")

@@ -22,7 +22,8 @@ from draftsmith.models.eagle3 import (
 )
 from draftsmith.train.eagle import Eagle3Task, simulated_acceptance_length
 from draftsmith.train.features import target_hidden_states
-from draftsmith.train.kinds import load_drafter, load_recipe
+from draftsmith.models import load_drafter
+from draftsmith.train.config import load_recipe
 from lawtest import chisquare_pvalue, engine_samples, exact_law
 
 from draftsmith.errors import DraftsmithError

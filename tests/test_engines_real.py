@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from draftsmith.train.kinds import KINDS
+from draftsmith.kinds import KINDS
 
 from draftsmith import engines
 
@@ -29,7 +29,7 @@ TRAIN = [
     "--checkpoint.save_every=0",
 ]
 INIT = {"draft_lm": ["--drafter.init=truncated:20"], "pard": ["--drafter.init=truncated:20"]}
-# Every kind the declaration says `draftsmith crosscheck` runs in each engine (train/kinds.py).
+# Every kind the declaration says `draftsmith crosscheck` runs in each engine (draftsmith/kinds.py).
 VLLM_KINDS = [k for k, v in KINDS.items() if "vllm" in v.crosscheck]
 LLAMACPP_KINDS = [k for k, v in KINDS.items() if "llamacpp" in v.crosscheck]
 

@@ -12,9 +12,6 @@ import shutil
 import pytest
 import torch
 import torch.nn.functional as F
-from draftsmith.infer import Engine
-from draftsmith.models import write_drafter_meta
-from draftsmith.train.kinds import load_drafter, load_recipe
 from safetensors.torch import load_file
 
 from draftsmith.errors import DraftsmithError
@@ -33,7 +30,10 @@ from draftsmith.export import (
 from draftsmith.export import hf as hf_fmt
 from draftsmith.export import sglang as sglang_fmt
 from draftsmith.export import vllm as vllm_fmt
-from draftsmith.export.common import weight_shapes
+from draftsmith.export.common import layout, weight_shapes
+from draftsmith.infer import Engine
+from draftsmith.models import load_drafter, write_drafter_meta
+from draftsmith.train.config import load_recipe
 
 KINDS = ("draft_lm", "medusa", "eagle", "eagle3")
 # gguf is written by llama.cpp's own converter (an engine install): tests/test_engines*.py cover it.
@@ -142,8 +142,7 @@ def test_config_has_the_engines_keys(exports, kind, fmt):
     out = exports[(kind, fmt)]
     config = _config(out)
     assert check(out, fmt, kind) == []
-    module = MODULES[fmt]
-    required = module.REQUIRED_KEYS if fmt == "sglang" else module.REQUIRED_KEYS[kind]
+    required = layout(kind, fmt).required_keys
     assert set(required) <= set(config)
     md = FORMATS_MD.get((kind, fmt), {})
     assert set(md.get("keys", [])) <= set(config)
@@ -374,7 +373,7 @@ def test_errors_are_one_clear_line_and_leave_nothing_behind(tmp_path, ckpts):
     refuses("not a draftsmith checkpoint", tmp_path / "plain", "hf", tmp_path / "o2")
     run_dir = tmp_path / "run"
     _fake(run_dir / "final", "eagle")
-    refuses("did you mean .*final", run_dir, "vllm", tmp_path / "o3")
+    refuses("run/final/config.json is missing", run_dir, "vllm", tmp_path / "o3")  # the run folder -> its final/
     draft = _fake(tmp_path / "draft", "draft_lm")
     refuses(
         "format 'sglang' does not apply to a draft_lm checkpoint; formats for draft_lm: hf, vllm",
@@ -389,7 +388,7 @@ def test_errors_are_one_clear_line_and_leave_nothing_behind(tmp_path, ckpts):
     refuses("not an empty folder", ckpts["eagle3"], "vllm", busy)
     assert (busy / "x").read_text() == "keep me"
     refuses(
-        r"drafts at most 4 tokens \(num_heads=4\): -k 9",
+        r"-k/--num-speculative-tokens 9: this medusa checkpoint \(num_heads=4\) drafts at most 4 tokens per step",
         ckpts["medusa"],
         "vllm",
         tmp_path / "o6",

@@ -1,6 +1,7 @@
 """The dependency rules of ARCHITECTURE.md, read from the source (every import, lazy ones too):
 layers import only downwards, no two modules import each other in a loop, infer/ names no
-drafter kind, and outside train/kinds.py no module spells a kind in an `if`."""
+drafter kind, and outside the registry (draftsmith/kinds.py) no module spells a kind in an `if`
+or keys a table by kind names."""
 
 import ast
 import pathlib
@@ -15,10 +16,10 @@ FOLDERS = {
 # Lowest first. The bench and the prompt sets are tools on the runtime (beside the CLI on disk);
 # the trainer's periodic evaluation uses them, so they sit below train/.
 LAYERS = [
-    {"draftsmith", "draftsmith.errors"},
+    {"draftsmith", "draftsmith.errors", "draftsmith.kinds"},  # the registry: names and lazy references only
     {"draftsmith.infer"},
     {"draftsmith.models"},
-    {"draftsmith.bench", "draftsmith.prompts"},
+    {"draftsmith.bench", "draftsmith.prompts", "draftsmith.report"},
     {"draftsmith.train"},
     {"draftsmith.export", "draftsmith.engines", "draftsmith.hub", "draftsmith.crosscheck"},
     {"draftsmith.cli", "draftsmith.__main__"},
@@ -120,10 +121,10 @@ def test_infer_names_no_drafter_kind():
 
 
 def test_no_kind_is_spelled_in_an_if_outside_the_declaration():
-    """`if kind == "medusa"` anywhere but train/kinds.py means a new kind must touch that file too."""
+    """`if kind == "medusa"` anywhere but draftsmith/kinds.py means a new kind must touch that file too."""
     offenders = []
     for m, path in modules().items():
-        if m in ("draftsmith.train.kinds",):
+        if m in ("draftsmith.kinds",):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.If, ast.IfExp)) and isinstance(node.test, ast.Compare):
@@ -131,3 +132,27 @@ def test_no_kind_is_spelled_in_an_if_outside_the_declaration():
                 if any(c in KIND_NAMES for c in consts):
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offenders, "kind names in conditions: " + ", ".join(offenders)
+
+
+def test_no_table_is_keyed_by_kind_names_outside_the_registry():
+    """{"medusa": ..., "eagle": ...} anywhere but draftsmith/kinds.py is a second declaration a new
+    kind would have to find and extend; a kind's layouts are objects its registry entry names."""
+    offenders = []
+    for m, path in modules().items():
+        if m == "draftsmith.kinds":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Dict):
+                keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]
+                if sum(k in KIND_NAMES for k in keys) >= 2:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, "tables keyed by kind names: " + ", ".join(offenders)
+
+
+def test_the_registry_imports_nothing_but_the_errors_module():
+    deps = graph()["draftsmith.kinds"]
+    assert deps <= {"draftsmith.errors"}, deps
+    tree = ast.parse((ROOT / "draftsmith" / "kinds.py").read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= {"__future__", "importlib", "dataclasses", "draftsmith"}, imported

@@ -7,7 +7,7 @@ import logging
 import pathlib
 import sys
 
-from draftsmith.errors import run_command
+from draftsmith.errors import DraftsmithError, run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,9 +39,10 @@ def main(argv=None) -> int:
 
 
 def _run(args, rest: list[str]) -> int:
-    from .config import dump_recipe
-    from .kinds import load_recipe
+    from .config import dump_recipe, load_recipe
 
+    if args.output_dir is not None and not args.output_dir.strip():  # "" is a mistake, not "use the recipe's"
+        raise DraftsmithError('--output-dir "": name the run folder, or leave the flag out for the recipe\'s')
     recipe = load_recipe(args.recipe, rest)
     if args.output_dir:
         recipe.checkpoint.output_dir = args.output_dir

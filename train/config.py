@@ -11,7 +11,7 @@ something off (the note says what 0 means, and the trainer honours it), interval
     recipe = load_recipe("configs/tiny/draft_lm.yaml", ["--optim.lr=3e-4", "--data.max_length", "256"])
 
 The `drafter` section is polymorphic: its `kind` picks the dataclass from the table of kinds
-(train/kinds.py, which calls `load_recipe` here with it), so each drafter declares exactly the
+(draftsmith/kinds.py, resolved lazily here), so each drafter declares exactly the
 knobs it has. A drafter dataclass may define `checks() -> [(ok, message)]` for rules that span
 several of its keys.
 """
@@ -383,7 +383,7 @@ class LoggingConfig:
 @dataclass
 class Recipe:
     model: ModelConfig = field(default_factory=ModelConfig)
-    drafter: typing.Any = field(default_factory=DraftLMConfig)  # the kind's dataclass (train/kinds.py)
+    drafter: typing.Any = field(default_factory=DraftLMConfig)  # the kind's dataclass (draftsmith/kinds.py)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -473,11 +473,17 @@ def _convert(value, hint, where: str):
     raise DraftsmithError(f"config key '{where}': expected {getattr(hint, '__name__', hint)}, got {value!r}")
 
 
-def recipe_from_dict(data: dict, *, drafter_configs: dict[str, type]) -> Recipe:
-    """`drafter_configs`: kind -> its dataclass (train/kinds.py's DRAFTER_CONFIGS)."""
+def recipe_from_dict(data: dict, *, drafter_configs: dict[str, type] | None = None) -> Recipe:
+    """A recipe from its sections; `drafter.kind` picks its dataclass from the kind registry
+    (draftsmith/kinds.py), or from `drafter_configs` (kind -> dataclass) where one is given."""
+    from draftsmith.kinds import KINDS
+
     data = dict(data or {})
     drafter = dict(data.pop("drafter", None) or {})
     kind = drafter.get("kind", "draft_lm")
+    if drafter_configs is None:
+        trainable = [k.name for k in KINDS.values() if k.config_ref is not None]
+        drafter_configs = {kind: KINDS[kind].config} if kind in trainable else dict.fromkeys(trainable)
     if kind not in drafter_configs:
         raise DraftsmithError(
             f"config key 'drafter.kind': unknown drafter {kind!r}; trainable kinds: {', '.join(drafter_configs)}"
@@ -611,8 +617,12 @@ def apply_overrides(data: dict, overrides: dict[str, object]) -> dict:
 
 
 def load_recipe(
-    path: str | pathlib.Path, overrides: list[str] | dict | None = None, *, drafter_configs: dict[str, type]
+    path: str | pathlib.Path,
+    overrides: list[str] | dict | None = None,
+    *,
+    drafter_configs: dict[str, type] | None = None,
 ) -> Recipe:
+    """A YAML recipe with dotted overrides (`--section.key=value`); unknown keys are errors."""
     path = pathlib.Path(path)
     if path.is_dir():
         inside = sorted(p.name for p in path.glob("*.yaml"))[:5]

@@ -294,6 +294,4 @@ def simulated_acceptance_length(correct: torch.Tensor, rows: torch.Tensor) -> fl
     return 1.0 + float(leading[rows].float().mean())
 
 
-TASKS = {"eagle": EagleTask, "eagle3": Eagle3Task}
-
 __all__ = ["Eagle3Task", "EagleTask", "aux_layers", "simulated_acceptance_length"]

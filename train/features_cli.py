@@ -1,6 +1,10 @@
 """`python -m draftsmith.train.features RECIPE --output DIR`: extract the target's hidden states
 for a recipe into an offline feature cache (train/features.py holds the cache itself). Its own
 module because it reads the table of kinds, whose tasks import train/features.py.
+
+`draftsmith features RECIPE --output-dir DIR [--engine vllm ...]` is the same command; with
+`--engine vllm` the target runs in vLLM (train/vllm_features.py), which the CLI layer hands down
+since this layer does not import draftsmith.engines.
 """
 
 from __future__ import annotations
@@ -10,9 +14,9 @@ import logging
 import sys
 
 from draftsmith.errors import DraftsmithError, run_command
+from draftsmith.kinds import KINDS
 
 from .features import CACHE_DTYPES, check_layers, extract, num_hidden_states
-from .kinds import TASKS
 
 log = logging.getLogger("draftsmith.train")
 
@@ -26,25 +30,74 @@ def build_parser() -> argparse.ArgumentParser:
         "command after a kill: finished shards are kept.",
     )
     p.add_argument("recipe", help="YAML recipe of an EAGLE drafter")
-    p.add_argument("--output", required=True, help="the cache folder")
+    p.add_argument("--output", "--output-dir", dest="output", required=True, help="the cache folder")
+    p.add_argument(
+        "--engine",
+        choices=["transformers", "vllm"],
+        default="transformers",
+        help="who runs the target: transformers in this process (default), or vLLM in its own environment "
+        "(bash scripts/install_engines.sh vllm), which shards a target too big for one device",
+    )
     p.add_argument("--shard-rows", type=int, default=64, help="training rows per shard file")
     p.add_argument("--batch-size", type=int, default=4, help="rows per target forward")
     p.add_argument("--dtype", default="bfloat16", choices=list(CACHE_DTYPES), help="stored dtype")
     p.add_argument("--layers", default=None, help="hidden-state indices instead of the drafter's, e.g. 2,5,-1")
+    v = p.add_argument_group("--engine vllm (vLLM's extract_hidden_states; its own engine arguments)")
+    v.add_argument("--tensor-parallel-size", type=int, default=None, help="vLLM: GPUs the target is split over")
+    v.add_argument("--pipeline-parallel-size", type=int, default=None, help="vLLM: pipeline stages (e.g. nodes)")
+    v.add_argument(
+        "--vllm-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any further vLLM engine argument (repeatable, JSON values), e.g. distributed_executor_backend=ray",
+    )
+    v.add_argument(
+        "--from-hidden-states",
+        default=None,
+        metavar="DIR",
+        help="read a folder vLLM already wrote (with its vllm-hidden-states.json) instead of starting vLLM",
+    )
+    v.add_argument("--vllm-log", default=None, help="vLLM's log file (default: OUTPUT/vllm.log)")
     return p
 
 
-def main(argv=None) -> int:
+def main(argv=None, engines: dict | None = None, prog: str | None = None) -> int:
+    """engines: engine name -> the extractor class that starts it (`draftsmith features` passes
+    draftsmith.engines'; this layer does not import the engines)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    args, rest = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    if prog:
+        parser.prog = prog
+    args, rest = parser.parse_known_args(argv)
+    if args.engine == "vllm":
+        return run_command(_run_vllm, args, rest, engines)
     return run_command(_run, args, rest)
 
 
+def _run_vllm(args, rest: list[str], engines) -> int:
+    from .vllm_features import run
+
+    check_output_folder(args.output, "--output")
+    m = run(args, rest, engines)
+    log.info(
+        "feature cache %s (from vLLM): %d rows, %d tokens, layers %s, %.1f MB in %d shards",
+        args.output,
+        m["num_rows"],
+        m["num_tokens"],
+        m["layers"],
+        m["bytes"] / 1e6,
+        len(m["shards"]),
+    )
+    return 0
+
+
 def _run(args, rest: list[str]) -> int:
+    from .config import load_recipe
     from .data import build_data
     from .distributed import load_target, make_accelerator, outside_zero_init, shutdown
-    from .kinds import load_recipe
 
+    check_output_folder(args.output, "--output")  # before the target loads: not a traceback at the first shard
     recipe = load_recipe(args.recipe, rest)
     layers = _parse_layers(args.layers) if args.layers else None
     acc = make_accelerator(recipe)
@@ -83,6 +136,31 @@ def _run(args, rest: list[str]) -> int:
     return 0
 
 
+def check_output_folder(path: str, flag: str) -> None:
+    """One line for an output folder that cannot be one: empty, a file, under a file, or where
+    this process cannot write (probed with a real file: root passes os.access)."""
+    import pathlib
+    import tempfile
+
+    if not str(path).strip():
+        raise DraftsmithError(f'{flag} "": name the folder to write into')
+    p = pathlib.Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise DraftsmithError(f"{flag} {p} is a file, not a folder: name the feature cache folder")
+    folder = p
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise DraftsmithError(f"{flag} {p}: {folder} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise DraftsmithError(
+            f"{flag} {p}: cannot write in {folder} ({e.strerror or e}); pick a writable folder"
+        ) from None
+
+
 def _parse_layers(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(","))
@@ -91,7 +169,7 @@ def _parse_layers(text: str) -> tuple[int, ...]:
 
 
 def _drafter_layers(recipe, target) -> tuple[int, ...]:
-    task = TASKS.get(recipe.drafter.kind)
+    task = KINDS[recipe.drafter.kind].task
     if not hasattr(task, "feature_layers"):
         raise DraftsmithError(
             f"drafter kind {recipe.drafter.kind} does not read target hidden states; nothing to extract"

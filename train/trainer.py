@@ -1,7 +1,8 @@
 """One accelerate training loop for every drafter kind.
 
-The loop knows nothing of a drafter's internals: a task (`TASKS[kind]`, from train/kinds.py) gives it the trainable
-module, a loss over a batch, how to save a loadable drafter and how to run it in the engine.
+The loop knows nothing of a drafter's internals: a task (`KINDS[kind].task`, declared in
+draftsmith/kinds.py; the TrainingTask protocol in train/task.py) gives it the trainable module, a
+loss over a batch, how to save a loadable drafter and how to run it in the engine.
 The frozen target is loaded once, outside DeepSpeed's `zero.Init`, never `prepare`d and never
 saved into a checkpoint; only the drafter is trained and sharded.
 
@@ -25,13 +26,14 @@ import torch
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.kinds import KINDS
 
 from . import checkpoint, faults
 from .config import Recipe, dump_recipe
 from .curves import CURVES, plot_curves
 from .distributed import fingerprint, is_zero3, load_target, make_accelerator, outside_zero_init, shutdown
-from .kinds import TASKS
 from .losses import expected_acceptance_length
+from .task import TrainingTask
 
 log = logging.getLogger("draftsmith.train")
 
@@ -112,7 +114,7 @@ class Trainer:
         # must stay whole and unsharded; the drafter is partitioned by deepspeed.initialize.
         with outside_zero_init(acc):
             self.target = load_target(r, acc)
-            self.task = TASKS[r.drafter.kind](r.drafter, self.target, seed=r.optim.seed)
+            self.task: TrainingTask = KINDS[r.drafter.kind].task(r.drafter, self.target, seed=r.optim.seed)
         with acc.main_process_first():  # regeneration/tokenising caches are written once
             self.data = build_data(
                 r.data, self.target.tokenizer, target=self.target, progress=self.main and r.logging.progress
@@ -223,6 +225,7 @@ class Trainer:
             disable=not (self.main and r.logging.progress),
             dynamic_ncols=True,
         )
+        checkpoint.warm_imports()  # else the first save imports them, inside SIGTERM's grace period
         self.model.train()
         window = _new_window()
         self._t_start = time.monotonic()
@@ -440,9 +443,8 @@ class Trainer:
             return None
         result = None
         if self.main:
-            from draftsmith.infer.sampling import GREEDY
-
             from draftsmith.bench import run_eval
+            from draftsmith.infer.sampling import GREEDY
 
             unwrapped = acc.unwrap_model(self.model)
             drafter = self.task.runtime_drafter(unwrapped)

@@ -30,9 +30,10 @@ import time
 
 from draftsmith.errors import DraftsmithError
 
+from draftsmith.kinds import get_kind
+
 from . import EngineOutput, require
 
-SPEC_TYPES = {"draft_lm": "draft-simple", "eagle3": "draft-eagle3"}  # kind -> --spec-type (export/gguf.py reads it)
 STEP_LINE = re.compile(r"accepted (\d+)/(\d+) draft tokens, the last target token is: \((-?\d+)\)")
 TIMEOUT_S = 1800
 
@@ -167,7 +168,8 @@ class LlamaCppEngine:
         self.ctx = int(max_model_len)
         self.k = num_speculative_tokens
         self.draft = None if draft_gguf is None else _draft_file(draft_gguf)
-        self.spec_type = None if self.draft is None else SPEC_TYPES[kind]
+        # the --spec-type our gguf export declares for this kind (draftsmith/kinds.py -> export/gguf.py)
+        self.spec_type = None if self.draft is None else get_kind(kind).layout("gguf").spec_type
         self.versions = {"llama.cpp": (folder / "INSTALLED").read_text().strip()}
         self._checked: dict[tuple, str] = {}
 

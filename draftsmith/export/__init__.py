@@ -20,12 +20,12 @@ import shutil
 import tempfile
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.train.kinds import KINDS
+from draftsmith.kinds import KINDS
 
-from .common import DEFAULT_NUM_SPECULATIVE_TOKENS, check_complete, hub_id, read_checkpoint
+from .common import DEFAULT_NUM_SPECULATIVE_TOKENS, article, check_complete, hub_id, read_checkpoint
 
 FORMATS = ("hf", "vllm", "sglang", "gguf")
-# Which formats a kind has, its repo-name suffix and what caps its k: train/kinds.py (KINDS).
+# Which formats a kind has, its repo-name suffix and what caps its k: draftsmith/kinds.py (KINDS).
 EXPORT_META = "draftsmith_export.json"
 
 __all__ = [
@@ -92,7 +92,7 @@ def export(
     applies = formats_for(kind)
     if fmt not in applies:
         raise DraftsmithError(
-            f"format {fmt!r} does not apply to a {kind} checkpoint; formats for {kind}: {', '.join(applies)}"
+            f"format {fmt!r} does not apply to {article(kind)} checkpoint; formats for {kind}: {', '.join(applies)}"
         )
     out = pathlib.Path(output_dir).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -104,14 +104,25 @@ def export(
     verifier, verifier_note = (verifier, None) if verifier else _verifier(ckpt.target)
     module = _module(fmt)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.export-"))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.export-"))
+    except OSError as e:
+        raise DraftsmithError(
+            f"--output-dir {out}: cannot write in {out.parent} ({e.strerror or e}); pick a writable folder"
+        ) from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary folder
     try:
         options = {"gguf_type": gguf_type} if fmt == "gguf" else {}  # f32 for exact cross-checks, f16 to serve
-        notes = module.write(ckpt, tmp, num_speculative_tokens=k, verifier=verifier, **options)
+        try:
+            notes = module.write(ckpt, tmp, num_speculative_tokens=k, verifier=verifier, **options)
+        except KeyError as e:  # a weight config.json calls for is not in the weights (check_intact's net missed it)
+            raise DraftsmithError(
+                f"checkpoint {ckpt.path} is damaged: config.json calls for {e.args[0]!r}, which its weights lack; "
+                "copy the whole folder again or retrain it"
+            ) from None
         if verifier_note and fmt != "hf":  # hf's usage line names no target folder
             notes["note"] = "; ".join(n for n in (notes.get("note"), verifier_note) if n)
         problems = module.check(tmp, kind)
@@ -132,7 +143,17 @@ def export(
             **{key: _fill(v, out) for key, v in notes.items()},
         }
         (tmp / EXPORT_META).write_text(json.dumps(meta, indent=2) + "\n")
-        os.replace(tmp, out)  # an empty folder at `out` is replaced atomically
+        try:
+            os.replace(tmp, out)  # an empty folder at `out` is replaced atomically
+        except OSError as e:  # ENOTEMPTY/EEXIST: another export (or anything) filled `out` meanwhile
+            if out.is_dir() and any(out.iterdir()):
+                raise DraftsmithError(
+                    f"--output-dir {out} was filled by another export while this one ran; that one is kept and "
+                    "nothing of this one was written: choose a new --output-dir"
+                ) from None
+            raise DraftsmithError(
+                f"--output-dir {out}: could not move the export into place ({e.strerror or e})"
+            ) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -161,21 +182,13 @@ def _verifier(target: str) -> tuple[str, str | None]:
 
 
 def _num_tokens(ckpt, k: int | None) -> int:
+    from draftsmith.infer.proposal import check_num_speculative_tokens  # the one check generate/eval/bench use
+
     key = KINDS[ckpt.kind].k_limit  # Medusa: its heads, a block drafter: its block
-    if key:
-        limit = int(ckpt.config.get(key) or ckpt.meta.get(key) or 0)
-        if k is None:
-            return limit  # all it drafts in its one pass (Medusa: every head; a block drafter: the block)
-        if k > limit:
-            raise DraftsmithError(
-                f"this {ckpt.kind} checkpoint drafts at most {limit} tokens ({key}={limit}): "
-                f"-k {k} is more than it can draft"
-            )
+    limit = int(ckpt.config.get(key) or ckpt.meta.get(key) or 0) if key else None
     if k is None:
-        return DEFAULT_NUM_SPECULATIVE_TOKENS
-    if k < 1:
-        raise DraftsmithError(f"-k {k}: the number of speculative tokens must be at least 1")
-    return k
+        return limit or DEFAULT_NUM_SPECULATIVE_TOKENS  # a capped kind: all it drafts in its one pass
+    return check_num_speculative_tokens(k, limit, f"this {ckpt.kind} checkpoint ({key}={limit})")
 
 
 def _fill(value, out: pathlib.Path):
@@ -187,15 +200,17 @@ def _fill(value, out: pathlib.Path):
 
 def add_arguments(parser) -> None:
     """The arguments of `draftsmith export` (the lead wires the subcommand)."""
-    parser.add_argument("checkpoint", help="a checkpoint folder written by `draftsmith train` (e.g. runs/NAME/final)")
+    parser.add_argument(
+        "checkpoint",
+        help="a checkpoint folder written by `draftsmith train` (runs/NAME/final), or the run folder runs/NAME "
+        "(its best/ checkpoint when it has one, else final/)",
+    )
     parser.add_argument(
         "--format",
         dest="format",
         required=True,
         choices=FORMATS,
-        help="hf: transformers / draftsmith's loader; vllm: vLLM's speculative_config; "
-        "sglang: SGLang EAGLE-3 (eagle3 only); gguf: llama.cpp (draft_lm, eagle3; needs "
-        "`bash scripts/install_engines.sh llamacpp` for its converter)",
+        help=_format_help(),
     )
     parser.add_argument("--output-dir", required=True, help="where to write (must not exist, or be empty)")
     parser.add_argument(
@@ -203,29 +218,49 @@ def add_arguments(parser) -> None:
         "-k",
         type=int,
         default=None,
-        help=f"tokens drafted per step recorded for the engine (default {DEFAULT_NUM_SPECULATIVE_TOKENS}; "
-        "medusa: all of its heads)",
+        help=f"tokens drafted per step recorded for the engine (default {DEFAULT_NUM_SPECULATIVE_TOKENS}; a kind "
+        f"with a cap ({', '.join(k.name for k in KINDS.values() if k.k_limit)}): all it drafts, more is refused)",
     )
     parser.add_argument(
         "--gguf-type",
         choices=("f16", "bf16", "f32"),
-        default="f16",
-        help="gguf only: the weights' type (f32 for exact cross-checks against float32 runs)",
+        default=None,
+        help="--format gguf only: the weights' type (default f16; f32 for exact cross-checks against float32 runs)",
     )
     parser.add_argument(
         "--verifier", default=None, help="the target the engine serves the draft with (default: the target's Hub id)"
     )
 
 
+def _format_help() -> str:
+    """--format's help, with the kinds each format applies to read from KINDS (never a hand list)."""
+    from draftsmith.kinds import kinds_with
+
+    what = {
+        "hf": "transformers / draftsmith's loader",
+        "vllm": "vLLM's speculative_config",
+        "sglang": "SGLang's speculative layout",
+        "gguf": "llama.cpp (needs `bash scripts/install_engines.sh llamacpp` for its converter)",
+    }
+    return "; ".join(f"{f}: {what[f]} ({', '.join(kinds_with(f, 'exports'))})" for f in FORMATS)
+
+
 def run(args) -> int:
     """Run `draftsmith export` for parsed `args`; DraftsmithError propagates (the CLI prints it)."""
+    if not args.output_dir.strip():
+        raise DraftsmithError('--output-dir "": name the folder to write the export into')
+    if args.gguf_type is not None and args.format != "gguf":
+        raise DraftsmithError(
+            f"--gguf-type applies to --format gguf only; leave it out for --format {args.format} "
+            "(its weights keep the checkpoint's dtype)"
+        )
     out = export(
         args.checkpoint,
         args.format,
         args.output_dir,
         num_speculative_tokens=args.num_speculative_tokens,
         verifier=args.verifier,
-        gguf_type=args.gguf_type,
+        gguf_type=args.gguf_type or "f16",
     )
     meta = json.loads((out / EXPORT_META).read_text())
     print(f"wrote {meta['engine']} {meta['kind']} export to {out}")

@@ -35,6 +35,49 @@ TRAINING_ONLY = ("training_state", "trainer_state.json")
 DEFAULT_NUM_SPECULATIVE_TOKENS = 3  # chain depth for draft_lm / eagle / eagle3 (medusa: all of its heads)
 
 
+@dataclass(frozen=True)
+class Layout:
+    """One kind's layout in one export format: how it is written and what the engine reads of it.
+    A kind names its layouts in draftsmith/kinds.py (`Kind.exports`), so each format module holds
+    one such object per kind it has, not a table keyed by kind names.
+
+    write:    (checkpoint, out, num_speculative_tokens, verifier) -> notes; None: the format's own.
+    required_keys / forbidden_keys: config.json keys the engine needs / refuses.
+    shapes:   exported config -> {weight name: shape} the engine's loader reads (None: any causal LM).
+    check:    exported config (or, for formats that say so, folder) -> extra problems.
+    model_type: the config's model_type our loader expects (hf).
+    method, spec_extra: vLLM's speculative method and the speculative_config keys it needs beyond
+              method/model/num_speculative_tokens.
+    converter_reads, architecture, spec_type: gguf: which of our exports llama.cpp's converter reads,
+              the GGUF architecture it writes (None: whatever the LM is), llama.cpp's --spec-type.
+    """
+
+    write: object = None
+    required_keys: tuple[str, ...] = ()
+    forbidden_keys: tuple[str, ...] = ()
+    shapes: object = None
+    check: object = None
+    model_type: str | None = None
+    method: str | None = None
+    spec_extra: dict = field(default_factory=dict)
+    converter_reads: str | None = None
+    architecture: str | None = None
+    spec_type: str | None = None
+
+
+def layout(kind: str, fmt: str) -> Layout:
+    """The kind's Layout for `fmt` (an empty one where the kind declares the format without a layout
+    of its own: "hf" for a new kind is its checkpoint as it is)."""
+    from draftsmith.kinds import get_kind
+
+    return get_kind(kind).layout(fmt) or Layout()
+
+
+def article(word: str) -> str:
+    """ "an eagle", "a medusa": kind names in messages."""
+    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
+
+
 @dataclass
 class Checkpoint:
     """A trained checkpoint folder (`drafter.json` + config.json + weights + tokenizer)."""
@@ -70,9 +113,9 @@ class Checkpoint:
 
 def read_checkpoint(path) -> Checkpoint:
     """The checkpoint at `path`, or one clear error saying why it is not one."""
-    from draftsmith.models import read_drafter_meta
+    from draftsmith.models import read_drafter_meta, resolve_checkpoint
 
-    p = pathlib.Path(path).expanduser()
+    p = resolve_checkpoint(path)  # a run folder: its best/ or final/ (said in one line)
     if not p.exists():
         raise DraftsmithError(f"{p}: no such checkpoint folder")
     if not p.is_dir():
@@ -82,9 +125,7 @@ def read_checkpoint(path) -> Checkpoint:
     meta = read_drafter_meta(p)
     if meta is None:
         hint = ""
-        if (p / "final" / "drafter.json").is_file():
-            hint = f" (did you mean {p / 'final'}?)"
-        elif any(c.is_dir() and (c / "drafter.json").is_file() for c in p.iterdir()):
+        if any(c.is_dir() and (c / "drafter.json").is_file() for c in p.iterdir()):
             hint = " (it holds checkpoints: pass one of its final/ or step-* folders)"
         raise DraftsmithError(
             f"{p}: not a draftsmith checkpoint (no drafter.json){hint}; export takes a folder "
@@ -118,6 +159,24 @@ def check_complete(ckpt: Checkpoint) -> None:
 
     require_config(ckpt.path)
     check_weights(ckpt.path, skip=TRAINING_ONLY)
+    check_intact(ckpt)
+
+
+def check_intact(ckpt: Checkpoint) -> None:
+    """The checkpoint agrees with itself: config.json and the weights match our own layout (hf's
+    contract: e.g. as many Medusa heads in the weights as config.json declares), and a folder
+    drafter.json names (Medusa-2's fine-tuned target/) is there. A mismatch is a damaged
+    checkpoint, named as such, before any export reads it (not a KeyError halfway through)."""
+    from . import hf
+
+    problems = [p for p in hf.check(ckpt.path, ckpt.kind) if not p.startswith("no drafter.json")]
+    sub = ckpt.meta.get("target_path")
+    if sub and not (ckpt.path / sub / "config.json").is_file():
+        problems.append(f"its fine-tuned target {sub}/ (drafter.json's target_path) is missing or incomplete")
+    if problems:
+        raise DraftsmithError(
+            f"checkpoint {ckpt.path} is damaged: {'; '.join(problems)}; copy the whole folder again or retrain it"
+        )
 
 
 def weight_shapes(folder) -> dict[str, tuple[int, ...]]:

@@ -20,20 +20,15 @@ from __future__ import annotations
 import pathlib
 import tempfile
 
-from draftsmith.engines.llamacpp_engine import SPEC_TYPES  # one table: the engine serves what we write
 from draftsmith.errors import DraftsmithError
 
-from .common import Checkpoint
+from .common import Checkpoint, Layout, layout
 
 ENGINE = "llama.cpp"
 CHECKED_AGAINST = (
     "llama.cpp 0c1e570 (vendored by llama-cpp-python 0.3.36): convert_hf_to_gguf.py, conversion/llama.py, "
     "common/speculative.cpp, examples/speculative-simple"
 )
-# Which of our exports llama.cpp's convert_hf_to_gguf.py reads for a kind: a causal LM as is, an
-# EAGLE-3 draft in the speculators layout (layers.0.*, d2t offsets) with the target beside it.
-CONVERTER_READS = {"draft_lm": "hf", "eagle3": "vllm"}
-ARCHITECTURES = {"draft_lm": None, "eagle3": "eagle3"}  # None: whatever the LM is (llama, qwen2, ...)
 GGUF_TYPES = ("f32", "f16", "bf16")
 
 
@@ -53,14 +48,14 @@ def write(
     require("llamacpp")  # its converter writes the file: say how to install it before any work
     if gguf_type not in GGUF_TYPES:
         raise DraftsmithError(f"--gguf-type {gguf_type!r}: choose one of {', '.join(GGUF_TYPES)}")
-    kind = ckpt.kind
+    kind, lay = ckpt.kind, layout(ckpt.kind, "gguf")
     dtype = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[gguf_type]
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".gguf-src-") as src:
         src = pathlib.Path(src)
         target_dir = None
-        source = {"hf": hf, "vllm": vllm}[CONVERTER_READS[kind]]
+        source = {"hf": hf, "vllm": vllm}[lay.converter_reads]
         source.write(ckpt, src, num_speculative_tokens=num_speculative_tokens, verifier=verifier)
-        if CONVERTER_READS[kind] == "vllm":  # an EAGLE-3 GGUF carries the target's embedding: the converter reads it
+        if lay.converter_reads == "vllm":  # an EAGLE-3 GGUF carries the target's embedding: the converter reads it
             target_dir = resolve_model(ckpt.target).path
         convert_to_gguf(
             src, out / file_name(kind, gguf_type), dtype, target_dir=target_dir, log_path=out / "convert.log"
@@ -68,7 +63,7 @@ def write(
     target_file = f"TARGET.gguf (the target {verifier} as GGUF, e.g. convert_hf_to_gguf.py --outtype {gguf_type})"
     serve = (
         f"llama-speculative-simple -m {target_file} -md DIR/{file_name(kind, gguf_type)} --spec-type "
-        f"{SPEC_TYPES[kind]} "
+        f"{lay.spec_type} "
         f"--spec-draft-n-max {num_speculative_tokens} -p PROMPT"
     )
     return {"serve": serve, "gguf_type": gguf_type, "file": file_name(kind, gguf_type)}
@@ -90,9 +85,18 @@ def check(folder, kind: str) -> list[str]:
     except Exception as e:  # noqa: BLE001 -- gguf raises a variety of errors on a bad file
         return [f"{files[0].name}: not a readable GGUF file ({type(e).__name__}: {e})"]
     problems = []
-    want = ARCHITECTURES.get(kind)
-    if want is not None and arch != want:
-        problems.append(f"{files[0].name}: architecture {arch!r}, llama.cpp's {SPEC_TYPES[kind]} needs {want!r}")
+    lay = layout(kind, "gguf")
+    if lay.architecture is not None and arch != lay.architecture:
+        problems.append(
+            f"{files[0].name}: architecture {arch!r}, llama.cpp's {lay.spec_type} needs {lay.architecture!r}"
+        )
     if not reader.tensors:
         problems.append(f"{files[0].name}: no tensors")
     return problems
+
+
+# What llama.cpp's convert_hf_to_gguf.py reads for a kind and how llama.cpp serves it: a causal LM
+# as is (architecture: whatever the LM is); an EAGLE-3 draft in the speculators layout (layers.0.*,
+# d2t offsets) with the target beside it.
+DRAFT_LM = Layout(converter_reads="hf", spec_type="draft-simple")
+EAGLE3 = Layout(converter_reads="vllm", architecture="eagle3", spec_type="draft-eagle3")

@@ -1,7 +1,7 @@
 """`hf`: the transformers-loadable layout (checked against transformers 5.x, the version this
 project runs on: `AutoModelForCausalLM.from_pretrained` and `generate(assistant_model=...)`).
 
-- draft_lm (and every kind declared `causal_lm` in train/kinds.py): a plain causal-LM folder
+- draft_lm (and every kind declared `causal_lm` in draftsmith/kinds.py): a plain causal-LM folder
   (config.json of the LM itself, safetensors weights,
   generation_config.json, tokenizer). It loads with `AutoModelForCausalLM.from_pretrained` and
   drafts for the target through `target.generate(..., assistant_model=draft)`.
@@ -19,9 +19,9 @@ from __future__ import annotations
 import pathlib
 import shutil
 
-from draftsmith.train.kinds import KINDS
+from draftsmith.kinds import KINDS
 
-from .common import TRAINING_ONLY, Checkpoint, check_folder
+from .common import TRAINING_ONLY, Checkpoint, Layout, check_folder, layout
 
 ENGINE = "transformers"
 CHECKED_AGAINST = (
@@ -49,21 +49,6 @@ EAGLE_REQUIRED_KEYS = (
     "hidden_layers",
 )
 EAGLE3_REQUIRED_KEYS = (*EAGLE_REQUIRED_KEYS, "draft_vocab_size", "target_hidden_size")
-REQUIRED_KEYS = {
-    "draft_lm": DRAFT_LM_REQUIRED_KEYS,
-    "pard": (*DRAFT_LM_REQUIRED_KEYS, "pard_token"),
-    "medusa": MEDUSA_REQUIRED_KEYS,
-    "eagle": EAGLE_REQUIRED_KEYS,
-    "eagle3": EAGLE3_REQUIRED_KEYS,
-    "dflash": (*EAGLE_REQUIRED_KEYS, "num_hidden_layers", "block_size", "mask_token_id", "target_hidden_size"),
-}
-MODEL_TYPES = {
-    "medusa": "draftsmith_medusa",
-    "eagle": "draftsmith_eagle",
-    "eagle3": "draftsmith_eagle3",
-    "dflash": "draftsmith_dflash",
-}
-
 # Our own weight names (models/medusa.py, models/eagle.py, models/eagle3.py).
 ATTN = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight")
 MLP = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
@@ -93,7 +78,8 @@ def medusa_weight_names(num_heads: int, num_layers: int, share_lm_head: bool) ->
 def expected_weights(kind: str, config: dict) -> dict | None:
     """Name -> shape of the weights our loader reads for `config`; None for a causal-LM kind
     (whatever LM it is: transformers checks it)."""
-    return SHAPES[kind](config) if kind in SHAPES else None
+    shapes = layout(kind, "hf").shapes
+    return shapes(config) if shapes else None
 
 
 def medusa_shapes(config: dict) -> dict:
@@ -183,15 +169,6 @@ def dflash_shapes(config: dict) -> dict:
     return out
 
 
-# Our own layouts, one per kind that is not a plain causal LM: name -> shape from its config.
-SHAPES = {
-    "medusa": medusa_shapes,
-    "eagle": lambda config: eagle_shapes(config, prefix="layers.0.", eagle3=False),
-    "eagle3": lambda config: eagle_shapes(config, prefix="midlayer.", eagle3=True),
-    "dflash": dflash_shapes,
-}
-
-
 def write(ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, verifier: str) -> dict:
     """Copy the loadable part of the checkpoint into `out` (an empty folder). -> notes for
     draftsmith_export.json."""
@@ -218,14 +195,36 @@ def check(folder, kind: str) -> list[str]:
     import json
 
     folder = pathlib.Path(folder)
-    problems = check_folder(
-        folder, REQUIRED_KEYS.get(kind, DRAFT_LM_REQUIRED_KEYS if KINDS[kind].causal_lm else ()), None
-    )
+    lay = layout(kind, "hf")
+    required = lay.required_keys or (DRAFT_LM_REQUIRED_KEYS if KINDS[kind].causal_lm else ())
+    problems = check_folder(folder, required, None)
     if problems:
         return problems
     config = json.loads((folder / "config.json").read_text())
-    if kind in MODEL_TYPES and config.get("model_type") != MODEL_TYPES[kind]:
-        problems.append(f"model_type {config.get('model_type')!r}, expected {MODEL_TYPES[kind]!r}")
+    if lay.model_type and config.get("model_type") != lay.model_type:
+        problems.append(f"model_type {config.get('model_type')!r}, expected {lay.model_type!r}")
     if not (folder / "drafter.json").is_file():
         problems.append("no drafter.json: draftsmith's loader would not recognise the folder")
     return problems + check_folder(folder, (), expected_weights(kind, config))
+
+
+# Our own layouts (models/<kind>.py's weight names), one per kind; a kind without one (a new kind,
+# or a plain causal LM) is checked only for its config.json and intact weights.
+DRAFT_LM = Layout(required_keys=DRAFT_LM_REQUIRED_KEYS)
+PARD = Layout(required_keys=(*DRAFT_LM_REQUIRED_KEYS, "pard_token"))
+MEDUSA = Layout(required_keys=MEDUSA_REQUIRED_KEYS, shapes=medusa_shapes, model_type="draftsmith_medusa")
+EAGLE = Layout(
+    required_keys=EAGLE_REQUIRED_KEYS,
+    shapes=lambda config: eagle_shapes(config, prefix="layers.0.", eagle3=False),
+    model_type="draftsmith_eagle",
+)
+EAGLE3 = Layout(
+    required_keys=EAGLE3_REQUIRED_KEYS,
+    shapes=lambda config: eagle_shapes(config, prefix="midlayer.", eagle3=True),
+    model_type="draftsmith_eagle3",
+)
+DFLASH = Layout(
+    required_keys=(*EAGLE_REQUIRED_KEYS, "num_hidden_layers", "block_size", "mask_token_id", "target_hidden_size"),
+    shapes=dflash_shapes,
+    model_type="draftsmith_dflash",
+)

@@ -33,7 +33,17 @@ import pathlib
 from draftsmith.errors import DraftsmithError
 
 from . import hf, vllm
-from .common import Checkpoint, check_folder, copy_tokenizer, dtype_name, llama_layer_config, save_weights, write_json
+from .common import (
+    Checkpoint,
+    Layout,
+    check_folder,
+    copy_tokenizer,
+    dtype_name,
+    layout,
+    llama_layer_config,
+    save_weights,
+    write_json,
+)
 
 ENGINE = "SGLang"
 CHECKED_AGAINST = (
@@ -82,16 +92,16 @@ def aux_layer_ids(hf_ids: list[int]) -> list[int]:
 
 
 def write(ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, verifier: str) -> dict:
-    if ckpt.kind not in LAYOUTS:
-        raise DraftsmithError(f"the sglang format is for {', '.join(LAYOUTS)} checkpoints; this one is {ckpt.kind}")
-    return LAYOUTS[ckpt.kind][0](ckpt, out, num_speculative_tokens, verifier)
+    return layout(ckpt.kind, "sglang").write(ckpt, out, num_speculative_tokens, verifier)
 
 
 def check(folder, kind: str = "eagle3") -> list[str]:
     """Problems with an sglang export of a `kind` checkpoint ([] when it matches the contract)."""
-    if kind not in LAYOUTS:
+    from draftsmith.kinds import KINDS
+
+    if kind not in KINDS or "sglang" not in KINDS[kind].exports:
         return [f"no sglang layout for {kind} drafts"]
-    return LAYOUTS[kind][1](pathlib.Path(folder))
+    return layout(kind, "sglang").check(pathlib.Path(folder))
 
 
 def _eagle3(ckpt: Checkpoint, out: pathlib.Path, num_speculative_tokens: int, verifier: str) -> dict:
@@ -178,5 +188,6 @@ def _check_dflash(folder: pathlib.Path) -> list[str]:
     return vllm.check(folder, "dflash")
 
 
-# kind -> (writer, checker): the layouts SGLang loads.
-LAYOUTS = {"eagle3": (_eagle3, _check_eagle3), "dflash": (_dflash, _check_dflash)}
+# The layouts SGLang loads, one per kind (named by draftsmith/kinds.py's Kind.exports); check takes the folder.
+EAGLE3 = Layout(_eagle3, REQUIRED_KEYS, shapes=expected_weights, check=_check_eagle3)
+DFLASH = Layout(_dflash, check=_check_dflash)

@@ -44,9 +44,11 @@ from draftsmith.errors import DraftsmithError
 from . import hf
 from .common import (
     Checkpoint,
+    Layout,
     check_folder,
     copy_tokenizer,
     dtype_name,
+    layout,
     llama_layer_config,
     normalise_layers,
     save_weights,
@@ -193,26 +195,6 @@ DFLASH_REQUIRED_KEYS = (
 DFLASH_CONFIG_KEYS = ("target_layer_ids", "mask_token_id", "causal")
 DFLASH_ARCHITECTURE = "DFlashDraftModel"  # registry.py -> qwen3_dflash.DFlashQwen3ForCausalLM
 
-REQUIRED_KEYS = {
-    "draft_lm": DRAFT_LM_REQUIRED_KEYS,
-    "pard": PARD_REQUIRED_KEYS,
-    "medusa": MEDUSA_REQUIRED_KEYS,
-    "eagle": EAGLE_REQUIRED_KEYS,
-    "eagle3": EAGLE3_REQUIRED_KEYS,
-    "dflash": DFLASH_REQUIRED_KEYS,
-}
-FORBIDDEN_KEYS = {"eagle3": EAGLE3_FORBIDDEN_KEYS}
-# speculative_config keys a kind needs beyond method/model/num_speculative_tokens.
-SPEC_EXTRA = {"pard": {"parallel_drafting": True}}  # config/speculative.py: "PARD  draft_model  Parallel: Yes"
-METHODS = {
-    "draft_lm": "draft_model",
-    "pard": "draft_model",
-    "medusa": "medusa",
-    "eagle": "eagle",
-    "eagle3": "eagle3",
-    "dflash": "dflash",
-}
-
 
 def medusa_weight_names(num_heads: int, num_layers: int, original_lm_head: bool) -> list[str]:
     names = [
@@ -223,7 +205,8 @@ def medusa_weight_names(num_heads: int, num_layers: int, original_lm_head: bool)
 
 def expected_weights(kind: str, config: dict) -> dict | None:
     """Name -> shape of what vLLM's loader reads for this engine `config` (None: any causal LM)."""
-    return SHAPES[kind](config) if kind in SHAPES else None
+    shapes = layout(kind, "vllm").shapes
+    return shapes(config) if shapes else None
 
 
 def medusa_shapes(config: dict) -> dict:
@@ -246,15 +229,6 @@ def eagle3_shapes(config: dict) -> dict:
     return hf.eagle_shapes(layer, prefix="layers.0.", eagle3=True)
 
 
-# vLLM's own layouts, one per kind that is not a plain causal LM: name -> shape from the engine config.
-SHAPES = {
-    "medusa": medusa_shapes,
-    "eagle": lambda config: hf.eagle_shapes(config, prefix="layers.0.", eagle3=False),
-    "eagle3": eagle3_shapes,
-    "dflash": hf.dflash_shapes,
-}
-
-
 def aux_layer_ids(hidden_layers, num_layers: int | None) -> list[int]:
     """vLLM's eagle_aux_hidden_state_layer_ids for our hidden_layers: id i captures the residual
     stream entering decoder layer i, i.e. transformers' hidden_states[i] -- the same index."""
@@ -268,19 +242,12 @@ def aux_layer_ids(hidden_layers, num_layers: int | None) -> list[int]:
 
 
 def write(ckpt: Checkpoint, out: pathlib.Path, *, num_speculative_tokens: int, verifier: str) -> dict:
-    writer = {
-        "draft_lm": _draft_lm,
-        "pard": _draft_lm,
-        "medusa": _medusa,
-        "eagle": _eagle,
-        "eagle3": _eagle3,
-        "dflash": dflash_folder,
-    }[ckpt.kind]
-    notes = writer(ckpt, out, num_speculative_tokens, verifier)
+    lay = layout(ckpt.kind, "vllm")
+    notes = lay.write(ckpt, out, num_speculative_tokens, verifier)
     copy_tokenizer(ckpt, out)
-    method = METHODS[ckpt.kind]
+    method = lay.method
     k = notes.pop("k", num_speculative_tokens)
-    spec = json.dumps({"method": method, "model": "DIR", "num_speculative_tokens": k, **SPEC_EXTRA.get(ckpt.kind, {})})
+    spec = json.dumps({"method": method, "model": "DIR", "num_speculative_tokens": k, **lay.spec_extra})
     explicit = f"vllm serve {notes.pop('serve_target', verifier)} --speculative-config '{spec}'"
     if notes.setdefault("serve", explicit) != explicit:
         notes["serve_explicit"] = explicit
@@ -312,8 +279,10 @@ def _draft_lm(ckpt, out, k, verifier) -> dict:
 def _medusa(ckpt, out, k, verifier) -> dict:
     cfg = ckpt.config
     heads, layers, share = int(cfg["num_heads"]), int(cfg["num_layers"]), bool(cfg.get("share_lm_head"))
-    if k > heads:
-        raise DraftsmithError(f"this medusa checkpoint has {heads} heads: -k {k} is more than it can draft")
+    if k > heads:  # export() checked k already (_num_tokens); a direct caller gets the same line
+        from draftsmith.infer.proposal import check_num_speculative_tokens
+
+        check_num_speculative_tokens(k, heads, f"this medusa checkpoint (num_heads={heads})")
     w = ckpt.weights()
     tensors = {}
     for h in range(k):  # vLLM drafts one token per head: export the first k
@@ -557,24 +526,33 @@ def _check_pard(config: dict) -> list[str]:
     return problems
 
 
-# What a layout must satisfy beyond its required keys and weight shapes, per kind.
-CHECKS = {
-    "pard": _check_pard,
-    "eagle3": _check_eagle3,
-    "medusa": _check_medusa,
-    "dflash": _check_dflash,
-    "eagle": lambda config: [] if config.get("num_hidden_layers") == 1 else ["num_hidden_layers must be 1"],
-}
-
-
 def check(folder, kind: str) -> list[str]:
     """Problems with a vllm export of a `kind` checkpoint ([] when it matches the contract)."""
     folder = pathlib.Path(folder)
-    problems = check_folder(folder, REQUIRED_KEYS[kind], None, FORBIDDEN_KEYS.get(kind, ()))
+    lay = layout(kind, "vllm")
+    problems = check_folder(folder, lay.required_keys, None, lay.forbidden_keys)
     if problems:
         return problems
     config = json.loads((folder / "config.json").read_text())
-    problems += CHECKS[kind](config) if kind in CHECKS else []
+    problems += lay.check(config) if lay.check else []
     if problems:
         return problems
     return check_folder(folder, (), expected_weights(kind, config))
+
+
+# The layouts vLLM loads, one per kind (named by draftsmith/kinds.py's Kind.exports).
+DRAFT_LM = Layout(_draft_lm, DRAFT_LM_REQUIRED_KEYS, method="draft_model")
+# config/speculative.py: "PARD  draft_model  Parallel: Yes"
+PARD = Layout(
+    _draft_lm, PARD_REQUIRED_KEYS, method="draft_model", check=_check_pard, spec_extra={"parallel_drafting": True}
+)
+MEDUSA = Layout(_medusa, MEDUSA_REQUIRED_KEYS, shapes=medusa_shapes, check=_check_medusa, method="medusa")
+EAGLE = Layout(
+    _eagle,
+    EAGLE_REQUIRED_KEYS,
+    shapes=lambda config: hf.eagle_shapes(config, prefix="layers.0.", eagle3=False),
+    check=lambda config: [] if config.get("num_hidden_layers") == 1 else ["num_hidden_layers must be 1"],
+    method="eagle",
+)
+EAGLE3 = Layout(_eagle3, EAGLE3_REQUIRED_KEYS, EAGLE3_FORBIDDEN_KEYS, eagle3_shapes, _check_eagle3, method="eagle3")
+DFLASH = Layout(dflash_folder, DFLASH_REQUIRED_KEYS, shapes=hf.dflash_shapes, check=_check_dflash, method="dflash")
