@@ -35,16 +35,17 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from draftsmith.infer.proposal import Proposal
-from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
-from draftsmith.infer.tree import TreeConfig
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.infer.proposal import Proposal, check_num_speculative_tokens
+from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
+from draftsmith.infer.tree import TreeConfig
 
-from .eagle import MLP, EagleConfig, RMSNorm, _rotate_half
+from .eagle import EagleConfig
+from .layers import MLP, RMSNorm, apply_rope
 from .loading import check_draft_sizes, load_draft_weights, register_config
 from .target import compile_decode
 
@@ -89,10 +90,6 @@ def default_target_layers(num_target_layers: int, num_draft_layers: int) -> list
     return [min(i, L - 2) + 1 for i in ids]
 
 
-def _rope(x, cos, sin):
-    return x * cos + _rotate_half(x) * sin
-
-
 class DFlashAttention(nn.Module):
     def __init__(self, c: DFlashConfig):
         super().__init__()
@@ -111,12 +108,12 @@ class DFlashAttention(nn.Module):
         B, S, _ = x.shape
         k = self.k_norm(self.k_proj(x).view(B, S, self.kv_heads, self.head_dim)).transpose(1, 2)
         v = self.v_proj(x).view(B, S, self.kv_heads, self.head_dim).transpose(1, 2)
-        return _rope(k, cos.unsqueeze(1), sin.unsqueeze(1)), v
+        return apply_rope(k, cos.unsqueeze(1), sin.unsqueeze(1)), v
 
     def forward(self, x, cos, sin, ctx_k, ctx_v, mask):
         B, Q, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(B, Q, self.heads, self.head_dim)).transpose(1, 2)
-        q = _rope(q, cos.unsqueeze(1), sin.unsqueeze(1))
+        q = apply_rope(q, cos.unsqueeze(1), sin.unsqueeze(1))
         k, v = self.kv(x, cos, sin)
         keys, values = torch.cat([ctx_k, k], 2), torch.cat([ctx_v, v], 2)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)  # GQA without copies
@@ -290,7 +287,7 @@ class DFlash:
         model.attach_target(target.model)
         self.target, self.name = target, name
         self.hidden_layers = tuple(model.config.hidden_layers)
-        self.max_speculative_tokens = model.config.num_speculative_tokens  # the trainer caps K by it
+        self.max_speculative_tokens = model.config.num_speculative_tokens  # its block: a larger K is refused
         self._cache: ContextCache | None = None
         self._pending: torch.Tensor | None = None  # target features not yet in the cache
         # A compiled target (CUDA): the one draft forward is compiled too, one graph per
@@ -330,7 +327,7 @@ class DFlash:
                 f"dflash drafter out of step with the engine ({0 if cache is None else cache.length} "
                 f"context rows + {m} features for {n} tokens)"
             )
-        k = min(k, self.model.config.num_speculative_tokens)
+        check_num_speculative_tokens(k, self.max_speculative_tokens, f"the dflash draft {self.name}")
         device = self.model.fc.weight.device
         block = torch.full((1, k + 1), self.model.config.mask_token_id, dtype=torch.long, device=device)
         block[0, 0] = seq[0, n - 1]

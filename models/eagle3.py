@@ -25,7 +25,8 @@ from torch import nn
 
 from draftsmith.errors import DraftsmithError
 
-from .eagle import DecoderLayer, Eagle, EagleConfig, EagleDraftModel, RMSNorm
+from .eagle import Eagle, EagleConfig, EagleDraftModel
+from .layers import DecoderLayer, RMSNorm
 from .loading import register_config
 
 
