@@ -44,9 +44,6 @@ import time
 from pathlib import Path
 
 import yaml
-from draftsmith.infer.engine import Engine
-from draftsmith.infer.sampling import SamplingConfig
-from draftsmith.infer.tree import TreeConfig
 
 from draftsmith.bench import (
     GROUP_FIELDS,
@@ -61,7 +58,11 @@ from draftsmith.bench import (
     write_json,
 )
 from draftsmith.errors import DraftsmithError, run_command
+from draftsmith.infer.engine import Engine
+from draftsmith.infer.sampling import SamplingConfig
+from draftsmith.infer.tree import TreeConfig
 from draftsmith.prompts import ContextFit, check_limit, load_prompt_sets
+from draftsmith.report import write_report
 
 KINDS = ("draft_lm", "medusa", "eagle", "eagle3", "dflash", "pard")
 # Optimizer steps per training minute measured on a 2-core AMD EPYC without AVX-512 (README
@@ -123,7 +124,7 @@ def resolved_data(recipe_path: Path, flags: list[str]) -> dict:
     """The data section the trainer will use: the recipe with the command-line flags applied."""
     import dataclasses
 
-    from draftsmith.train.kinds import load_recipe
+    from draftsmith.train.config import load_recipe
 
     return dataclasses.asdict(load_recipe(recipe_path, [f for f in flags if f.startswith("--data.")]).data)
 
@@ -220,9 +221,8 @@ def busy_cores(seconds: float = 1.0) -> float:
 
 def bench_round(args, name: str, target_name: str, dtype: str, methods: list[tuple], path: Path) -> None:
     """One round on one target: plain + methods [(name, draft, k, tree)], interleaved."""
-    from draftsmith.models import Target
+    from draftsmith.models import Target, load_drafter
     from draftsmith.models.loading import cache_dir
-    from draftsmith.train.kinds import load_drafter
 
     target = Target.load(target_name, dtype=dtype)
     drafters = {}
@@ -543,7 +543,7 @@ def main() -> int:
         )
         trained.update({n: "none (pretrained)" for n, _, _, _ in pairs[name][2] if n.startswith("qwen")})
         report["pairs"][name] = {"meta": meta, "rounds": len(rounds), "methods": aggregate(rounds), "training": trained}
-    write_json(report, str(out / "results.json"))
+    write_report(report, out / "results.json")
     table = markdown(report)
     (out / "table.md").write_text(f"`{report['command']}`\n\nCPU: {format_cpu(report['cpu'])}\n\n{table}")
     print(table)

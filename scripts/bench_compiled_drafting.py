@@ -21,15 +21,14 @@ import contextlib
 import sys
 import time
 
+from draftsmith.bench import _mean_tps, in_loop_times, interleaved
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.hardware import cpu_info, format_cpu
 from draftsmith.infer.metrics import SpecMetrics
 from draftsmith.infer.tree import TreeConfig
-from draftsmith.models import Target
-from draftsmith.train.kinds import load_drafter
-
-from draftsmith.bench import _mean_tps, in_loop_times, interleaved, write_json
+from draftsmith.models import Target, load_drafter
 from draftsmith.prompts import load_prompt_sets
+from draftsmith.report import write_report
 
 
 @contextlib.contextmanager
@@ -151,7 +150,7 @@ def main(argv=None) -> int:
             f"{'yes' if r['outputs_match_plain'] else 'NO'} |"
         )
     if args.json:
-        write_json(
+        write_report(
             {
                 "target": args.target,
                 "dtype": args.dtype,

@@ -35,13 +35,13 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_verify_cost import SHAPES, random_model  # noqa: E402
+
+from draftsmith.errors import DraftsmithError, run_command  # noqa: E402
 from draftsmith.infer import Engine  # noqa: E402
 from draftsmith.infer.proposal import Proposal  # noqa: E402
 from draftsmith.infer.tree import Tree, TreeConfig, full_choices  # noqa: E402
 from draftsmith.models import DraftLM, Target  # noqa: E402
-
-from draftsmith.bench import write_json  # noqa: E402
-from draftsmith.errors import DraftsmithError, run_command  # noqa: E402
+from draftsmith.report import write_report
 
 
 class Oracle:
@@ -163,7 +163,7 @@ def main() -> int:
         rows += measure(
             shape, device, dtype, args.k, args.max_new_tokens, args.prompt_len, args.repeats, not args.no_tree
         )
-        write_json(
+        write_report(
             {
                 "command": " ".join(sys.argv),
                 "environment": env,

@@ -25,14 +25,13 @@ import contextlib
 import statistics
 import sys
 
+from draftsmith.bench import _mean_tps, in_loop_times, interleaved
 from draftsmith.infer.engine import Engine, expected_draft_cost, predicted_speedup
 from draftsmith.infer.hardware import cpu_info, format_cpu
 from draftsmith.infer.metrics import SpecMetrics
-from draftsmith.models import Target, draft_lm, pard
-from draftsmith.train.kinds import load_drafter
-
-from draftsmith.bench import _mean_tps, in_loop_times, interleaved, write_json
+from draftsmith.models import Target, draft_lm, load_drafter, pard
 from draftsmith.prompts import load_prompt_sets
+from draftsmith.report import write_report
 
 PATCHED = {"draft_lm": draft_lm, "pard": pard}  # modules whose drafting asked for the last row as an int
 
@@ -154,7 +153,7 @@ def main(argv=None) -> int:
             f"{r['measured_over_predicted_alone']:.2f} | {'yes' if r['outputs_match_plain'] else 'NO'} |"
         )
     if args.json:
-        write_json(
+        write_report(
             {
                 "target": args.target,
                 "dtype": args.dtype,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import pathlib
 import statistics
 import sys
@@ -20,7 +19,9 @@ import tempfile
 import time
 
 import torch
+
 from draftsmith.infer.hardware import cpu_info, format_cpu
+from draftsmith.report import write_report
 
 
 def count_cpu_attention() -> None:
@@ -68,8 +69,8 @@ def main(argv=None) -> int:
     p.add_argument("overrides", nargs="*", help="--section.key=value recipe overrides")
     args, extra = p.parse_known_args(argv)
 
+    from draftsmith.train.config import load_recipe
     from draftsmith.train.distributed import shutdown as _shutdown
-    from draftsmith.train.kinds import load_recipe
     from draftsmith.train.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -209,7 +210,7 @@ def main(argv=None) -> int:
     )
     if args.json:
         pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(args.json).write_text(json.dumps(result, indent=2))
+        write_report(result, args.json)
         print(f"wrote {args.json}")
     return 0
 

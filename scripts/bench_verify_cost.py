@@ -15,13 +15,13 @@ Prints a table, writes JSON.
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 
 import torch
+
 from draftsmith.infer.hardware import auto_dtype, cpu_info, format_cpu, use_affinity_threads
 from draftsmith.infer.sampling import GREEDY
 from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies
@@ -29,6 +29,7 @@ from draftsmith.models import Target
 from draftsmith.models.eagle import EagleConfig
 from draftsmith.models.eagle3 import Eagle3, Eagle3Config, Eagle3Model, default_aux_layers
 from draftsmith.models.medusa import Medusa, MedusaHeads, prior_accuracies
+from draftsmith.report import write_report
 
 SHAPES = {  # LlamaConfig keyword arguments
     "tiny": dict(
@@ -212,8 +213,7 @@ def main() -> int:
         "torch": torch.__version__,
     }
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump({"environment": env, "rows": rows}, f, indent=2)
+    write_report({"environment": env, "rows": rows}, args.out)
     print(f"wrote {args.out}")
     return 0
 

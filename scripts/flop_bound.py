@@ -32,7 +32,7 @@ import argparse
 import json
 import sys
 
-from draftsmith.bench import write_json
+from draftsmith.report import write_report
 from draftsmith.train.flops import SHAPES, draft_lm_flops, eagle3_flops, target_flops
 from draftsmith.train.flops import bound as flop_ratio
 
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
             f"(T {m['seq_len']}, scored {m['scored_fraction']:.2f})"
         )
     if args.json:
-        write_json({"rows": rows, "checks": checks}, args.json)
+        write_report({"rows": rows, "checks": checks}, args.json)
         print(f"wrote {args.json}")
     return 0
 

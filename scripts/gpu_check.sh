@@ -20,6 +20,9 @@
 #      vs compiled side by side (scripts/bench_compiled_drafting.py);
 #   5. FSDP on one GPU (configs/accelerate/fsdp.yaml, 1 process), 4 steps, then --resume to 8;
 #   6. training throughput in bf16 against the target's forward-only rate (bench_train.py);
+#   7. `draftsmith plan` against a real run on this GPU (scripts/plan_check.py: peak memory from
+#      torch.cuda.max_memory_allocated, tokens/s fed the GPU's measured bf16 matmul rate), and the
+#      8B recipe's plan for one such GPU (real 8B weights are not here: its run waits for a machine with them);
 # then one summary table ($OUT/summary.txt). STEPS picks steps by name (default: all of
 # "tests verify engine kinds fsdp train"); each is capped at STEP_TIMEOUT seconds (default 150).
 # Not yet timed on a GPU: for a first run, SHAPES=smollm2-135m is the cheap choice.
@@ -30,7 +33,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/gpu}
 SHAPES=${SHAPES:-smollm2-135m,llama-1b}
 STEP_TIMEOUT=${STEP_TIMEOUT:-150}
-STEPS=${STEPS:-tests verify engine kinds fsdp train}
+STEPS=${STEPS:-tests verify engine kinds fsdp train plan}
 KINDS=${KINDS:-draft_lm eagle3 dflash}
 MODES=${MODES:-off on}        # --compile off (eager) and on (CUDA graphs)
 DEVICE=${DEVICE:-cuda}
@@ -114,6 +117,18 @@ if want train; then
   done
 fi
 
+if want plan; then
+  for kind in draft_lm eagle3; do
+    step "plan vs a real run: $kind"
+    run python3 scripts/plan_check.py configs/tiny/$kind.yaml --steps 12 --data.path=stdlib \
+      $([ "$DEVICE" = cuda ] && echo --optim.mixed_precision=bf16) --json "$OUT/plan_check_$kind.json" | tail -2
+  done
+  step "plan: Llama-3.1-8B EAGLE-3 on one of these GPUs"
+  mem=$(python3 -c "import torch; print(torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 80e9)")
+  run python3 -m draftsmith plan configs/llama-3.1-8b-instruct/eagle3.yaml --gpus 1 --gpu-memory "$mem" \
+    --gpu-tflops measured --json "$OUT/plan_8b.json" | tail -12
+fi
+
 step "summary"
 python3 - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
 import json, pathlib, sys
@@ -170,6 +185,11 @@ for kind in ("draft_lm", "eagle3"):
     if t:
         print(f"training {kind} ({t['mixed_precision']}): {t['train_tokens_per_s']:.0f} tok/s vs target forward only "
               f"{t['target_forward_tokens_per_s']:.0f} tok/s = {t['train_over_forward']:.2f}x (FLOP bound {t['flop_bound']:.2f}x)")
+for kind in ("draft_lm", "eagle3"):
+    c = load(f"plan_check_{kind}.json")
+    if c:
+        print(f"plan vs run, tiny {kind}: memory {c['memory']['ratio']:.2f}x, tokens/s {c['tokens_per_s']['ratio']:.2f}x "
+              f"(at {c['matmul_tflops']['used']:.1f} TFLOP/s measured)")
 print("ceiling: (k+1)·t_step/t_verify (Leviathan et al. 2023 with acceptance 1 and free drafting), "
       "t_verify from verify_cost.json (context " + str(next(iter(cost.values()), {}).get("context", "n/a")) + "); tok/s (speedup vs plain in the same mode)")
 EOF

@@ -19,10 +19,11 @@ import statistics
 import time
 
 import torch
+
+from draftsmith.bench import cpu_info, format_cpu
 from draftsmith.infer.engine import Engine
 from draftsmith.models import Target
-
-from draftsmith.bench import cpu_info, format_cpu, write_json
+from draftsmith.report import write_report
 
 MATMUL = ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear", "aten::matmul", "mkldnn", "onednn")
 
@@ -97,7 +98,7 @@ def main() -> int:
             f"{op['op'][:39]:<40}{op['self_ms_per_step']:>9.2f}{op['calls_per_step']:>12.1f}{100 * op['share']:>7.1f}%"
         )
     if args.json:
-        write_json(result, args.json)
+        write_report(result, args.json)
     return 0
 
 

@@ -1,0 +1,133 @@
+#!/usr/bin/env python
+"""Check `draftsmith plan` against a real run: peak memory and training tokens/s, side by side.
+
+Trains RECIPE for a few steps in this process, then plans the same recipe (one device) fed the
+matmul rate measured on this device just before and just after the run (utilisation 1: the rate
+is what this device reaches), and prints plan vs measured:
+
+- memory: the plan's total (DDP, one device) against the run's peak, measured as
+  CPU: the process's resident-set high-water mark (getrusage ru_maxrss) minus its resident set
+     once torch, transformers and the trainer are imported (what the plan does not model);
+  GPU: torch.cuda.max_memory_allocated();
+- speed: the plan's tokens/s against the median logged training rate (the first window, warm-up,
+  left out). Other processes on the machine slow both the matmul timing and the run: measure them
+  back to back, as here, and say so with the figures.
+
+    python scripts/plan_check.py configs/smollm2-135m-instruct/eagle3.yaml --steps 12 --json runs/plan_check.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import tempfile
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("recipe")
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--rows", type=int, default=200, help="data.max_rows: enough for the steps, quick to build")
+    p.add_argument("--json", default=None)
+    args, overrides = p.parse_known_args(argv)
+
+    import torch
+
+    from draftsmith.bench import write_json
+    from draftsmith.plan import make_plan
+    from draftsmith.train.data import build_data
+    from draftsmith.train.flops import measure_tflops
+    from draftsmith.train.kinds import load_recipe
+    from draftsmith.train.trainer import train
+
+    cuda = torch.cuda.is_available()
+    out = tempfile.mkdtemp(prefix="plan_check-")
+    recipe = load_recipe(
+        args.recipe,
+        [
+            *overrides,
+            f"--optim.max_steps={args.steps}",
+            f"--data.max_rows={args.rows}",
+            "--logging.log_every=2",
+            "--logging.eval_every=0",
+            "--logging.eval_batches=1",
+            "--logging.acceptance_prompts=0",
+            "--logging.progress=false",
+            "--checkpoint.save_every=0",
+            f"--checkpoint.output_dir={out}",
+        ],
+    )
+    dtype = "bfloat16" if recipe.optim.mixed_precision == "bf16" else "float32"
+    device = "cuda" if cuda else "cpu"
+    base = rss_bytes()
+    before = measure_tflops(dtype, seconds=3.0, device=device)
+    summary = train(recipe)
+    peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    after = measure_tflops(dtype, seconds=3.0, device=device)
+    rates = [h["train/tokens_per_s"] for h in summary["history"] if "train/tokens_per_s" in h][1:]
+    measured_rate = statistics.median(rates)
+
+    # The share of tokens the loss scores (the LM heads run there only), from the same rows.
+    from draftsmith.models.loading import load_tokenizer
+
+    data = build_data(recipe.data, load_tokenizer(recipe.model.target), progress=False)
+    scored = float(data.train.loss_mask.float().mean()) if hasattr(data.train.loss_mask, "float") else 0.5
+
+    tflops = (before + after) / 2
+    plan = make_plan(recipe, gpus=1, gpu_tflops=tflops, utilisation=1.0, scored=scored, device=device)
+    planned = plan.memory[0].total
+    measured_mem = peak if cuda else peak - base
+    result = {
+        "recipe": args.recipe,
+        "device": torch.cuda.get_device_name(0) if cuda else _cpu_name(),
+        "steps": args.steps,
+        "tokens_per_step": plan.tokens_per_step,
+        "scored_fraction": scored,
+        "matmul_tflops": {"before": before, "after": after, "used": tflops, "dtype": dtype},
+        "memory": {
+            "planned_bytes": planned,
+            "measured_bytes": measured_mem,
+            "how": "torch.cuda.max_memory_allocated" if cuda else "ru_maxrss minus RSS after imports",
+            "baseline_rss_bytes": None if cuda else base,
+            "ratio": planned / measured_mem,
+            "parts": plan.memory[0].__dict__,
+        },
+        "tokens_per_s": {
+            "planned": plan.tokens_per_s,
+            "measured": measured_rate,
+            "windows": rates,
+            "ratio": plan.tokens_per_s / measured_rate,
+        },  # fmt: skip
+        "flops_per_token": plan.flops_per_token,
+    }
+    print(
+        f"memory: plan {planned / 1e9:.2f} GB, measured {measured_mem / 1e9:.2f} GB ({result['memory']['how']}): "
+        f"{result['memory']['ratio']:.2f}x\n"
+        f"tokens/s: plan {plan.tokens_per_s:.0f} (at {tflops * 1e3:.1f} GFLOP/s measured, {dtype}), measured "
+        f"{measured_rate:.0f}: {result['tokens_per_s']['ratio']:.2f}x"
+    )
+    if args.json:
+        write_json(result, args.json)
+    return 0
+
+
+def _cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

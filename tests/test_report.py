@@ -1,0 +1,28 @@
+"""Every benchmark JSON says where, when and how it was measured (draftsmith/report.py)."""
+
+import json
+import subprocess
+
+from draftsmith.report import commit, stamp, write_report
+
+
+def test_stamp_names_machine_commit_date_and_command(tmp_path):
+    out = write_report({"speedup": 1.25}, tmp_path / "sub" / "r.json", argv=["scripts/bench_x.py", "--k", "a b"])
+    on_disk = json.loads((tmp_path / "sub" / "r.json").read_text())
+    assert on_disk == out
+    assert on_disk["speedup"] == 1.25
+    assert on_disk["command"] == "scripts/bench_x.py --k 'a b'"
+    machine = on_disk["machine"]
+    assert machine["device"] in ("cpu", "cuda")
+    if machine["device"] == "cpu":
+        assert machine["cpu"]["model"] and "avx512f" in machine["cpu"]["flags"]
+    assert on_disk["date"].endswith("UTC")
+    assert not list((tmp_path / "sub").glob(".*tmp"))
+
+
+def test_commit_is_the_checkout_s_head():
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    got = commit()
+    if head:
+        assert got is not None and got.split("+")[0] == head
+    assert stamp({"commit": "given"})["commit"] == "given"  # the result's own keys win
