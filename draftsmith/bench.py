@@ -32,6 +32,7 @@ from draftsmith.infer.hardware import cpu_info, format_cpu  # noqa: F401 (format
 from draftsmith.infer.metrics import SpecMetrics
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig
+from draftsmith.models import checkpoint_identity
 
 
 def _hf_generate(model, ids, max_new_tokens, sampling: SamplingConfig, eos, pad, seed, assistant=None):
@@ -80,6 +81,8 @@ def environment(target, drafter, engine=None) -> dict:
         "tree": None if tree is None else {k: v for k, v in dataclasses.asdict(tree).items() if v is not None},
         "verification": engine.verification if engine is not None else "lossless",
         "drafter_kind": getattr(drafter, "kind", None),
+        # Which checkpoint exactly (path, kind, target, sha256): `publish --results` checks it.
+        "draft_checkpoint": checkpoint_identity(getattr(drafter, "name", None)),
         "dtype": str(target.dtype).replace("torch.", ""),
         "dtype_reason": getattr(target, "dtype_reason", None),
         "device": str(dev),
@@ -96,10 +99,12 @@ def environment(target, drafter, engine=None) -> dict:
     }
 
 
-def interleaved(run, names: list[str], prompts, desc: str, progress: bool = True) -> dict[str, list]:
+def interleaved(run, names: list[str], prompts, desc: str, progress: bool = True, into=None) -> dict[str, list]:
     """{name: [run(name, prompt, i) for every prompt]}, the order of the names rotating from one
-    prompt to the next, so no method always runs first and machine drift hits all alike."""
-    out: dict[str, list] = {n: [] for n in names}
+    prompt to the next, so no method always runs first and machine drift hits all alike. `into`:
+    the dict to fill (a caller interrupted midway still holds the runs that finished)."""
+    out: dict[str, list] = into if into is not None else {}
+    out.update({n: [] for n in names})
     for i, p in enumerate(tqdm(prompts, desc=desc, disable=not progress)):
         for j in range(len(names)):
             name = names[(i + j) % len(names)]
@@ -207,9 +212,21 @@ def run_bench(
         methods["hf_assisted"] = hf(assistant)
     names = list(methods)
 
-    for name in names:  # warm-up: allocator, kernels, lazy init; not recorded
-        methods[name](prompts[0], seed)
-    outputs = interleaved(lambda name, p, i: methods[name](p, seed + i), names, prompts, "bench", progress)
+    outputs: dict[str, list] = {n: [] for n in names}
+    try:
+        for name in names:  # warm-up: allocator, kernels, lazy init; not recorded
+            methods[name](prompts[0], seed)
+        interleaved(lambda name, p, i: methods[name](p, seed + i), names, prompts, "bench", progress, into=outputs)
+    except KeyboardInterrupt:  # Ctrl-C: hand back the runs that finished, marked partial
+        partial = {
+            **environment(target, drafter, engine),
+            "num_speculative_tokens": k,
+            "temperature": sampling.temperature,
+            "seed": seed,
+            "max_new_tokens": max_new_tokens,
+            "partial": _partial(outputs, len(prompts)),
+        }
+        raise BenchInterrupted(partial) from None
 
     spec = outputs["speculative"]
     metrics = SpecMetrics()
@@ -259,6 +276,37 @@ def run_bench(
         },
     }
     return result
+
+
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a bench: `result` holds what the runs that finished measured (partial)."""
+
+    def __init__(self, result: dict):
+        super().__init__("bench interrupted")
+        self.result = result
+
+
+def _partial(outputs: dict[str, list], num_prompts: int) -> dict:
+    """What the finished runs of an interrupted bench measured: per method its runs, tokens/s and
+    (speculative) acceptance; no speedup, as the methods did not all run on the same prompts."""
+    done = sum(len(v) for v in outputs.values())
+    methods = {}
+    for name, outs in outputs.items():
+        m = SpecMetrics()
+        for r in outs:
+            m = m.merge(r.metrics)
+        methods[name] = {
+            "runs": len(outs),
+            "tokens_per_s": _mean_tps([(len(r.tokens), r.elapsed_s) for r in outs]),
+            "generated_tokens": sum(len(r.tokens) for r in outs),
+            **(m.as_dict() if name == "speculative" else {}),
+        }
+    return {
+        "runs_done": done,
+        "runs_total": num_prompts * len(outputs),
+        "note": "interrupted: only the runs that finished; no speedup (the methods ran on different prompts)",
+        "methods": methods,
+    }
 
 
 def context_buckets(results: list[GenerationResult], edges: tuple[int, ...]) -> dict:
@@ -351,7 +399,7 @@ def run_compare(
             row.update(_in_loop_prediction(m.mean_acceptance_length, in_loop["plain"], in_loop[n]))
         rows[n] = row
     env = environment(target, None)
-    env.pop("draft"), env.pop("drafter_kind"), env.pop("tree"), env.pop("verification")
+    env.pop("draft"), env.pop("drafter_kind"), env.pop("tree"), env.pop("verification"), env.pop("draft_checkpoint")
     return {
         **env,
         "temperature": sampling.temperature,

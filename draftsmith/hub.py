@@ -34,7 +34,8 @@ import tempfile
 import yaml
 
 from draftsmith.errors import DraftsmithError, run_command
-from draftsmith.train.kinds import KINDS
+from draftsmith.export.common import article
+from draftsmith.kinds import KINDS
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +72,9 @@ PROVEN = {
 
 
 def _checkpoint(checkpoint) -> tuple[pathlib.Path, dict]:
-    from draftsmith.models import read_drafter_meta
+    from draftsmith.models import read_drafter_meta, resolve_checkpoint
 
-    path = pathlib.Path(checkpoint).expanduser()
+    path = resolve_checkpoint(checkpoint)  # a run folder: its best/ or final/ (said in one line)
     meta = read_drafter_meta(path) if path.is_dir() else None
     if meta is None:
         raise DraftsmithError(
@@ -120,6 +121,55 @@ def load_results(paths) -> list[dict]:
             )
         out.append({**r, "_source": p.name})
     return out
+
+
+def foreign_result(r: dict, ckpt: pathlib.Path, meta: dict, identity) -> str | None:
+    """Why result `r` was not measured with checkpoint `ckpt` (its drafter.json `meta`), or None
+    when it was: the kind, the target and the checkpoint itself (the sha256 over drafter.json and
+    the weights that `eval`/`bench --json` record; an older result without it must name this
+    folder as its draft). `identity()` gives this checkpoint's (computed once, on demand)."""
+    kind = r.get("drafter_kind")
+    if kind and kind != meta["kind"]:
+        return f"it measured {article(kind)} drafter ({r.get('draft')}), and {ckpt} is {article(meta['kind'])}"
+    targets = {meta["target"], meta.get("base_target")}
+    if meta.get("target_path"):
+        targets.add(str((ckpt / meta["target_path"]).resolve()))
+    measured = str(r.get("target"))
+    if measured not in targets and str(pathlib.Path(measured).expanduser().resolve()) not in targets:
+        return f"it was measured with the target {measured}, and {ckpt} drafts for {meta['target']}"
+    recorded = r.get("draft_checkpoint")
+    if isinstance(recorded, dict) and recorded.get("sha256"):
+        mine = identity()
+        if recorded["sha256"] != mine["sha256"]:
+            return (
+                f"it measured the checkpoint {recorded.get('path')} (sha256 {recorded['sha256'][:12]}), not this one "
+                f"(sha256 {mine['sha256'][:12]})"
+            )
+        return None
+    draft = pathlib.Path(str(r.get("draft")))
+    if not (draft.exists() and draft.resolve() == ckpt):
+        return f"it names the draft {r.get('draft')} and records no checkpoint hash to show it is {ckpt}"
+    return None
+
+
+def check_results(ckpt: pathlib.Path, meta: dict, results: list[dict]) -> None:
+    """Refuse, in one line, results handed to `publish --results` that belong to another checkpoint."""
+    from draftsmith.models import checkpoint_identity
+
+    cache: dict = {}
+
+    def identity():
+        if "id" not in cache:
+            cache["id"] = checkpoint_identity(ckpt)
+        return cache["id"]
+
+    for r in results:
+        why = foreign_result(r, ckpt, meta, identity)
+        if why:
+            raise DraftsmithError(
+                f"--results {r.get('_source')} belongs to another checkpoint: {why}; measure this one "
+                f"(draftsmith eval --draft {ckpt} --json FILE) and pass that file"
+            )
 
 
 def find_results(checkpoint) -> list[pathlib.Path]:
@@ -460,9 +510,16 @@ def stage(
 
     ckpt, meta = _checkpoint(checkpoint)
     out = pathlib.Path(staging_dir)
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DraftsmithError(f"{out}: staging folder is not empty; pass a new or empty folder")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):  # the only sure test (root passes os.access; read-only mounts do not)
+            pass
+    except OSError as e:
+        raise DraftsmithError(
+            f"--stage-dir {out}: cannot write there ({e.strerror or e}); pass a writable new or empty folder"
+        ) from None
     for src in sorted(ckpt.rglob("*")):
         rel = src.relative_to(ckpt)
         if src.is_file() and not (NOT_PUBLISHED & set(rel.parts)) and not any(p.startswith(".") for p in rel.parts):
@@ -552,13 +609,22 @@ def publish(
     """Create `repo_id` (exist_ok) and upload the staged folder in one commit; `dry_run`: stage
     only, no token, no network. -> repo_id, files (repo paths), sizes, card, results, url, commit_url."""
     from draftsmith.export import default_repo_name
+    from draftsmith.models import checkpoint_identity
 
     ckpt, meta = _checkpoint(checkpoint)
     repo_id = repo_id or default_repo_name(ckpt)
     if not re.fullmatch(r"([A-Za-z0-9][\w.-]{0,95}/)?[\w.-]{1,96}", repo_id) or ".." in repo_id or "--" in repo_id:
         raise DraftsmithError(f"--repo-id {repo_id!r}: expected ORG/NAME (letters, digits, '-', '_', '.')")
     if results is None:
-        results = load_results(find_results(ckpt))
+        results = []
+        for r in load_results(find_results(ckpt)):  # found beside it: a stale one (retrained since) is left out
+            why = foreign_result(r, ckpt, meta, lambda: checkpoint_identity(ckpt))
+            if why:
+                log.info("%s: not used for the card: %s", r["_source"], why)
+            else:
+                results.append(r)
+    else:
+        check_results(ckpt, meta, results)
     if not dry_run:
         token = _token(token)
         if "/" not in repo_id:  # the card names the full id: ask the Hub whose token this is
@@ -604,7 +670,11 @@ def _size(n: int) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="a checkpoint folder written by `draftsmith train` (e.g. runs/NAME/final)")
+    parser.add_argument(
+        "checkpoint",
+        help="a checkpoint folder written by `draftsmith train` (runs/NAME/final), or the run folder runs/NAME "
+        "(its best/ checkpoint when it has one, else final/)",
+    )
     parser.add_argument(
         "--repo-id",
         default=None,
