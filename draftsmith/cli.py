@@ -112,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("train", help="train a drafter from a YAML recipe (draftsmith train RECIPE --help)", add_help=False)
+    sub.add_parser(
+        "features",
+        help="extract the target's hidden states into an offline feature cache, through transformers or vLLM "
+        "(draftsmith features RECIPE --help)",
+        add_help=False,
+    )
 
     bench = sub.add_parser("bench", help="speed and acceptance vs plain decoding and transformers")
     _common(bench)
@@ -133,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     from draftsmith import export, hub  # light: torch and huggingface_hub load when they run
 
     export.add_arguments(
-        sub.add_parser("export", help="write a checkpoint in the layout an engine loads (hf, vllm, sglang)")
+        sub.add_parser("export", help=f"write a checkpoint in the layout an engine loads ({', '.join(export.FORMATS)})")
     )
     hub.add_arguments(
         sub.add_parser("publish", help="upload a checkpoint, its engine exports and a model card to the Hub")
@@ -201,8 +207,10 @@ def _check_args(args) -> None:
             "--temperature",
             args.temperature,
             math.isfinite(args.temperature) and args.temperature >= 0,
-            ">= 0 (0 = greedy)",
+            ">= 0 (0 = greedy)" if math.isfinite(args.temperature) else ">= 0 and finite (0 = greedy)",
         ),
+        # torch's generators take a 64-bit seed, and prompt i is decoded with seed + i: 0..2**63-1 leaves room.
+        ("--seed", args.seed, 0 <= args.seed < 2**63, f"in [0, {2**63 - 1}]"),
         ("--top-k", args.top_k, args.top_k >= 0, ">= 0 (0 = off)"),
         ("--top-p", args.top_p, 0 < args.top_p <= 1, "in (0, 1]"),
     ]
@@ -251,6 +259,7 @@ def _context_fit(args, target, drafter):
         getattr(args, "truncate_prompts", False),
         target.name,
         truncate_flag,
+        "--tree-num-draft-tokens" if args.tree is not None else "-k/--num-speculative-tokens",
     )
 
 
@@ -275,16 +284,19 @@ def _setup(args):
     _check_args(args)
 
     from draftsmith.infer.sampling import SamplingConfig
-    from draftsmith.models import Target
-    from draftsmith.train.kinds import load_drafter
+    from draftsmith.models import Target, load_drafter
 
     dtype = args.dtype or "auto"
+    if args.draft:
+        from draftsmith.models import resolve_checkpoint
+
+        args.draft = str(resolve_checkpoint(args.draft, "--draft"))  # a run folder: its best/ or final/
     ckpt_target, note = _checkpoint_target(args.draft)
-    if args.target and ckpt_target and note and args.target != ckpt_target:
+    if args.target and ckpt_target and not _same_model(args.target, ckpt_target):
         logging.warning(
-            "%s was trained together with its own target %s; decoding with --target %s instead "
-            "stays lossless but accepts less",
+            "warning: %s was trained %s %s; decoding with --target %s instead stays lossless but accepts less",
             args.draft,
+            "together with its own target" if note else "against",
             ckpt_target,
             args.target,
         )
@@ -302,36 +314,68 @@ def _setup(args):
         sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     except ValueError as e:
         raise DraftsmithError(str(e)) from None
+    from draftsmith.infer.proposal import check_num_speculative_tokens, speculative_cap
+
+    cap = speculative_cap(drafter)
     if args.num_speculative_tokens is None:
-        args.num_speculative_tokens = min(4, getattr(drafter, "max_speculative_tokens", 4))
-    if args.num_speculative_tokens < 1:
-        raise DraftsmithError("--num-speculative-tokens must be >= 1")
+        args.num_speculative_tokens = min(4, cap or 4)
+    elif drafter is not None and args.tree is None:  # a tree's size comes from the tree flags, not -k
+        from draftsmith.export.common import article
+
+        what = f"{args.draft} ({article(getattr(drafter, 'kind', 'draft'))} drafter)"
+        check_num_speculative_tokens(args.num_speculative_tokens, cap, what)
     return target, drafter, sampling
 
 
+def _same_model(a: str, b: str) -> bool:
+    """Two ways of naming the target (a name, or paths to one folder) name the same model."""
+    import pathlib
+
+    pa, pb = pathlib.Path(a).expanduser(), pathlib.Path(b).expanduser()
+    return a == b or (pa.exists() and pb.exists() and pa.resolve() == pb.resolve())
+
+
 def cmd_bench(args) -> None:
-    from draftsmith.bench import format_table, run_bench, save_outputs
+    from draftsmith.bench import BenchInterrupted, format_table, run_bench, save_outputs
 
     target, drafter, sampling = _setup(args)
     prompts = _load_prompts(args, target, drafter)
     baselines = () if args.no_hf else ("hf_plain", "hf_assisted")
-    result = run_bench(
-        target,
-        drafter,
-        prompts,
-        args.num_speculative_tokens,
-        args.max_new_tokens,
-        sampling,
-        args.seed,
-        baselines,
-        not args.quiet,
-        tree=args.tree,
-        verification=args.verification,
-    )
+    try:
+        result = run_bench(
+            target,
+            drafter,
+            prompts,
+            args.num_speculative_tokens,
+            args.max_new_tokens,
+            sampling,
+            args.seed,
+            baselines,
+            not args.quiet,
+            tree=args.tree,
+            verification=args.verification,
+        )
+    except BenchInterrupted as e:
+        _keep_partial(e.result, args)
     result["prompts"] = args.prompts
     print(format_table(result))
     for path in save_outputs(result, args.json, args.plot, result["draft"]):
         print(f"wrote {path}")
+
+
+def _keep_partial(result: dict, args) -> None:
+    """Ctrl-C during a bench: write the finished runs to --json (marked partial) and say so in one
+    line; nothing resumes a bench, and the line does not pretend otherwise."""
+    from draftsmith.bench import write_json
+    from draftsmith.errors import Interrupted
+
+    result["prompts"] = args.prompts
+    p = result["partial"]
+    runs = f"{p['runs_done']} of {p['runs_total']} runs had finished"
+    if not args.json:
+        raise Interrupted(f"{runs}; nothing was kept (pass --json FILE to keep finished runs); a rerun starts over")
+    write_json(result, args.json)
+    raise Interrupted(f"{runs}; they are in {args.json}, marked partial; a rerun starts over (nothing resumes a bench)")
 
 
 def cmd_eval(args) -> None:
@@ -432,6 +476,11 @@ def main(argv=None) -> int:
         from draftsmith.train.__main__ import main as train_main
 
         return train_main(argv[1:])
+    if argv[:1] == ["features"]:  # its own parser too; the engines are this layer's to hand down
+        from draftsmith.engines.vllm_extract import VLLMFeatureExtractor
+        from draftsmith.train.features_cli import main as features_main
+
+        return features_main(argv[1:], engines={"vllm": VLLMFeatureExtractor}, prog="draftsmith features")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if argv[:1] == ["plan"]:  # takes the recipe overrides train takes: free-form --section.key=value
         from draftsmith import plan

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lawtest import chisquare_pvalue, engine_samples, exact_law
+
+from draftsmith.errors import DraftsmithError
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig
@@ -13,9 +16,6 @@ from draftsmith.models.dflash import DFlash, DFlashConfig, DFlashModel, default_
 from draftsmith.models.eagle import EagleConfig
 from draftsmith.train.dflash import DFlashTask, DFlashTrainConfig, sample_anchors, target_layers
 from draftsmith.train.features import target_hidden_states
-from lawtest import chisquare_pvalue, engine_samples, exact_law
-
-from draftsmith.errors import DraftsmithError
 
 BLOCK = 4  # the pending token + 3 masks: K = 3
 
@@ -164,7 +164,7 @@ def test_greedy_equals_plain_decoding_with_one_draft_forward_per_step(tiny_targe
     forward = model.forward
     model.forward = lambda *a, **kw: calls.append(1) or forward(*a, **kw)
     try:
-        engine = Engine(tiny_target, drafter, 5)  # asks for more than the block holds: capped at 3
+        engine = Engine(tiny_target, drafter, 3)  # the whole block: pending token + 3 masks
         prompt = PROMPT
         new = 24 if causal else 40  # the untrained causal draft accepts little: each token costs a step
         plain = engine.generate(prompt, new, speculative=False, eos_token_ids=())
@@ -177,6 +177,17 @@ def test_greedy_equals_plain_decoding_with_one_draft_forward_per_step(tiny_targe
     assert spec.metrics.drafted_tokens <= 3 * spec.metrics.drafts
     if not causal:
         assert spec.metrics.accepted_tokens > 0  # the trained draft is right some of the time
+
+
+def test_k_above_the_block_is_refused_not_clamped(tiny_target, trained):
+    """-k 5 on a block of 4 used to draft 3 tokens while reports said 5: now refused in one line."""
+    from draftsmith.errors import DraftsmithError
+
+    drafter = DFlash(trained[0].model, tiny_target, "test")
+    assert drafter.max_speculative_tokens == 3
+    with pytest.raises(DraftsmithError, match=r"-k/--num-speculative-tokens 5: .* drafts at most 3 tokens per step"):
+        Engine(tiny_target, drafter, 5)
+    Engine(tiny_target, drafter, 3)  # the block itself is fine
 
 
 def test_sampling_follows_the_target_distribution(tiny_target, trained):
