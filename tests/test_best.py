@@ -152,6 +152,11 @@ def test_card_says_which_checkpoint_and_its_tau(tiny_cache, tmp_path, fresh_acce
     card = build_card(tmp_path / "best", [])
     line = next(x for x in card.splitlines() if x.startswith("- checkpoint:"))
     assert "`best/` (step 4)" in line and "highest τ" in line and "τ 1.75" in line and "2 held-out prompts" in line
+    # a run folder stands for its best/ (the one resolver the commands share), card included
+    from draftsmith.models import resolve_checkpoint
+
+    assert resolve_checkpoint(tmp_path) == tmp_path / "best"
+    assert line in build_card(tmp_path, []).splitlines()
     final = next(x for x in build_card(tmp_path / "final", []).splitlines() if x.startswith("- checkpoint:"))
     assert "`final/` (step 6)" in final and "τ 1.50" in final and "highest" not in final
 
