@@ -321,3 +321,15 @@ def test_vllm_features_equal_transformers_ones_and_train_the_same_drafter(tmp_pa
     taus = [s["acceptance"]["mean_acceptance_length"] for s in summaries]
     print("tau on the held-out prompts (vLLM features, transformers features):", taus)
     assert taus[0] == taus[1], taus
+
+
+def test_draftsmith_features_hands_the_vllm_engine_down(tiny_cache, tmp_path, capsys, monkeypatch, fresh_accelerate):
+    from draftsmith import cli
+
+    monkeypatch.setenv("DRAFTSMITH_ENGINES", str(tmp_path / "no-engines"))
+    recipe = str(ROOT / "configs" / "tiny" / "eagle3.yaml")
+    quick = ["--data.max_rows=4", "--data.max_length=64", "--data.eval_rows=2", "--logging.progress=false"]
+    argv = ["features", recipe, "--engine", "vllm", "--output-dir", str(tmp_path / "cache"), *quick]
+    assert cli.main(argv) == 2  # past the parsing, the data and the target: starting the engine
+    assert "vllm is not installed in" in capsys.readouterr().err
+    assert not list((tmp_path / "cache").glob("shard-*"))
