@@ -33,7 +33,7 @@ ARGS = [
     f"--optim.max_steps={STEPS}",
     "--logging.log_every=1",
     "--logging.eval_every=4",
-    "--logging.eval_batches=30",
+    "--logging.eval_batches=60",
     "--logging.acceptance_prompts=2",
     "--logging.acceptance_max_new_tokens=32",
     "--checkpoint.save_every=100",  # no periodic checkpoint: SIGTERM's is the one to resume from
@@ -114,7 +114,7 @@ def _preempt_inside(phase: str, out: pathlib.Path, *extra: str) -> float:
             [sys.executable, "-c", RUNNER, str(TINY), "--output-dir", str(out), *ARGS, *extra],
             stdout=f,
             stderr=subprocess.STDOUT,
-            env=_env(FAULT_PHASE=phase, FAULT_MARKER=str(marker), FAULT_DELAY="3"),
+            env=_env(FAULT_PHASE=phase, FAULT_MARKER=str(marker), FAULT_DELAY="1"),
         )
     deadline = time.monotonic() + 600
     while not marker.exists():
@@ -393,3 +393,15 @@ def test_a_lost_process_is_told_from_a_bug(message, lost):
 
     assert is_comm_failure(RuntimeError(message)) is lost
     assert is_comm_failure(dist.DistNetworkError("anything"))
+
+
+def test_what_a_checkpoint_imports_is_imported_before_training():
+    """transformers' save_pretrained imports deepspeed (through accelerate) when it is installed:
+    seconds a SIGTERM before the first checkpoint would otherwise spend inside its grace period."""
+    import importlib.util
+
+    code = (
+        "import sys; from draftsmith.train.checkpoint import warm_imports as w; w(); print('deepspeed' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=_env())
+    assert out.stdout.strip().splitlines()[-1] == str(importlib.util.find_spec("deepspeed") is not None), out.stderr

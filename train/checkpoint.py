@@ -339,6 +339,17 @@ def _save(accelerator, task, model, root: pathlib.Path, name: str, trainer_state
     return final
 
 
+def warm_imports() -> None:
+    """Import what writing a checkpoint imports: transformers' save_pretrained unwraps the model
+    through accelerate, which imports deepspeed whenever it is installed (9 s on a busy 2-core
+    machine). Every run saves at least once, so this moves the cost, not adds it: a SIGTERM
+    before the run's first checkpoint then spends its grace period on the checkpoint alone."""
+    from accelerate.utils import is_deepspeed_available
+
+    if is_deepspeed_available():
+        import deepspeed  # noqa: F401
+
+
 def prune(root: pathlib.Path, keep_last: int) -> list[pathlib.Path]:
     """Delete intact step-* checkpoints older than the newest `keep_last` intact ones. Damaged
     ones (weights missing, say) are neither counted nor deleted: a damaged newer checkpoint
