@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from draftsmith.infer.engine import Engine
-from draftsmith.train.kinds import load_drafter
+from draftsmith.models import load_drafter
 
 from draftsmith.bench import context_buckets
 

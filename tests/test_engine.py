@@ -5,7 +5,7 @@ import torch
 from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.infer.cache import KVCache
 from draftsmith.models import DraftLM, PromptLookup
-from draftsmith.train.kinds import load_drafter
+from draftsmith.models import load_drafter
 from lawtest import chisquare_pvalue, engine_samples, exact_law
 
 

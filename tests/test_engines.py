@@ -295,7 +295,7 @@ def test_draft_first_schedule_keeps_the_output(tiny_target):
     """llama.cpp's schedule (Engine(draft_first=True)): the first new token is drafted too; the
     output is plain greedy decoding's either way, and only the steps differ."""
     from draftsmith.infer import Engine
-    from draftsmith.train.kinds import load_drafter
+    from draftsmith.models import load_drafter
 
     drafter = load_drafter("truncated:6", tiny_target)
     ids = tiny_target.tokenizer("The quick brown fox jumps over")["input_ids"]

@@ -17,7 +17,7 @@ from draftsmith.train import features_cli
 from draftsmith.train.config import DataConfig
 from draftsmith.train.data import TokenRows, build_data, collate
 from draftsmith.train.features import OfflineFeatures, OnlineFeatures, extract, target_hidden_states
-from draftsmith.train.kinds import load_recipe
+from draftsmith.train.config import load_recipe
 from safetensors import safe_open
 
 from draftsmith.errors import DraftsmithError

@@ -25,7 +25,7 @@ REPO = "test-org/tiny-eagle3"
 def ckpt(tmp_path_factory, tiny_cache):
     """A tiny EAGLE-3 drafter trained 4 steps on tiny-random: run folder with recipe.yaml,
     train_summary.json and final/."""
-    from draftsmith.train.kinds import load_recipe
+    from draftsmith.train.config import load_recipe
     from draftsmith.train.trainer import train
 
     run = tmp_path_factory.mktemp("run")

@@ -10,7 +10,7 @@ from draftsmith.infer import Engine
 from draftsmith.infer.sampling import GREEDY, SamplingConfig
 from draftsmith.infer.tree import TreeConfig
 from draftsmith.models.medusa import Medusa, MedusaConfig, MedusaHeads
-from draftsmith.train.kinds import load_recipe
+from draftsmith.train.config import load_recipe
 
 from draftsmith.errors import DraftsmithError
 
@@ -91,7 +91,7 @@ def test_shared_lm_head_is_never_saved_and_reattaches(tiny_target, tmp_path):
 
     assert all(k.startswith("blocks.") for k in load_file(tmp_path / "model.safetensors"))
     (tmp_path / "drafter.json").write_text(json.dumps({"kind": "medusa", "target": "tiny-random"}))
-    from draftsmith.train.kinds import load_drafter
+    from draftsmith.models import load_drafter
 
     d = load_drafter(str(tmp_path), tiny_target)
     assert d.heads.shared_lm_head is tiny_target.model.get_output_embeddings()
@@ -208,7 +208,7 @@ def test_bad_requests_are_clear_errors(tiny_target, heads):
 
 def test_bad_checkpoints_are_clear_errors(tiny_target, tmp_path):
     from draftsmith.models import write_drafter_meta
-    from draftsmith.train.kinds import load_drafter
+    from draftsmith.models import load_drafter
 
     wrong = tmp_path / "wrong"
     MedusaHeads(MedusaConfig(hidden_size=576, vocab_size=tiny_target.vocab_size, num_heads=2)).save_pretrained(wrong)
@@ -271,7 +271,7 @@ def target_spy(monkeypatch):
 
 
 def test_medusa1_training(tiny_target, tmp_path, fresh_accelerate, target_spy):
-    from draftsmith.train.kinds import load_drafter
+    from draftsmith.models import load_drafter
 
     s = train_recipe(TINY1, tmp_path, "--optim.max_steps=24", "--logging.log_every=4", "--checkpoint.save_every=12")
     curve = [h["train/loss"] for h in s["history"] if "train/loss" in h]
@@ -301,7 +301,7 @@ def test_medusa1_training(tiny_target, tmp_path, fresh_accelerate, target_spy):
 def test_medusa2_training_changes_the_target_only_through_lora(tiny_target, tmp_path, fresh_accelerate, target_spy):
     pytest.importorskip("peft")
     from draftsmith.models import Target
-    from draftsmith.train.kinds import load_drafter
+    from draftsmith.models import load_drafter
 
     # regenerate=false: the tiny target's own replies take minutes to generate on 2 cores
     s = train_recipe(

@@ -134,7 +134,7 @@ def test_two_machines_resume_where_the_checkpoint_left_off(two_machine_ddp, tmp_
 
 def test_two_machines_deepspeed_zero3(single_machine_ddp, tmp_path, tiny_target):
     pytest.importorskip("deepspeed")
-    from draftsmith.train.kinds import load_drafter
+    from draftsmith.models import load_drafter
 
     s, logs = two_machines("multinode_zero3.yaml", tmp_path)  # no ACCELERATE_USE_CPU: it would mean plain DDP
     assert s["world_size"] == 2 and s["num_machines"] == 2 and "DEEPSPEED" in s["distributed_type"]

@@ -217,7 +217,7 @@ QUICK = [
 @pytest.fixture(scope="module")
 def recipe_run(tiny_cache, tmp_path_factory):
     from accelerate.state import AcceleratorState, GradientState
-    from draftsmith.train.kinds import load_recipe
+    from draftsmith.train.config import load_recipe
     from draftsmith.train.trainer import train
 
     out = tmp_path_factory.mktemp("pard-run")
@@ -230,7 +230,7 @@ def recipe_run(tiny_cache, tmp_path_factory):
 
 
 def test_recipes_load():
-    from draftsmith.train.kinds import load_recipe
+    from draftsmith.train.config import load_recipe
 
     for folder in ("tiny", "smollm2-135m-instruct"):
         r = load_recipe(ROOT / "configs" / folder / "pard.yaml")
@@ -240,7 +240,7 @@ def test_recipes_load():
 
 
 def test_trained_recipe_loads_as_a_drafter(recipe_run, tiny_target):
-    from draftsmith.train.kinds import load_drafter
+    from draftsmith.models import load_drafter
 
     out, summary = recipe_run
     assert summary["steps"] == 4 and "eval/top1_pos4" in summary["eval"]

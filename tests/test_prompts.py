@@ -15,7 +15,7 @@ import pytest
 from draftsmith.infer.engine import Engine, GenerationResult
 from draftsmith.infer.metrics import SpecMetrics
 from draftsmith.infer.sampling import GREEDY
-from draftsmith.train.kinds import load_drafter
+from draftsmith.models import load_drafter
 
 from draftsmith import prompts as prompt_sets
 from draftsmith.bench import breakdown, run_compare

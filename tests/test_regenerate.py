@@ -18,7 +18,7 @@ from draftsmith.models.loading import load_tokenizer
 from draftsmith.train import regenerate as regen_mod
 from draftsmith.train.config import DataConfig
 from draftsmith.train.data import build_data
-from draftsmith.train.kinds import recipe_from_dict
+from draftsmith.train.config import recipe_from_dict
 from draftsmith.train.regenerate import cache_path, regenerate
 
 from draftsmith.errors import DraftsmithError

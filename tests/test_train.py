@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 import yaml
-from draftsmith.train.kinds import load_recipe
+from draftsmith.train.config import load_recipe
 
 from draftsmith.errors import DraftsmithError
 
@@ -94,7 +94,7 @@ def test_cli_reports_config_errors_in_one_line(tmp_path):
 
 def test_tiny_training_loss_falls_and_checkpoint_is_a_drafter(tiny_target, tmp_path, fresh_accelerate):
     from draftsmith.infer.engine import Engine
-    from draftsmith.train.kinds import load_drafter
+    from draftsmith.models import load_drafter
 
     s = run(tmp_path, "--optim.max_steps=30", "--logging.log_every=5", "--checkpoint.save_every=10")
     curve = losses(s)
@@ -414,7 +414,7 @@ def test_time_budget_spans_resumes(tiny_cache, tmp_path, fresh_accelerate):
 
 
 def test_corrupt_checkpoint_is_named(tiny_cache, tmp_path, fresh_accelerate):
-    from draftsmith.train.kinds import load_drafter
+    from draftsmith.models import load_drafter
 
     run(tmp_path, "--optim.max_steps=2", "--logging.acceptance_prompts=0")
     state = tmp_path / "step-0000002" / "trainer_state.json"
@@ -489,7 +489,7 @@ def test_deepspeed_zero2_two_processes_identical_parameters(ddp_summary, tmp_pat
 
 def test_deepspeed_zero3_trains_sharded_and_saves_a_whole_drafter(ddp_summary, tmp_path, tiny_target):
     pytest.importorskip("deepspeed")
-    from draftsmith.train.kinds import load_drafter
+    from draftsmith.models import load_drafter
 
     s = _accelerate("zero3", tmp_path)
     assert s["world_size"] == 2 and "DEEPSPEED" in s["distributed_type"]

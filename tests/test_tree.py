@@ -335,7 +335,7 @@ def test_greedy_tree_decoding_equals_plain_decoding(tiny_target):
 
 
 def test_tree_needs_a_tree_drafter(tiny_target):
-    from draftsmith.train.kinds import load_drafter
+    from draftsmith.models import load_drafter
 
     with pytest.raises(DraftsmithError, match="chains only"):
         Engine(tiny_target, load_drafter("truncated:2", tiny_target), 3, tree=TreeConfig(topk=2, depth=2))
