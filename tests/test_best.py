@@ -10,7 +10,7 @@ import shutil
 import torch
 from safetensors.torch import load_file
 
-from draftsmith.train.kinds import load_recipe
+from draftsmith.train.config import load_recipe
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny" / "draft_lm.yaml"

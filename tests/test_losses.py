@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+
 from draftsmith.train.losses import (
     KINDS,
     cross_entropy,
@@ -342,7 +343,7 @@ TINY_RECIPES = "configs/tiny/{}.yaml"
 
 @pytest.mark.parametrize("kind", ["draft_lm", "medusa", "eagle", "eagle3", "dflash", "pard"])
 def test_every_kind_takes_one_divergence_switch(kind: str) -> None:
-    from draftsmith.train.kinds import load_recipe
+    from draftsmith.train.config import load_recipe
 
     distill = ["--drafter.labels=distill"] if kind in ("medusa", "dflash") else []
     for div in DIVS:
@@ -362,9 +363,8 @@ def test_every_kind_takes_one_divergence_switch(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["draft_lm", "pard"])
 def test_the_old_loss_key_still_works_with_a_warning(kind: str) -> None:
-    from draftsmith.train.kinds import load_recipe
-
     from draftsmith.errors import DraftsmithError
+    from draftsmith.train.config import load_recipe
 
     with pytest.warns(FutureWarning, match="'drafter.loss' is deprecated"):
         r = load_recipe(TINY_RECIPES.format(kind), ["--drafter.loss=tvd"])
@@ -374,9 +374,8 @@ def test_the_old_loss_key_still_works_with_a_warning(kind: str) -> None:
 
 
 def test_token_labels_refuse_a_divergence_they_would_not_use() -> None:
-    from draftsmith.train.kinds import load_recipe
-
     from draftsmith.errors import DraftsmithError
+    from draftsmith.train.config import load_recipe
 
     with pytest.raises(DraftsmithError, match="set drafter.labels: distill"):
         load_recipe("configs/tiny/medusa.yaml", ["--drafter.divergence=tvd", "--drafter.labels=tokens"])
@@ -394,8 +393,9 @@ def _tiny_batch(vocab: int, seed: int = 3) -> dict:
 def test_each_soft_label_kind_trains_on_the_divergence_it_is_given(kind, tiny_target, monkeypatch) -> None:
     """The task's loss goes through losses.soft_loss with the recipe's divergence (tvd here), and
     its value is that divergence: below the fkl run's cross-entropy, gradients flowing."""
+    from draftsmith.kinds import KINDS
     from draftsmith.train import losses
-    from draftsmith.train.kinds import TASKS, load_recipe
+    from draftsmith.train.config import load_recipe
 
     distill = ["--drafter.labels=distill"] if kind in ("medusa", "dflash") else []
     seen = []
@@ -409,7 +409,7 @@ def test_each_soft_label_kind_trains_on_the_divergence_it_is_given(kind, tiny_ta
     values = {}
     for div in ("fkl", "tvd"):
         cfg = load_recipe(TINY_RECIPES.format(kind), [f"--drafter.divergence={div}", *distill]).drafter
-        task = TASKS[kind](cfg, tiny_target, seed=0)
+        task = KINDS[kind].task(cfg, tiny_target, seed=0)
         batch = _tiny_batch(tiny_target.vocab_size)
         loss, _ = task.loss(task.model, batch, step=0)
         loss.backward()
@@ -423,15 +423,16 @@ def test_on_policy_batch_is_sampled_by_the_draft_and_scored_by_the_target(tiny_t
     """data.source on_policy: the tokens trained on are the draft's own continuation (near-greedy
     sampling here, so it can be recomputed), and the loss compares the draft with the target's
     law on exactly those tokens."""
+    from draftsmith.kinds import KINDS
     from draftsmith.train import losses
-    from draftsmith.train.kinds import TASKS, load_recipe
+    from draftsmith.train.config import load_recipe
 
     r = load_recipe(
         TINY_RECIPES.format("draft_lm"),
         ["--data.source=on_policy", "--drafter.on_policy_tokens=6", "--drafter.on_policy_temperature=1e-4"],
     )
     assert r.drafter.on_policy_fraction == 1.0  # every step on-policy unless a share is given
-    task = TASKS["draft_lm"](r.drafter, tiny_target, seed=0)
+    task = KINDS["draft_lm"].task(r.drafter, tiny_target, seed=0)
     batch = _tiny_batch(tiny_target.vocab_size, seed=7)
     captured = {}
     real_batch, real_rows = task._on_policy_batch, losses.rows_loss
@@ -465,9 +466,8 @@ def test_on_policy_batch_is_sampled_by_the_draft_and_scored_by_the_target(tiny_t
 
 
 def test_data_source_switch() -> None:
-    from draftsmith.train.kinds import load_recipe
-
     from draftsmith.errors import DraftsmithError
+    from draftsmith.train.config import load_recipe
 
     assert load_recipe(TINY_RECIPES.format("draft_lm")).data.source == "corpus"
     r = load_recipe(TINY_RECIPES.format("eagle3"), ["--data.source=regenerated"])
