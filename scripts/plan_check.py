@@ -13,7 +13,8 @@ is what this device reaches), and prints plan vs measured:
   left out). Other processes on the machine slow both the matmul timing and the run: measure them
   back to back, as here, and say so with the figures.
 
-    python scripts/plan_check.py configs/smollm2-135m-instruct/eagle3.yaml --steps 12 --json runs/plan_check.json
+    python scripts/plan_check.py configs/smollm2-135m-instruct/eagle3.yaml --steps 8 --rows 120 --batch-size 2 \
+        --json runs/plan_check.json
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def main(argv=None) -> int:
     p.add_argument("recipe")
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--rows", type=int, default=200, help="data.max_rows: enough for the steps, quick to build")
+    p.add_argument("--batch-size", type=int, default=None, help="optim.batch_size (default: the recipe's)")
     p.add_argument("--json", default=None)
     args, overrides = p.parse_known_args(argv)
 
@@ -55,6 +57,7 @@ def main(argv=None) -> int:
         [
             *overrides,
             f"--optim.max_steps={args.steps}",
+            *([f"--optim.batch_size={args.batch_size}"] if args.batch_size else []),
             f"--data.max_rows={args.rows}",
             "--logging.log_every=2",
             "--logging.eval_every=0",
@@ -72,6 +75,8 @@ def main(argv=None) -> int:
     summary = train(recipe)
     peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     after = measure_tflops(dtype, seconds=3.0, device=device)
+    if summary.get("interrupted") or "history" not in summary:
+        raise SystemExit(f"the run stopped early ({summary}): no rate to compare")
     rates = [h["train/tokens_per_s"] for h in summary["history"] if "train/tokens_per_s" in h][1:]
     measured_rate = statistics.median(rates)
 
