@@ -965,11 +965,10 @@ def _just_outside(spec: str, hint):
 def test_every_numeric_knob_has_a_range_that_is_enforced():
     """Each int/float knob of every section declares its range, and a value just outside it is
     refused naming the key (issue 16 item 7: eval_every=-5 was accepted)."""
-    from draftsmith.train import config as c
     from draftsmith import kinds
-    from draftsmith.train.config import recipe_from_dict
-
     from draftsmith.errors import DraftsmithError
+    from draftsmith.train import config as c
+    from draftsmith.train.config import recipe_from_dict
 
     sections = [
         ("model", c.ModelConfig, {}),
@@ -1149,11 +1148,10 @@ def test_help_texts_come_from_the_kind_registry():
     """crosscheck's engines per kind, export's formats per kind: read from KINDS, never a hand list;
     the top-level help names every export format; kind names take their article."""
     from draftsmith.cli import build_parser
+    from draftsmith.errors import DraftsmithError
     from draftsmith.export import FORMATS, export
     from draftsmith.kinds import kinds_with
     from draftsmith.models import write_drafter_meta
-
-    from draftsmith.errors import DraftsmithError
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices
