@@ -402,6 +402,27 @@ def test_readme_is_the_short_front_door():
     assert "docs/results.md" in text and "docs/your-target.md" in text
 
 
+def _slug(heading: str) -> str:
+    """A heading's anchor as the site's toc extension writes it (Python-Markdown's slugify)."""
+    text = re.sub(r"[^\w\s-]", "", heading).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def test_readme_links_reach_pages_and_headings():
+    """The README is not part of the site, so mkdocs cannot check it: its links to files and to
+    headings in docs/ are checked here (the site's own links: test_site_builds_strict)."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#([^)\s]+))?\)", (ROOT / "README.md").read_text())
+    assert len(links) >= 10
+    for path, anchor in links:
+        if path.startswith(("http://", "https://")):
+            continue
+        assert (ROOT / path).exists(), path
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", (ROOT / path).read_text(), re.M)
+            assert anchor in {_slug(h) for h in headings}, f"{path}#{anchor}"
+    assert _slug("Real engines: the cross-check and the race") == "real-engines-the-cross-check-and-the-race"
+
+
 WORK_LOG = re.compile(r"\bissues?\s*#?\d+|\bsessions?\b|\blent\b|\bPR\s*#?\d+", re.I)
 
 
