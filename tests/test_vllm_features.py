@@ -256,7 +256,10 @@ SMOL = [
 # tokens): max |vLLM - transformers| 4.0e-4 (layer 2, values up to 307), 3.5e-2 (layers 15 and 27,
 # up to 25,808), 2.9e-4 (the post-norm last, up to 52): 1.3e-6 to 5.5e-6 of each layer's largest value.
 FEATURE_RTOL = 1e-4  # max |vLLM - transformers| over max |transformers|, per layer
-LOSS_RTOL = 1e-3
+# Losses over the first 4 steps, measured: 51.204990, 101.441467, 58.664116, 58.898140 from vLLM's
+# features vs 51.204990, 101.441475, 58.664154, 58.898148 from ours (at most 6.5e-7 apart, relative).
+# tau 1.0 from both (4 steps from scratch accept nothing: equal, but it says little).
+LOSS_RTOL = 1e-5
 
 
 def _smollm2_and_vllm():
