@@ -176,9 +176,9 @@ def build_meta(recipe, device: str = "cuda", scored: float = DEFAULT_SCORED) -> 
     """Target and drafter on the meta device, through the kind's own training task."""
     import torch
 
+    from draftsmith.kinds import KINDS
     from draftsmith.models.loading import load_config, load_tokenizer, meta_build, meta_causal_lm, resolve_model
     from draftsmith.train.flops import module_cost
-    from draftsmith.train.kinds import TASKS
 
     name = recipe.model.target
     dtype_name = recipe.model.target_dtype
@@ -192,7 +192,7 @@ def build_meta(recipe, device: str = "cuda", scored: float = DEFAULT_SCORED) -> 
     tokenizer = load_tokenizer(name) if src is not None and (src.builtin or src.hub_id is None) else None
     target = MetaTarget(target_model, tokenizer, name, dtype)
     with meta_build(), torch.device("meta"):
-        task = TASKS[recipe.drafter.kind](recipe.drafter, target, seed=recipe.optim.seed)
+        task = KINDS[recipe.drafter.kind].task(recipe.drafter, target, seed=recipe.optim.seed)
     trained = _count(task.trainable_parameters())
     layers = getattr(task, "layers", ())
     steps = int(getattr(task, "train_steps", 1))
@@ -390,7 +390,7 @@ def parse_bytes(text: str) -> float:
 
 
 def run(args, overrides: list[str]) -> int:
-    from draftsmith.train.kinds import load_recipe
+    from draftsmith.train.config import load_recipe
 
     for flag, value in (("--gpus", args.gpus), ("--nodes", args.nodes)):
         if value < 1:

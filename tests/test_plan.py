@@ -11,7 +11,7 @@ import pytest
 
 from draftsmith import cli
 from draftsmith.plan import HEADROOM, build_meta, make_plan, parse_bytes
-from draftsmith.train.kinds import load_recipe
+from draftsmith.train.config import load_recipe
 from draftsmith.train.flops import SHAPES, draft_lm_flops, eagle3_flops, module_flops, target_flops
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from draftsmith.plan import build_meta
-from draftsmith.train.kinds import load_recipe
+from draftsmith.train.config import load_recipe
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RECIPES = sorted(p for p in (ROOT / "configs").glob("*/*.yaml") if p.parent.name != "accelerate")
