@@ -44,10 +44,10 @@ from draftsmith.infer.proposal import Proposal, check_num_speculative_tokens
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 from draftsmith.infer.tree import TreeConfig
 
+from .base import TrainedDrafter
 from .eagle import EagleConfig
 from .layers import MLP, RMSNorm, apply_rope
 from .loading import check_draft_sizes, load_draft_weights, register_config
-from .target import compile_decode
 
 
 class DFlashConfig(EagleConfig):
@@ -273,7 +273,7 @@ class DFlashModel(PreTrainedModel):
         return F.linear(out, self._borrowed("_lm_head").to(out.dtype))
 
 
-class DFlash:
+class DFlash(TrainedDrafter):
     """The runtime drafter: one forward per step drafts a chain of up to block_size - 1 tokens."""
 
     kind = "dflash"
@@ -282,17 +282,16 @@ class DFlash:
     supports_trees = False
 
     def __init__(self, model: DFlashModel, target, name: str, freeze: bool = True):
-        self.model = model.eval().requires_grad_(False) if freeze else model
+        super().__init__(model, target, name, freeze)
         check_config(model.config, target, f"the dflash draft {name}")
         model.attach_target(target.model)
-        self.target, self.name = target, name
         self.hidden_layers = tuple(model.config.hidden_layers)
         self.max_speculative_tokens = model.config.num_speculative_tokens  # its block: a larger K is refused
         self._cache: ContextCache | None = None
         self._pending: torch.Tensor | None = None  # target features not yet in the cache
         # A compiled target (CUDA): the one draft forward is compiled too, one graph per
         # (new context rows, block) shape: 1..k+1 rows for a fixed k.
-        self._compiled = compile_decode(self._draft) if getattr(target, "compiled", False) else None
+        self._compiled = self.compiled(self._draft)
 
     @classmethod
     def from_pretrained(cls, folder, target) -> DFlash:

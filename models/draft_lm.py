@@ -12,14 +12,15 @@ from __future__ import annotations
 import copy
 
 import torch
+
+from draftsmith.errors import DraftsmithError
 from draftsmith.infer.cache import KVCache
 from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 
-from draftsmith.errors import DraftsmithError
-
+from .base import TrainedDrafter
 from .loading import check_same_tokenizer, load_causal_lm, load_tokenizer
-from .target import compile_decode, last_rows
+from .target import last_rows
 
 
 def truncate_model(model, num_layers: int, name: str = "the target"):
@@ -55,20 +56,17 @@ def load_draft_model(name_or_path: str, target):
         ) from e
 
 
-class DraftLM:
+class DraftLM(TrainedDrafter):
     kind = "draft_lm"
     needs_hidden_states = False
 
     def __init__(self, model, target, name: str, freeze: bool = True):
-        # freeze=False: the trainer measures real acceptance on the live model it is training.
-        self.model = model.eval().requires_grad_(False) if freeze else model
-        self.name = name
-        self.target_vocab = target.vocab_size
+        super().__init__(model, target, name, freeze)
         self.cache: KVCache | None = None
         self._context = 0  # context length at the last propose(): where accepted drafts start
         # Compiled with the target (CUDA): propose() feeds 1 or 2 tokens per forward, two shapes
         # over a static cache, each captured once as a CUDA graph; start()'s prefill stays eager.
-        self._compiled = compile_decode(self.model.forward) if getattr(target, "compiled", False) else None
+        self._compiled = self.compiled(self.model.forward)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, target) -> DraftLM:

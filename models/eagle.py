@@ -34,9 +34,9 @@ from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 from draftsmith.infer.tree import Tree, TreeConfig
 
+from .base import TrainedDrafter
 from .layers import DecoderLayer, RMSNorm, cached_attention, ttt_attention
 from .loading import check_draft_sizes, load_draft_weights, register_config
-from .target import compile_decode
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +265,7 @@ class EagleModel(EagleDraftModel):
 # --- the runtime drafter --------------------------------------------------------------------------
 
 
-class Eagle:
+class Eagle(TrainedDrafter):
     """Drafts chains, or EAGLE-2 dynamic trees, from the target's hidden states.
 
     The draft keeps its own KV cache: slot s holds row s (token s+1 with the target's feature
@@ -280,15 +280,14 @@ class Eagle:
     supports_trees = True
 
     def __init__(self, model: EagleDraftModel, target, name: str, freeze: bool = True):
-        self.model = model.eval().requires_grad_(False) if freeze else model
+        super().__init__(model, target, name, freeze)
         _check_config(model.config, target, f"the {self.kind} draft {name}")
         model.attach_target(target.model)
-        self.target, self.name = target, name
         self.hidden_layers = tuple(model.config.hidden_layers)
         self._k = self._v = self._span = None
         # A compiled target (CUDA): the draft's step forward is compiled too, one graph per query
         # count (catch-up 1..k+1 rows, a chain's 1, a tree level's frontier).
-        self._compiled = compile_decode(self._step) if getattr(target, "compiled", False) else None
+        self._compiled = self.compiled(self._step)
         self._rows = 0  # slots holding real rows
         self._pending: torch.Tensor | None = None  # target features of rows not yet in the cache
 

@@ -30,8 +30,8 @@ from draftsmith.infer.proposal import Proposal, check_num_speculative_tokens
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies, full_choices
 
+from .base import TrainedDrafter
 from .loading import check_draft_sizes, load_draft_weights, register_config
-from .target import compile_decode
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ def prior_accuracies(num_heads: int) -> list[list[float]]:
     return [[0.6 ** (d + 1) * 0.5**r for r in range(NUM_RANKS)] for d in range(num_heads)]
 
 
-class Medusa:
+class Medusa(TrainedDrafter):
     """The runtime drafter: reads the target's last hidden state, drafts a chain or a tree."""
 
     kind = "medusa"
@@ -182,10 +182,8 @@ class Medusa:
     supports_trees = True
 
     def __init__(self, heads: MedusaHeads, target, name: str, freeze: bool = True):
-        # freeze=False: the trainer measures real acceptance on the live heads it is training.
-        self.heads = heads.eval().requires_grad_(False) if freeze else heads
-        self.target = target
-        self.name = name
+        super().__init__(heads, target, name, freeze)
+        self.heads = self.model
         c = heads.config
         self.num_heads = self.max_speculative_tokens = c.num_heads
         check_draft_sizes(c, target, f"medusa heads {name}")
@@ -193,7 +191,7 @@ class Medusa:
             heads.attach_lm_head(target.model.get_output_embeddings())
         # A compiled target (CUDA): the heads' forward is compiled too. Its input is always one
         # row [1, d], so there is one graph per head count (a chain's k, a tree's depth).
-        self._forward = compile_decode(heads.forward) if getattr(target, "compiled", False) else heads.forward
+        self._forward = self.compiled(heads.forward) or heads.forward
         self._hidden: torch.Tensor | None = None  # [1, d]: the row that produced the pending token
         self._trees: dict = {}
         self._warned_no_hidden = False

@@ -30,15 +30,16 @@ import pathlib
 import re
 
 import torch
+
+from draftsmith.errors import DraftsmithError
 from draftsmith.infer.cache import KVCache
 from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 
-from draftsmith.errors import DraftsmithError
-
+from .base import TrainedDrafter
 from .draft_lm import load_draft_model
 from .loading import require_config
-from .target import compile_decode, last_rows
+from .target import last_rows
 
 MASK_KEY = "pard_token"  # config.json key: PARD's reference and vLLM's parallel drafting
 
@@ -101,7 +102,7 @@ def check_mask_token(token_id: int, vocab_size: int, tokenizer=None) -> None:
                 )
 
 
-class Pard:
+class Pard(TrainedDrafter):
     """PARD behind the engine's `Drafter` interface (infer/proposal.py).
 
     The draft's KV cache holds the context it has seen. propose() feeds what it has not seen yet
@@ -120,9 +121,7 @@ class Pard:
     needs_hidden_states = False
 
     def __init__(self, model, target, name: str, mask_token_id: int | None = None, freeze: bool = True):
-        self.model = model.eval().requires_grad_(False) if freeze else model
-        self.name = name
-        self.target_vocab = target.vocab_size
+        super().__init__(model, target, name, freeze)
         if mask_token_id is None:
             mask_token_id = getattr(model.config, MASK_KEY, None)
         if mask_token_id is None:
@@ -133,7 +132,7 @@ class Pard:
         self.forwards = 0  # draft forwards since construction (one per propose, plus start's prefill)
         # Compiled with the target (CUDA): a propose() forward feeds the n+1 tokens the last step
         # kept plus k-1 masks, k..2k shapes over a static cache (one CUDA graph each); prefill eager.
-        self._compiled = compile_decode(self.model.forward) if getattr(target, "compiled", False) else None
+        self._compiled = self.compiled(self.model.forward)
 
     @classmethod
     def from_pretrained(cls, folder: str, target) -> Pard:
