@@ -86,7 +86,8 @@ def _checkpoint(checkpoint) -> tuple[pathlib.Path, dict]:
             f"{checkpoint}: a {meta['kind']!r} checkpoint; publish knows "
             f"{', '.join(k for k, v in KINDS.items() if v.trainable)}"
         )
-    from draftsmith.export.common import check_complete, read_checkpoint
+    from draftsmith.export.common import read_checkpoint
+    from draftsmith.export.hf import check_complete
 
     check_complete(read_checkpoint(path))  # a truncated weights file is refused, not staged or uploaded
     return path.resolve(), meta

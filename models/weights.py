@@ -123,3 +123,16 @@ def check_weights(folder, skip: tuple[str, ...] = ()) -> list[pathlib.Path]:
 def _first_line(e: Exception) -> str:
     text = str(e).strip()
     return (text.splitlines()[0] if text else "")[:200]
+
+
+def checkpoint_shapes(model_class, config: dict) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor `model_class` (a drafter's PreTrainedModel) saves for
+    `config` (its config.json), read off the model itself built on the meta device: no memory, no
+    weights. Our own checkpoint layout is defined once, by the model classes; the hf export's
+    contract and the checkpoint checks read it from here instead of a hand-written copy."""
+    import torch
+
+    known = {k: v for k, v in config.items() if k not in ("architectures", "transformers_version")}
+    with torch.device("meta"):
+        model = model_class(model_class.config_class(**known))
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}

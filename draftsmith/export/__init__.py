@@ -22,7 +22,8 @@ import tempfile
 from draftsmith.errors import DraftsmithError
 from draftsmith.kinds import KINDS
 
-from .common import DEFAULT_NUM_SPECULATIVE_TOKENS, article, check_complete, hub_id, read_checkpoint
+from .common import DEFAULT_NUM_SPECULATIVE_TOKENS, article, hub_id, read_checkpoint
+from .hf import check_complete
 
 FORMATS = ("hf", "vllm", "sglang", "gguf")
 # Which formats a kind has, its repo-name suffix and what caps its k: draftsmith/kinds.py (KINDS).

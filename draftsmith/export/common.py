@@ -133,7 +133,7 @@ def read_checkpoint(path) -> Checkpoint:
         )
     config = {}
     cfg = p / "config.json"
-    if cfg.is_file():  # required by export and publish (check_complete), not by naming a repo
+    if cfg.is_file():  # required by export and publish (hf.check_complete), not by naming a repo
         try:
             config = json.loads(cfg.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -148,35 +148,6 @@ def weight_files(folder: pathlib.Path) -> list[pathlib.Path]:
     from draftsmith.models.weights import weight_files
 
     return weight_files(folder)
-
-
-def check_complete(ckpt: Checkpoint) -> None:
-    """What an export or upload reads or copies is there and whole: config.json, and every
-    safetensors file (headers only), so a truncated model.safetensors is one clear error before
-    anything is written."""
-    from draftsmith.models.loading import require_config
-    from draftsmith.models.weights import check_weights
-
-    require_config(ckpt.path)
-    check_weights(ckpt.path, skip=TRAINING_ONLY)
-    check_intact(ckpt)
-
-
-def check_intact(ckpt: Checkpoint) -> None:
-    """The checkpoint agrees with itself: config.json and the weights match our own layout (hf's
-    contract: e.g. as many Medusa heads in the weights as config.json declares), and a folder
-    drafter.json names (Medusa-2's fine-tuned target/) is there. A mismatch is a damaged
-    checkpoint, named as such, before any export reads it (not a KeyError halfway through)."""
-    from . import hf
-
-    problems = [p for p in hf.check(ckpt.path, ckpt.kind) if not p.startswith("no drafter.json")]
-    sub = ckpt.meta.get("target_path")
-    if sub and not (ckpt.path / sub / "config.json").is_file():
-        problems.append(f"its fine-tuned target {sub}/ (drafter.json's target_path) is missing or incomplete")
-    if problems:
-        raise DraftsmithError(
-            f"checkpoint {ckpt.path} is damaged: {'; '.join(problems)}; copy the whole folder again or retrain it"
-        )
 
 
 def weight_shapes(folder) -> dict[str, tuple[int, ...]]:

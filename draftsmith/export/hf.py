@@ -19,6 +19,7 @@ from __future__ import annotations
 import pathlib
 import shutil
 
+from draftsmith.errors import DraftsmithError
 from draftsmith.kinds import KINDS
 
 from .common import TRAINING_ONLY, Checkpoint, Layout, check_folder, layout
@@ -66,15 +67,6 @@ EAGLE3_WEIGHTS = (
 )
 
 
-def medusa_weight_names(num_heads: int, num_layers: int, share_lm_head: bool) -> list[str]:
-    names = [
-        f"blocks.{k}.{i}.linear.{p}" for k in range(num_heads) for i in range(num_layers) for p in ("weight", "bias")
-    ]
-    if not share_lm_head:
-        names += [f"lm_heads.{k}.weight" for k in range(num_heads)]
-    return names
-
-
 def expected_weights(kind: str, config: dict) -> dict | None:
     """Name -> shape of the weights our loader reads for `config`; None for a causal-LM kind
     (whatever LM it is: transformers checks it)."""
@@ -82,26 +74,10 @@ def expected_weights(kind: str, config: dict) -> dict | None:
     return shapes(config) if shapes else None
 
 
-def medusa_shapes(config: dict) -> dict:
-    d, v, K, L = (
-        int(config["hidden_size"]),
-        int(config["vocab_size"]),
-        int(config["num_heads"]),
-        int(config["num_layers"]),
-    )
-    out = {}
-    for k in range(K):
-        for i in range(L):
-            out[f"blocks.{k}.{i}.linear.weight"] = (d, d)
-            out[f"blocks.{k}.{i}.linear.bias"] = (d,)
-        if not config.get("share_lm_head"):
-            out[f"lm_heads.{k}.weight"] = (v, d)
-    return out
-
-
 def eagle_shapes(config: dict, prefix: str, eagle3: bool) -> dict:
-    """Shapes of an EAGLE draft's weights from a config holding the Llama layer fields (ours,
-    or an engine's): the decoder layer's q/k/v read 2d in EAGLE-3 (embedding ⊕ hidden)."""
+    """Shapes of an EAGLE draft's weights from a config holding the Llama layer fields (an
+    engine's: vLLM and SGLang read our weight names, so their contracts state them here): the decoder layer's q/k/v
+    read 2d in EAGLE-3 (embedding ⊕ hidden)."""
     d = int(config["hidden_size"])
     heads = int(config["num_attention_heads"])
     kv = int(config.get("num_key_value_heads") or heads)
@@ -208,23 +184,67 @@ def check(folder, kind: str) -> list[str]:
     return problems + check_folder(folder, (), expected_weights(kind, config))
 
 
-# Our own layouts (models/<kind>.py's weight names), one per kind; a kind without one (a new kind,
-# or a plain causal LM) is checked only for its config.json and intact weights.
+def check_complete(ckpt: Checkpoint) -> None:
+    """What an export or upload reads or copies is there and whole: config.json, and every
+    safetensors file (headers only), so a truncated model.safetensors is one clear error before
+    anything is written."""
+    from draftsmith.models.loading import require_config
+    from draftsmith.models.weights import check_weights
+
+    require_config(ckpt.path)
+    check_weights(ckpt.path, skip=TRAINING_ONLY)
+    check_intact(ckpt)
+
+
+def check_intact(ckpt: Checkpoint) -> None:
+    """The checkpoint agrees with itself: config.json and the weights match our own layout (hf's
+    contract: e.g. as many Medusa heads in the weights as config.json declares), and a folder
+    drafter.json names (Medusa-2's fine-tuned target/) is there. A mismatch is a damaged
+    checkpoint, named as such, before any export reads it (not a KeyError halfway through)."""
+    problems = [p for p in check(ckpt.path, ckpt.kind) if not p.startswith("no drafter.json")]
+    sub = ckpt.meta.get("target_path")
+    if sub and not (ckpt.path / sub / "config.json").is_file():
+        problems.append(f"its fine-tuned target {sub}/ (drafter.json's target_path) is missing or incomplete")
+    if problems:
+        raise DraftsmithError(
+            f"checkpoint {ckpt.path} is damaged: {'; '.join(problems)}; copy the whole folder again or retrain it"
+        )
+
+
+def _model_shapes(ref: str):
+    """Shapes of our own layout, read off the model class `ref` ("module:Class") on the meta
+    device (models/weights.py's checkpoint_shapes): the models define it, this file does not."""
+
+    def shapes(config: dict) -> dict:
+        from draftsmith.kinds import resolve
+        from draftsmith.models.weights import checkpoint_shapes
+
+        return checkpoint_shapes(resolve(ref), config)
+
+    return shapes
+
+
+# Our own layouts, one per kind; a kind without one (a new kind, or a plain causal LM) is checked
+# only for its config.json and intact weights.
 DRAFT_LM = Layout(required_keys=DRAFT_LM_REQUIRED_KEYS)
 PARD = Layout(required_keys=(*DRAFT_LM_REQUIRED_KEYS, "pard_token"))
-MEDUSA = Layout(required_keys=MEDUSA_REQUIRED_KEYS, shapes=medusa_shapes, model_type="draftsmith_medusa")
+MEDUSA = Layout(
+    required_keys=MEDUSA_REQUIRED_KEYS,
+    shapes=_model_shapes("draftsmith.models.medusa:MedusaHeads"),
+    model_type="draftsmith_medusa",
+)
 EAGLE = Layout(
     required_keys=EAGLE_REQUIRED_KEYS,
-    shapes=lambda config: eagle_shapes(config, prefix="layers.0.", eagle3=False),
+    shapes=_model_shapes("draftsmith.models.eagle:EagleModel"),
     model_type="draftsmith_eagle",
 )
 EAGLE3 = Layout(
     required_keys=EAGLE3_REQUIRED_KEYS,
-    shapes=lambda config: eagle_shapes(config, prefix="midlayer.", eagle3=True),
+    shapes=_model_shapes("draftsmith.models.eagle3:Eagle3Model"),
     model_type="draftsmith_eagle3",
 )
 DFLASH = Layout(
     required_keys=(*EAGLE_REQUIRED_KEYS, "num_hidden_layers", "block_size", "mask_token_id", "target_hidden_size"),
-    shapes=dflash_shapes,
+    shapes=_model_shapes("draftsmith.models.dflash:DFlashModel"),
     model_type="draftsmith_dflash",
 )
