@@ -10,6 +10,7 @@ proposal is deterministic (one-hot q), which lossless verification handles exact
 from __future__ import annotations
 
 import torch
+
 from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig
 

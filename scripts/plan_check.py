@@ -45,9 +45,9 @@ def main(argv=None) -> int:
 
     from draftsmith.bench import write_json
     from draftsmith.plan import make_plan
+    from draftsmith.train.config import load_recipe
     from draftsmith.train.data import build_data
     from draftsmith.train.flops import measure_tflops
-    from draftsmith.train.kinds import load_recipe
     from draftsmith.train.trainer import train
 
     cuda = torch.cuda.is_available()

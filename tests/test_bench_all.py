@@ -10,10 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from draftsmith.infer.engine import Engine
-from draftsmith.models import load_drafter
 
 from draftsmith.bench import context_buckets
+from draftsmith.infer.engine import Engine
+from draftsmith.models import load_drafter
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("bench_all", ROOT / "scripts" / "bench_all.py")

@@ -17,7 +17,8 @@ with contextlib.redirect_stdout(io.StringIO()) as out:
     except SystemExit:
         pass
 commands = sorted(parser._subparsers._group_actions[0].choices)
-print(json.dumps({"heavy": sorted(m for m in {HEAVY} if m in sys.modules), "help": out.getvalue(), "commands": commands}))
+heavy = sorted(m for m in {HEAVY} if m in sys.modules)
+print(json.dumps({"heavy": heavy, "help": out.getvalue(), "commands": commands}))
 """
 
 

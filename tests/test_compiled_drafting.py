@@ -18,6 +18,7 @@ import itertools
 
 import pytest
 import torch
+
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.tree import TreeConfig

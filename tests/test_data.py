@@ -8,13 +8,13 @@ from collections import defaultdict
 
 import pytest
 import torch
+
+from draftsmith.errors import DraftsmithError
 from draftsmith.models.loading import load_tokenizer
 from draftsmith.train import corpora
 from draftsmith.train import data as data_mod
 from draftsmith.train.config import DataConfig
 from draftsmith.train.data import build_data, collate, load_rows
-
-from draftsmith.errors import DraftsmithError
 
 END = "<|im_end|>"
 # SmolLM2's template: a default system prompt when the chat does not start with one.

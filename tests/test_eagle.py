@@ -7,9 +7,13 @@ import json
 
 import pytest
 import torch
+from lawtest import chisquare_pvalue, engine_samples, exact_law
+
+from draftsmith.errors import DraftsmithError
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.sampling import GREEDY, SamplingConfig
 from draftsmith.infer.tree import TreeConfig
+from draftsmith.models import load_drafter
 from draftsmith.models.eagle import Eagle, EagleConfig, EagleModel
 from draftsmith.models.eagle3 import (
     Eagle3,
@@ -20,13 +24,9 @@ from draftsmith.models.eagle3 import (
     frequent_tokens,
     vocab_maps,
 )
+from draftsmith.train.config import load_recipe
 from draftsmith.train.eagle import Eagle3Task, simulated_acceptance_length
 from draftsmith.train.features import target_hidden_states
-from draftsmith.models import load_drafter
-from draftsmith.train.config import load_recipe
-from lawtest import chisquare_pvalue, engine_samples, exact_law
-
-from draftsmith.errors import DraftsmithError
 
 
 def _eagle(target, version: int, seed: int = 0, draft_vocab: int = 100):

@@ -2,11 +2,11 @@
 
 import pytest
 import torch
+from lawtest import chisquare_pvalue, engine_samples, exact_law
+
 from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.infer.cache import KVCache
-from draftsmith.models import DraftLM, PromptLookup
-from draftsmith.models import load_drafter
-from lawtest import chisquare_pvalue, engine_samples, exact_law
+from draftsmith.models import DraftLM, PromptLookup, load_drafter
 
 
 def random_prompts(n, vocab, seed=0, min_len=3, max_len=24):
@@ -192,8 +192,9 @@ def test_kv_cache_bridges_the_gpu_images_transformers(tiny_target, monkeypatch):
     """transformers 5.17/5.18 (the GPU image) take the cache as `past_key_values` and have no
     StaticLayer.crop: the cache keyword is looked up per model class, and rolling back a static
     cache moves each layer's write pointer itself; decoding is unchanged."""
-    from draftsmith.infer.cache import _cache_argument
     from transformers.cache_utils import StaticLayer
+
+    from draftsmith.infer.cache import _cache_argument
 
     class Old:
         def forward(self, input_ids, past_key_values=None, **kwargs): ...

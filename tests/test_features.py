@@ -12,15 +12,14 @@ import sys
 
 import pytest
 import torch
-from draftsmith.train import features as feat
-from draftsmith.train import features_cli
-from draftsmith.train.config import DataConfig
-from draftsmith.train.data import TokenRows, build_data, collate
-from draftsmith.train.features import OfflineFeatures, OnlineFeatures, extract, target_hidden_states
-from draftsmith.train.config import load_recipe
 from safetensors import safe_open
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.train import features as feat
+from draftsmith.train import features_cli
+from draftsmith.train.config import DataConfig, load_recipe
+from draftsmith.train.data import TokenRows, build_data, collate
+from draftsmith.train.features import OfflineFeatures, OnlineFeatures, extract, target_hidden_states
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAYERS = (1, 2, -1)

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+
 from draftsmith.infer import Engine
-from draftsmith.models import Target
-from draftsmith.models import load_drafter
+from draftsmith.models import Target, load_drafter
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

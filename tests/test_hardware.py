@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+
 from draftsmith.infer import hardware
 
 

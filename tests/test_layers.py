@@ -21,8 +21,9 @@ LAYERS = [
     {"draftsmith.models"},
     {"draftsmith.bench", "draftsmith.prompts", "draftsmith.report"},
     {"draftsmith.train"},
-    {"draftsmith.export", "draftsmith.engines", "draftsmith.hub", "draftsmith.crosscheck"},
-    {"draftsmith.cli", "draftsmith.__main__"},
+    {"draftsmith.export", "draftsmith.engines", "draftsmith.hub", "draftsmith.crosscheck", "draftsmith.plan"},
+    # entry points: `python -m draftsmith.train` is the training command (it prints the plan first)
+    {"draftsmith.cli", "draftsmith.__main__", "draftsmith.train.__main__"},
 ]
 KIND_NAMES = ("draft_lm", "medusa", "eagle", "eagle3", "dflash", "pard")
 
@@ -67,6 +68,9 @@ def imports(name: str, path: pathlib.Path, known: set[str]) -> set[str]:
 
 
 def layer(mod: str) -> int:
+    for i, group in enumerate(LAYERS):  # a module named in a group is there, whatever its package's layer
+        if mod in group:
+            return i
     for i, group in enumerate(LAYERS):
         for g in sorted(group, key=len, reverse=True):
             if mod == g or mod.startswith(g + "."):

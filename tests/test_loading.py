@@ -17,9 +17,9 @@ import time
 
 import pytest
 import torch
-from draftsmith.models import loading as L
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.models import loading as L
 
 SMOL = "smollm2-135m-instruct"
 QWEN05 = "qwen2.5-coder-0.5b-instruct"
@@ -317,8 +317,9 @@ def test_model_folder_without_config_says_so(tmp_path, cache):
 def test_safetensors_header_check(tmp_path):
     """A whole file passes; a truncated, garbled or inconsistent one is named with what is wrong
     (export and publish copied a truncated model.safetensors with rc 0)."""
-    from draftsmith.models.weights import check_safetensors, check_weights, weight_files
     from safetensors.torch import save_file
+
+    from draftsmith.models.weights import check_safetensors, check_weights, weight_files
 
     good = tmp_path / "model.safetensors"
     save_file({"a": torch.ones(4, 8), "b": torch.zeros(3, dtype=torch.bfloat16)}, str(good), metadata={"format": "pt"})

@@ -6,13 +6,13 @@ import pathlib
 
 import pytest
 import torch
+
+from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine
 from draftsmith.infer.sampling import GREEDY, SamplingConfig
 from draftsmith.infer.tree import TreeConfig
 from draftsmith.models.medusa import Medusa, MedusaConfig, MedusaHeads
 from draftsmith.train.config import load_recipe
-
-from draftsmith.errors import DraftsmithError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY1 = ROOT / "configs" / "tiny" / "medusa.yaml"
@@ -207,8 +207,7 @@ def test_bad_requests_are_clear_errors(tiny_target, heads):
 
 
 def test_bad_checkpoints_are_clear_errors(tiny_target, tmp_path):
-    from draftsmith.models import write_drafter_meta
-    from draftsmith.models import load_drafter
+    from draftsmith.models import load_drafter, write_drafter_meta
 
     wrong = tmp_path / "wrong"
     MedusaHeads(MedusaConfig(hidden_size=576, vocab_size=tiny_target.vocab_size, num_heads=2)).save_pretrained(wrong)
@@ -300,8 +299,7 @@ def test_medusa1_training(tiny_target, tmp_path, fresh_accelerate, target_spy):
 
 def test_medusa2_training_changes_the_target_only_through_lora(tiny_target, tmp_path, fresh_accelerate, target_spy):
     pytest.importorskip("peft")
-    from draftsmith.models import Target
-    from draftsmith.models import load_drafter
+    from draftsmith.models import Target, load_drafter
 
     # regenerate=false: the tiny target's own replies take minutes to generate on 2 cores
     s = train_recipe(

@@ -7,13 +7,13 @@ import pathlib
 
 import pytest
 import torch
+from lawtest import chisquare_pvalue, engine_samples, exact_law
+
+from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.models.draft_lm import truncate_model
 from draftsmith.models.pard import Pard, choose_mask_token
 from draftsmith.train.pard import PardTask, PardTrainConfig, _additive, cod_layout, pard_attention
-from lawtest import chisquare_pvalue, engine_samples, exact_law
-
-from draftsmith.errors import DraftsmithError
 
 MASK = 258  # byte 0xFF of the tiny byte-level vocabulary: never in UTF-8 text
 
@@ -217,6 +217,7 @@ QUICK = [
 @pytest.fixture(scope="module")
 def recipe_run(tiny_cache, tmp_path_factory):
     from accelerate.state import AcceleratorState, GradientState
+
     from draftsmith.train.config import load_recipe
     from draftsmith.train.trainer import train
 
@@ -285,9 +286,8 @@ def test_vllm_cpu_runs_pard_like_our_runtime(tmp_path):
     import subprocess
     import sys
 
-    from draftsmith.models import Target
-
     from draftsmith import engines
+    from draftsmith.models import Target
 
     if engines.installed("vllm") is None:
         pytest.skip("vllm is not installed: bash scripts/install_engines.sh vllm")

@@ -12,14 +12,14 @@ import importlib.util
 import json
 
 import pytest
-from draftsmith.infer.engine import Engine, GenerationResult
-from draftsmith.infer.metrics import SpecMetrics
-from draftsmith.infer.sampling import GREEDY
-from draftsmith.models import load_drafter
 
 from draftsmith import prompts as prompt_sets
 from draftsmith.bench import breakdown, run_compare
 from draftsmith.errors import DraftsmithError
+from draftsmith.infer.engine import Engine, GenerationResult
+from draftsmith.infer.metrics import SpecMetrics
+from draftsmith.infer.sampling import GREEDY
+from draftsmith.models import load_drafter
 from draftsmith.prompts import ContextFit, Prompt, load_prompt_sets, load_prompts
 
 CATS = prompt_sets.MT_BENCH_CATEGORIES

@@ -13,15 +13,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
+
+from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine
 from draftsmith.models.loading import load_tokenizer
 from draftsmith.train import regenerate as regen_mod
-from draftsmith.train.config import DataConfig
+from draftsmith.train.config import DataConfig, recipe_from_dict
 from draftsmith.train.data import build_data
-from draftsmith.train.config import recipe_from_dict
 from draftsmith.train.regenerate import cache_path, regenerate
-
-from draftsmith.errors import DraftsmithError
 
 
 @pytest.fixture(scope="module")

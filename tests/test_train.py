@@ -12,9 +12,9 @@ import time
 import pytest
 import torch
 import yaml
-from draftsmith.train.config import load_recipe
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.train.config import load_recipe
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny" / "draft_lm.yaml"
@@ -358,8 +358,9 @@ class _Task:
     """Saves a drafter folder: drafter.json, config.json and the tensors given (None: no weights)."""
 
     def save(self, model, state_dict, folder, extra):
-        from draftsmith.models import write_drafter_meta
         from safetensors.torch import save_file
+
+        from draftsmith.models import write_drafter_meta
 
         write_drafter_meta(folder, "draft_lm", "tiny-random", step=extra["step"])
         (folder / "config.json").write_text("{}")

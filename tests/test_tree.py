@@ -7,6 +7,9 @@ import json
 
 import pytest
 import torch
+from lawtest import chisquare_pvalue, engine_samples, exact_law
+
+from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import logits_to_probs
@@ -26,9 +29,6 @@ from draftsmith.infer.verify import (
     typical_acceptance,
 )
 from draftsmith.models import DraftLM
-from lawtest import chisquare_pvalue, engine_samples, exact_law
-
-from draftsmith.errors import DraftsmithError
 
 # --- construction ---------------------------------------------------------------------------------
 

@@ -4,9 +4,10 @@ import itertools
 
 import pytest
 import torch
+from scipy.stats import chisquare
+
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs
 from draftsmith.infer.verify import greedy_chain, speculative_sampling
-from scipy.stats import chisquare
 
 V = 6
 

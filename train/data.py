@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
+
+from draftsmith.errors import DraftsmithError
 from draftsmith.models.loading import cache_dir
+from draftsmith.prompts import Prompt
 from draftsmith.train import corpora
 from draftsmith.train.config import DataConfig
 from draftsmith.train.corpora import SHAREGPT_ROLES
 from draftsmith.train.regenerate import regenerate
-from tqdm.auto import tqdm
-
-from draftsmith.errors import DraftsmithError
-from draftsmith.prompts import Prompt
 
 log = logging.getLogger(__name__)
 

@@ -34,11 +34,11 @@ import typing
 from dataclasses import dataclass
 
 import torch
+
+from draftsmith.errors import DraftsmithError
 from draftsmith.models import require_drafter_kind, write_drafter_meta
 from draftsmith.models.dflash import DFlash, DFlashConfig, DFlashModel, default_target_layers, resolve_mask_token
 from draftsmith.models.eagle import EagleConfig
-
-from draftsmith.errors import DraftsmithError
 
 from . import losses
 from .config import divergence_checks

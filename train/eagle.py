@@ -28,11 +28,11 @@ import pathlib
 
 import torch
 import torch.nn.functional as F
+
+from draftsmith.errors import DraftsmithError
 from draftsmith.models import require_drafter_kind, write_drafter_meta
 from draftsmith.models.eagle import Eagle, EagleConfig
 from draftsmith.models.eagle3 import Eagle3, Eagle3Config, default_aux_layers, frequent_tokens
-
-from draftsmith.errors import DraftsmithError
 
 from . import losses
 from .config import Eagle3TrainConfig, EagleTrainConfig

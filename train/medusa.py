@@ -25,11 +25,11 @@ import pathlib
 
 import torch
 import torch.nn.functional as F
-from draftsmith.models import require_drafter_kind, write_drafter_meta
-from draftsmith.models.medusa import NUM_RANKS, Medusa, MedusaHeads
 from torch import nn
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.models import require_drafter_kind, write_drafter_meta
+from draftsmith.models.medusa import NUM_RANKS, Medusa, MedusaHeads
 
 from . import losses
 from .config import MedusaTrainConfig

@@ -31,10 +31,10 @@ import typing
 from dataclasses import dataclass
 
 import torch
-from draftsmith.models import write_drafter_meta
-from draftsmith.models.pard import MASK_KEY, Pard, check_mask_token, choose_mask_token
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.models import write_drafter_meta
+from draftsmith.models.pard import MASK_KEY, Pard, check_mask_token, choose_mask_token
 
 from . import losses
 from .config import divergence_checks, take_old_loss_key

@@ -39,12 +39,12 @@ import urllib.error
 import urllib.request
 
 import torch
-from draftsmith.infer import Engine, SamplingConfig
-from draftsmith.models.loading import cache_dir
-from draftsmith.train.config import DataConfig
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.infer import Engine, SamplingConfig
+from draftsmith.models.loading import cache_dir
+from draftsmith.train.config import DataConfig
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,6 @@ import subprocess
 import time
 
 from draftsmith.errors import DraftsmithError
-
 from draftsmith.kinds import get_kind
 
 from . import EngineOutput, require
