@@ -1,4 +1,4 @@
-"""The `draftsmith` command: train, bench, eval, generate, export, publish.
+"""The `draftsmith` command: train, features, plan, bench, eval, generate, export, publish, crosscheck.
 
 Every user-facing error is a DraftsmithError, printed as one line with exit status 2.
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine, offline: install, train an EAGLE-3 draft (the drafter that
-# accepted the most per minute of training on this CPU, README "EAGLE results") for the built-in
+# accepted the most per minute of training on this CPU, docs/results.md) for the built-in
 # SmolLM2 target on ShareGPT (its first 2,000 conversations, 2.3M tokens: more than a CPU budget
 # trains on, and read in seconds where all of it takes minutes) for a bounded time, then benchmark it as an
 # EAGLE-2 dynamic tree against plain decoding and say plainly whether it is faster yet.
@@ -34,7 +34,7 @@ if speedup < 1:
     cost = (f"one verify forward costs {loop['t_verify'] / loop['t_step']:.1f}x a decode step and drafting "
             f"{loop['t_draft'] / loop['t_step']:.1f}x more ({r['dtype']})") if loop else "a verify forward costs more than a decode step"
     print(f"This short run does not beat plain decoding yet: on this machine {cost}, "
-          "so a draft must accept far more than a few minutes of training give (README: EAGLE results). "
+          "so a draft must accept far more than a few minutes of training give (docs/results.md). "
           "Train longer (--minutes 60, or a GPU), then rerun.")
 print(f"checkpoint {out}/eagle3/final   results {out}/bench.json   plot {out}/acceptance.png")
 PY

@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.infer.proposal import speculative_cap
 from draftsmith.kinds import KINDS
 
 from . import checkpoint, faults
@@ -457,9 +458,10 @@ class Trainer:
                     if self._terminate:
                         raise faults.Preempted
                     with torch.inference_mode():
-                        k = min(
-                            r.acceptance_k, getattr(drafter, "max_speculative_tokens", r.acceptance_k)
-                        )  # Medusa: <= its heads
+                        # the recipe's acceptance_k within what the drafter drafts (Medusa: its heads;
+                        # None: no cap) -- the recipe's measurement setting, not a user's -k
+                        cap = speculative_cap(drafter)
+                        k = r.acceptance_k if cap is None else min(r.acceptance_k, cap)
                         result = run_eval(
                             self.target,
                             drafter,
