@@ -243,7 +243,7 @@ def test_bench_medusa_chain_and_tree_from_a_checkpoint(medusa_folder, tmp_path, 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["-k", "5"], "has 3 heads"),
+        (["-k", "5"], "drafts at most 3 tokens per step"),
         (["--tree-depth", "4"], "at most 3 tokens ahead"),
         (["--tree-choices", "TREE"], "no parent [1]"),
         (["--tree-children", "sampled"], "applies to trees"),

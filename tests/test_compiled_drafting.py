@@ -22,11 +22,7 @@ import torch
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.tree import TreeConfig
-from draftsmith.models import dflash as dflash_mod
-from draftsmith.models import draft_lm as draft_lm_mod
-from draftsmith.models import eagle as eagle_mod
-from draftsmith.models import medusa as medusa_mod
-from draftsmith.models import pard as pard_mod
+from draftsmith.models import base as base_mod
 from draftsmith.models.dflash import DFlash, DFlashConfig, DFlashModel, default_target_layers
 from draftsmith.models.draft_lm import DraftLM, truncate_model
 from draftsmith.models.eagle import Eagle, EagleConfig, EagleModel
@@ -86,18 +82,18 @@ def _pard(target):
     return Pard(truncate_model(target.model, 1, target.name), target, "pard", mask_token_id=0)
 
 
-# name -> (build, the module whose compile_decode it uses, tree config or None, most graphs)
+# name -> (build, tree config or None, most graphs); every drafter compiles through models/base.py
 # Most graphs: a chain compiles one graph per query count (EAGLE/DFlash: catch-up over 1..k+1
 # rows, the chain's own steps reuse the 1-row graph; draft LM: 1 or 2 tokens; PARD: k..2k;
 # Medusa: one, its input is always one row); an EAGLE-2 tree adds one per level's frontier.
 KINDS = {
-    "eagle": (_eagle, eagle_mod, None, K + 1),
-    "eagle3": (_eagle3, eagle_mod, None, K + 1),
-    "eagle3-tree": (_eagle3, eagle_mod, TreeConfig(topk=2, depth=3, num_draft_tokens=7), K + 1 + 1),
-    "medusa": (_medusa, medusa_mod, None, 1),
-    "dflash": (_dflash, dflash_mod, None, K + 1),
-    "draft_lm": (_draft_lm, draft_lm_mod, None, 2),
-    "pard": (_pard, pard_mod, None, K + 1),
+    "eagle": (_eagle, None, K + 1),
+    "eagle3": (_eagle3, None, K + 1),
+    "eagle3-tree": (_eagle3, TreeConfig(topk=2, depth=3, num_draft_tokens=7), K + 1 + 1),
+    "medusa": (_medusa, None, 1),
+    "dflash": (_dflash, None, K + 1),
+    "draft_lm": (_draft_lm, None, 2),
+    "pard": (_pard, None, K + 1),
 }
 
 
@@ -137,8 +133,7 @@ def counting_compile(monkeypatch):
         return torch.compile(forward, backend=backend, dynamic=False, fullgraph=True)
 
     torch._dynamo.reset()
-    for module in (eagle_mod, medusa_mod, dflash_mod, draft_lm_mod, pard_mod):
-        monkeypatch.setattr(module, "compile_decode", compile_decode)
+    monkeypatch.setattr(base_mod, "compile_decode", compile_decode)
     yield graphs
     torch._dynamo.reset()
 
@@ -147,7 +142,7 @@ def counting_compile(monkeypatch):
 def test_drafting_compiles_to_fixed_graphs_and_drafts_what_eager_drafts(
     name, tiny_target, monkeypatch, counting_compile
 ):
-    build, _module, tree, most = KINDS[name]
+    build, tree, most = KINDS[name]
     graphs = counting_compile
     torch.manual_seed(0)
     eager = build(tiny_target)

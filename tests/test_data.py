@@ -334,9 +334,12 @@ def test_split_is_seeded_and_eval_prompts_are_held_out(tmp_path, tok):
     assert torch.equal(a.train.input_ids, b.train.input_ids) and a.stats == b.stats
     c = build_data(cfg(path, pack=False, eval_rows=3, seed=1), tok, progress=False)
     assert not torch.equal(a.eval.input_ids, c.eval.input_ids)
-    assert a.stats["eval_rows"] == 3 and len(a.eval_prompts) == 3
+    # the acceptance prompts: the held-out rows, one for one with the built-in code set (both domains)
+    ours = [p for p in a.eval_prompts if p.domain == path]
+    assert a.stats["eval_rows"] == 3 and len(ours) == 3
+    assert [p.domain for p in a.eval_prompts] == [path, "code"] * 3
     held_out = set(rows_by_chat(a.eval, tok))
-    for p in a.eval_prompts:
+    for p in ours:
         i = int(p.text.split("question ")[1].split(".")[0])
         assert i in held_out and p.domain == path
         assert p.text == tok.apply_chat_template(chats[i][:1], add_generation_prompt=True, tokenize=False)
@@ -359,7 +362,8 @@ def test_local_jsonl_and_parquet(tmp_path, tok):
         loaded, fmt = load_rows(cfg(path, max_rows=7))
         assert fmt == "text" and [r["text"] for r in loaded] == [r["text"] for r in rows[:7]]
         data = build_data(cfg(path, max_length=32), tok, progress=False)
-        assert data.stats["train_rows"] == 18 and len(data.eval_prompts) == 2
+        ours = [p for p in data.eval_prompts if p.source != "code"]  # beside the built-in code set
+        assert data.stats["train_rows"] == 18 and len(ours) == 2
         assert data.eval_prompts[0].ids == tok(data.eval_prompts[0].text, add_special_tokens=False)["input_ids"]
 
 
@@ -422,7 +426,8 @@ def test_stdlib_rows(tok):
     assert fmt == "text" and len(rows) == 5 and all(r["text"].strip() for r in rows)
     data = build_data(DataConfig(path="stdlib", max_rows=5, max_length=64), tok, progress=False)
     assert data.stats["train_rows"] == 4 and data.stats["train_loss_tokens"] == data.stats["train_tokens"]
-    assert len(data.eval_prompts) == 1 and len(data.eval_prompts[0].ids) == 64
+    ours = [p for p in data.eval_prompts if p.domain == "stdlib"]  # beside the built-in chat set
+    assert len(ours) == 1 and len(ours[0].ids) == 64 and {p.domain for p in data.eval_prompts} >= {"stdlib", "chat"}
 
 
 def test_packing_keeps_a_short_split_as_one_padded_row(tmp_path, tok):

@@ -291,10 +291,10 @@ def test_compiled_draft_lm_routes_only_its_two_decode_shapes(tiny_target, monkey
     """Issue 17 (GPU): with a compiled (CUDA) target the draft LM's propose() forwards go through
     its compiled forward with 1 or 2 tokens (two CUDA graphs), every row's logits; start()'s
     prefill stays eager. `compile_decode` is a recorder here (CPU)."""
-    import draftsmith.models.draft_lm as draft_lm
+    import draftsmith.models.base as base
 
     record, shapes = recorded_compile
-    monkeypatch.setattr(draft_lm, "compile_decode", record)
+    monkeypatch.setattr(base, "compile_decode", record)
     monkeypatch.setattr(tiny_target, "compiled", True, raising=False)
     drafter = DraftLM.truncated(tiny_target, 2)
     monkeypatch.setattr(tiny_target, "compiled", False)  # the target itself stays eager here

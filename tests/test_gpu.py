@@ -67,7 +67,7 @@ def test_compiled_cuda_drafting_matches_eager(tiny_cache, name):
     with a counting backend: tests/test_compiled_drafting.py)."""
     from test_compiled_drafting import KINDS, PROMPTS, Forced, K
 
-    build, _module, tree, _most = KINDS[name]
+    build, tree, _most = KINDS[name]
     runs = {}
     for compile in (False, True):
         target = Target.load("tiny-random", dtype="float32", device="cuda", compile=compile)

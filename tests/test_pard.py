@@ -332,11 +332,11 @@ def test_compiled_drafting_routes_only_fixed_decode_shapes(trained, tiny_target,
     """Issue 17 (GPU): with a compiled (CUDA) target, PARD's propose() forwards go through the
     compiled forward, whose shapes are few (the n+1 kept tokens + k-1 masks: k..2k), with every
     row's logits; start()'s prefill stays eager. `compile_decode` is a recorder here (CPU)."""
-    import draftsmith.models.pard as pard
+    import draftsmith.models.base as base
 
     _task, _h, folder = trained
     record, shapes = recorded_compile
-    monkeypatch.setattr(pard, "compile_decode", record)
+    monkeypatch.setattr(base, "compile_decode", record)
     monkeypatch.setattr(tiny_target, "compiled", True, raising=False)
     drafter = Pard.from_pretrained(str(folder), tiny_target)
     monkeypatch.setattr(tiny_target, "compiled", False)  # the target itself stays eager here
