@@ -194,7 +194,9 @@ def test_bad_requests_are_clear_errors(tiny_target, heads):
     ids = [3, 4, 5]
     d.start(torch.tensor([ids]), 32, hidden_of(tiny_target, ids))
     seq = torch.tensor([ids + [6]])
-    with pytest.raises(DraftsmithError, match="has 4 heads: --num-speculative-tokens 5"):
+    with pytest.raises(
+        DraftsmithError, match=r"-k/--num-speculative-tokens 5: .*\(4 heads\) drafts at most 4 tokens per step"
+    ):
         d.propose(seq, 5, GREEDY, None)
     with pytest.raises(DraftsmithError, match="depth 5"):
         d.propose(seq, 4, GREEDY, None, tree=TreeConfig(topk=2, depth=5))
