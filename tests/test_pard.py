@@ -158,7 +158,10 @@ def test_greedy_equals_plain_with_one_forward_per_propose(trained, tiny_target):
     drafter = Pard.from_pretrained(str(folder), tiny_target)
     calls = count_forwards(drafter.model)
     accepted = 0
-    for k in (1, 3, 6):
+    trained_k = drafter.max_speculative_tokens  # drafting past the K it was trained for is refused
+    with pytest.raises(DraftsmithError, match=f"drafts at most {trained_k} tokens per step"):
+        Engine(tiny_target, drafter, trained_k + 2)
+    for k in (1, 3, trained_k):
         engine = Engine(tiny_target, drafter, k)
         for i, prompt in enumerate(random_prompts(3, seed=k)):
             plain = engine.generate(prompt, 30, speculative=False, eos_token_ids=())
