@@ -50,19 +50,7 @@ class VLLMEngine:
             }
             if draft_dir is not None:
                 spec["model"] = str(draft_dir)
-        threads = threads or len(os.sched_getaffinity(0))
-        env = {
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-            "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "OMP_NUM_THREADS": str(threads),
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-        }
-        preload = preloads(folder)
-        if preload:
-            env["LD_PRELOAD"] = preload
+        env = vllm_env(folder, threads, VLLM_ENABLE_V1_MULTIPROCESSING="0")
         config = {
             "target": str(target_dir),
             "dtype": dtype,
@@ -95,6 +83,24 @@ class VLLMEngine:
 
     def close(self) -> None:
         self.process.close()
+
+
+def vllm_env(folder: pathlib.Path, threads: int | None = None, **extra: str) -> dict:
+    """The environment every vLLM process of ours runs under: offline, no usage reports, our KV
+    space, OMP threads = this process's cores, the CPU guide's preloads; `extra` on top."""
+    env = {
+        "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_NUM_THREADS": str(threads or len(os.sched_getaffinity(0))),
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        **extra,
+    }
+    preload = preloads(folder)
+    if preload:
+        env["LD_PRELOAD"] = preload
+    return env
 
 
 def preloads(folder: pathlib.Path) -> str:

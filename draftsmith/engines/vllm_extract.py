@@ -9,12 +9,11 @@ Tensor/pipeline parallelism and multiple nodes are vLLM's own engine arguments, 
 
 from __future__ import annotations
 
-import os
 import pathlib
 
 from . import require
 from .protocol import RunnerProcess
-from .vllm_engine import KV_CACHE_GIB, preloads
+from .vllm_engine import vllm_env
 
 RUNNER = pathlib.Path(__file__).with_name("vllm_features.py")
 
@@ -36,22 +35,10 @@ class VLLMFeatureExtractor:
         threads: int | None = None,
     ):
         folder = require("vllm")
-        threads = threads or len(os.sched_getaffinity(0))
-        env = {
-            # The engine core in its own process (vLLM's default): the connector writes a request's
-            # file in the core's NEXT step, which an in-process engine never takes once generate()
-            # has returned (the runner would wait on the file's lock forever).
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
-            "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "OMP_NUM_THREADS": str(threads),
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-        }
-        preload = preloads(folder)
-        if preload:
-            env["LD_PRELOAD"] = preload
+        # The engine core in its own process (vLLM's default): the connector writes a request's
+        # file in the core's NEXT step, which an in-process engine never takes once generate()
+        # has returned (the runner would wait on the file's lock forever).
+        env = vllm_env(folder, threads, VLLM_ENABLE_V1_MULTIPROCESSING="1")
         config = {
             "target": str(target_dir),
             "target_name": target_name,
