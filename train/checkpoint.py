@@ -309,6 +309,9 @@ def _save(accelerator, task, model, root: pathlib.Path, name: str, trainer_state
     if trainer_state is not None:
         accelerator.save_state(str(tmp / TRAINING_STATE_DIR))
     state_dict = accelerator.get_state_dict(model)  # collective under ZeRO-3: all ranks
+    # every rank writes its own RNG state (and DeepSpeed its shards) into tmp: none may be
+    # renamed away under a rank that is still writing
+    accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         task.save(accelerator.unwrap_model(model), state_dict, tmp, extra)
         if trainer_state is not None:
