@@ -565,6 +565,7 @@ def write_json(result: dict, path: str) -> None:
     """Write atomically: a reader (or a resumed run) sees the old file or the new one, never half."""
     path = str(path)
     tmp = f"{path}.{os.getpid()}.tmp"
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # `--json runs/x.json` on a fresh clone
     try:
         with open(tmp, "w") as f:
             json.dump(result, f, indent=2)

@@ -26,3 +26,12 @@ def test_commit_is_the_checkout_s_head():
     if head:
         assert got is not None and got.split("+")[0] == head
     assert stamp({"commit": "given"})["commit"] == "given"  # the result's own keys win
+
+
+def test_write_json_makes_its_folder(tmp_path):
+    from draftsmith.bench import write_json
+
+    out = tmp_path / "runs" / "sub" / "r.json"  # `--json runs/x.json` on a fresh clone: no runs/ yet
+    write_json({"a": 1}, str(out))
+    assert json.loads(out.read_text()) == {"a": 1}
+    assert [p.name for p in out.parent.iterdir()] == ["r.json"]  # no temporary file left beside it
