@@ -100,8 +100,10 @@ class Target:
         self.name = name
         self.source = source
         self.config = model.config
-        self.device = next(model.parameters()).device
-        self.dtype = next(model.parameters()).dtype
+        # the embedding, not the first parameter: a readers-only target's layers are on meta
+        self.device = model.get_input_embeddings().weight.device
+        self.dtype = model.get_input_embeddings().weight.dtype
+        self.parts = "readers" if getattr(model, "feature_readers_only", False) else "whole"
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids = eos_ids(model, tokenizer)
         self.note: str | None = None  # what a report should say about it (e.g. fine-tuned by Medusa-2)
@@ -116,10 +118,13 @@ class Target:
             self._forward = compile_decode(model.forward)
 
     @classmethod
-    def load(cls, name_or_path: str, dtype="float32", device=None, compile: bool | None = None) -> Target:
+    def load(
+        cls, name_or_path: str, dtype="float32", device=None, compile: bool | None = None, parts: str = "whole"
+    ) -> Target:
         """dtype "auto": what the machine runs fastest (infer/hardware.py: bf16 on CUDA, and on a
         CPU with AMX/AVX512-BF16 where measured faster; else fp32). On CPU torch's threads are set
-        to the cores this process may use."""
+        to the cores this process may use. parts "readers": only the embedding, final norm and LM
+        head (models/readers.py), for training from a feature cache; the target cannot decode."""
         device = check_device(device) if device is not None else default_device()
         reason = None
         if dtype == "auto":
@@ -128,10 +133,17 @@ class Target:
             use_affinity_threads()
         source = resolve_model(name_or_path)
         tokenizer = load_tokenizer(name_or_path)
-        model = load_causal_lm(name_or_path, dtype=parse_dtype(dtype), device=device)
+        if parts == "readers":
+            from .readers import load_feature_readers
+
+            model = load_feature_readers(name_or_path, dtype=parse_dtype(dtype), device=device)
+            compile = False
+        else:
+            model = load_causal_lm(name_or_path, dtype=parse_dtype(dtype), device=device)
         target = cls(model, tokenizer, name_or_path, source, compile=compile)
         target.dtype_reason = reason or "asked for"
-        log.info("target %s in %s (%s)", name_or_path, dtype, target.dtype_reason)
+        log.info("target %s in %s (%s)%s", name_or_path, dtype, target.dtype_reason,
+                 ": embedding, final norm and LM head only" if parts == "readers" else "")  # fmt: skip
         return target
 
     def new_cache(self, max_length: int) -> KVCache:

@@ -125,6 +125,11 @@ def test_mismatched_cache_is_refused_naming_each_key(tiny_target, packed, cache)
         changed.model.lm_head.weight[0, 0] += 1
     with pytest.raises(DraftsmithError, match="revision"):
         OfflineFeatures(cache, changed, LAYERS, 64, packed)
+    inner = copy.deepcopy(tiny_target)  # the readers equal, a decoder layer not: the whole-weights hash says so
+    with torch.no_grad():
+        inner.model.model.layers[0].mlp.up_proj.weight[0, 0] += 1
+    with pytest.raises(DraftsmithError, match="weights"):
+        OfflineFeatures(cache, inner, LAYERS, 64, packed)
     # extracting into the same folder with other settings is refused the same way
     with pytest.raises(DraftsmithError, match=r"layers \[1, 2, -1\] \(this run: \[2, -1\]\).*another --output"):
         extract(tiny_target, (2, -1), packed, cache, max_length=64, shard_rows=8, progress=False)

@@ -81,6 +81,37 @@ def take_old_loss_key(cfg) -> None:
 class ModelConfig:
     target: str = "smollm2-135m-instruct"  # built-in name, folder, .gguf or Hub id; frozen, never saved
     target_dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on CPU (this CPU has no fast bf16)
+    # whole | readers: only the embedding, final norm and LM head, for drafters trained from a
+    # feature cache (drafter.features: DIR); the target then cannot run, so no held-out evaluation,
+    # no acceptance during training, no regeneration in process (what a 70B target needs)
+    target_parts: str = "whole"
+
+    def checks(self, r) -> list[tuple[bool, str]]:
+        if self.target_parts != "readers":
+            return []
+        fix = "or load it whole (model.target_parts: whole)"
+        return [
+            (
+                getattr(r.drafter, "features", "online") != "online",
+                "model.target_parts readers trains from a feature cache: set drafter.features=DIR (draftsmith "
+                f"features RECIPE --output-dir DIR writes it; EAGLE, EAGLE-3 and DFlash read one) {fix}",
+            ),
+            (
+                r.logging.eval_every == 0,
+                "model.target_parts readers cannot run the target for held-out evaluation: set "
+                f"logging.eval_every=0 {fix}",
+            ),
+            (
+                r.logging.acceptance_prompts == 0,
+                "model.target_parts readers cannot decode to measure acceptance during training: set "
+                f"logging.acceptance_prompts=0 and measure the checkpoint with draftsmith crosscheck or bench {fix}",
+            ),
+            (
+                r.data.source != "regenerated" or r.data.regenerate_with == "endpoint",
+                "model.target_parts readers cannot regenerate the replies in process: use "
+                f"data.regenerate_with=endpoint (vllm serve) {fix}",
+            ),
+        ]
 
 
 @dataclass
@@ -395,6 +426,7 @@ class Recipe:
 
 CHOICES = {
     "model.target_dtype": ("auto", "float32", "bfloat16", "float16"),
+    "model.target_parts": ("whole", "readers"),
     "data.format": ("auto", "chat", "text"),
     "data.regenerate_with": ("batched", "engine", "endpoint"),
     "data.source": ("corpus", "regenerated", "on_policy"),
@@ -526,6 +558,7 @@ def _check_values(r: Recipe) -> None:
         (len(r.optim.betas) == 2, "optim.betas must be two numbers"),
         (set(r.logging.trackers) <= {"tensorboard", "wandb"}, "logging.trackers: choose from tensorboard, wandb"),
         *r.data.endpoint_checks(),
+        *r.model.checks(r),
     ]
     if hasattr(r.drafter, "checks"):
         checks += r.drafter.checks()

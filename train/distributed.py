@@ -74,13 +74,22 @@ def is_zero3(acc) -> bool:
     return plugin is not None and plugin.zero_stage == 3
 
 
-def load_target(recipe: Recipe, acc):
+def load_target(recipe: Recipe, acc, parts: str | None = None, device=None):
+    """The frozen target in the dtype training computes in (auto: bf16 on CUDA, fp32 on CPU),
+    whole or its feature readers only (`parts`, default the recipe's model.target_parts), on the
+    accelerator's device unless `device` says otherwise."""
     from draftsmith.models import Target
 
     dtype = recipe.model.target_dtype
     if dtype == "auto":
         dtype = "bfloat16" if acc.device.type == "cuda" else "float32"
-    return Target.load(recipe.model.target, dtype=dtype, device=acc.device, compile=False)
+    return Target.load(
+        recipe.model.target,
+        dtype=dtype,
+        device=device or acc.device,
+        compile=False,
+        parts=parts or recipe.model.target_parts,
+    )
 
 
 def fingerprint(model) -> str:

@@ -41,7 +41,7 @@ from .losses import head_on_rows
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when the shard layout changes: older caches are then refused, not misread
+FORMAT = 2  # bump when the shard layout changes: older caches are then refused, not misread
 SETTINGS, MANIFEST = "settings.json", "manifest.json"
 OPEN_SHARDS = 4  # safe_open handles kept: a shuffled epoch hops between shards
 CACHE_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -126,8 +126,13 @@ class OnlineFeatures:
 
 
 def settings(target, layers, max_length, train_rows, dtype="bfloat16") -> dict:
-    """Everything that decides a cache's content: a cache is used only by a run with equal settings."""
-    return {
+    """Everything that decides a cache's content: a cache is used only by a run with equal settings.
+
+    The target's identity: the source's revision where it names one, else a hash of the weights
+    every run holds (embedding, final norm, LM head: a readers-only target has no others), plus,
+    when this process holds the whole target, a hash of all its weights ("weights"), compared only
+    where both the cache and the run have it."""
+    keys = {
         "format": FORMAT,
         "target": target.name,
         "revision": _revision(target),
@@ -138,15 +143,37 @@ def settings(target, layers, max_length, train_rows, dtype="bfloat16") -> dict:
         "max_length": max_length,
         "dataset_fingerprint": dataset_fingerprint(train_rows),
     }
+    if not _source_revision(target) and getattr(target, "parts", "whole") == "whole":
+        keys["weights"] = f"params:{fingerprint(target.model)}"
+    return keys
 
 
-def _revision(target) -> str:
-    """The source's own revision when it names one, else a hash of the weights as loaded."""
+def _source_revision(target) -> str | None:
     for attr in ("revision", "commit", "digest", "sha256"):
         value = getattr(target.source, attr, None)
         if value:
             return f"{attr}:{value}"
-    return f"params:{fingerprint(target.model)}"
+    return None
+
+
+def _revision(target) -> str:
+    """The source's own revision when it names one, else a hash of the feature readers' weights."""
+    from draftsmith.models.readers import reader_modules
+
+    named = _source_revision(target)
+    if named:
+        return named
+    h = hashlib.sha256()
+    for role, module in reader_modules(target.model).items():
+        for name, p in module.named_parameters():
+            h.update(f"{role}.{name}".encode())
+            h.update(p.detach().float().cpu().numpy().tobytes())
+    return f"readers:{h.hexdigest()[:16]}"
+
+
+def comparable(have: dict, want: dict) -> dict:
+    """`want` without the keys one side could not compute (the whole-weights hash of a readers-only run)."""
+    return {k: v for k, v in want.items() if k != "weights" or "weights" in have}
 
 
 def dataset_fingerprint(rows) -> str:
@@ -198,7 +225,9 @@ def extract(
     # Every rank checks (and fails) alike, so none is left waiting at the barrier below.
     have = _read_json(out / SETTINGS) if (out / SETTINGS).exists() else None
     if have is not None:
-        _refuse_different(out, have, want, "pass another --output folder, or delete this one to re-extract")
+        _refuse_different(
+            out, have, comparable(have, want), "pass another --output folder, or delete this one to re-extract"
+        )
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         for tmp in out.glob("*.tmp"):  # a shard a killed run was writing
@@ -341,7 +370,7 @@ class OfflineFeatures:
         _refuse_different(
             self.dir,
             manifest,
-            want,
+            comparable(manifest, want),
             "re-extract it for this run with python -m draftsmith.train.features RECIPE --output DIR (a new folder)",
         )
         try:

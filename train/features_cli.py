@@ -103,8 +103,8 @@ def _run(args, rest: list[str]) -> int:
     acc = make_accelerator(recipe)
     main = acc.is_main_process
     try:
-        with outside_zero_init(acc):  # the target stays whole, as in training
-            target = load_target(recipe, acc)
+        with outside_zero_init(acc):  # the target stays whole: the extraction runs it
+            target = load_target(recipe, acc, parts="whole")
         layers = layers or _drafter_layers(recipe, target)
         check_layers(layers, num_hidden_states(target.config), target.name)  # before the data work
         with acc.main_process_first():
@@ -157,9 +157,10 @@ def _extract_with_vllm(args, rest: list[str], engines) -> dict:
                 "--engine vllm runs in one process (vLLM shards the target itself: --tensor-parallel-size, "
                 "--pipeline-parallel-size): run it without accelerate launch"
             )
-        # The target in this process: its name, revision, tokenizer (the data) and final norm, which
-        # the manifest and the trainer's check need, as for the transformers extraction.
-        target = load_target(recipe, acc)
+        # Of the target, this process needs its name, revision, tokenizer (the data) and final norm,
+        # for the manifest and the trainer's check: its feature readers, on the CPU (vLLM holds the
+        # GPUs), in the dtype training will use (the manifest records it).
+        target = load_target(recipe, acc, parts="readers", device="cpu")
         layers = _parse_layers(args.layers) if args.layers else _drafter_layers(recipe, target)
         check_layers(layers, num_hidden_states(target.config), target.name)
         data = build_data(recipe.data, target.tokenizer, target=target, progress=recipe.logging.progress)

@@ -393,6 +393,8 @@ class Trainer:
     def evaluate(self) -> dict:
         """Held-out loss and token-level acceptance proxies; the expected acceptance length at
         K=acceptance_k assumes i.i.d. per-token acceptance (Leviathan et al. 2023, eq. 1)."""
+        if self.target.parts == "readers":  # held-out rows have no cached features, and the target cannot run
+            return {}
         self.model.eval()
         # Every numeric stat the task reports, weighted by num_tokens. The key set is the first
         # batch's (a task reports the same keys for every batch, so all ranks agree on the order).
@@ -558,13 +560,16 @@ class Trainer:
             tau = final_eval.get(
                 "eval/expected_acceptance_length", final_eval.get("eval/expected_acceptance_length_greedy", 1.0)
             )
+            held_out = (  # none when only the target's feature readers were loaded
+                f"eval loss {final_eval['eval/loss']:.4f}, expected τ(K={self.recipe.logging.acceptance_k}) {tau:.2f}"
+                if "eval/loss" in final_eval
+                else "no held-out evaluation (model.target_parts readers)"
+            )
             log.info(
-                "done: %d steps, final checkpoint %s; eval loss %.4f, expected τ(K=%d) %.2f%s",
+                "done: %d steps, final checkpoint %s; %s%s",
                 self.step,
                 final,
-                final_eval["eval/loss"],
-                self.recipe.logging.acceptance_k,
-                tau,
+                held_out,
                 f", measured mean_acceptance_length {acceptance['mean_acceptance_length']:.2f}" if acceptance else "",
             )
         if self.recipe.logging.trackers:

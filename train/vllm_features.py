@@ -46,6 +46,7 @@ from .features import (
     _write_atomic,
     _write_shard,
     check_layers,
+    comparable,
     settings,
 )
 
@@ -222,7 +223,9 @@ def extract_vllm(
     want = settings(target, layers, max_length, train_rows, dtype) | {"shard_rows": shard_rows}
     have = _read_json(out / SETTINGS) if (out / SETTINGS).exists() else None
     if have is not None:
-        _refuse_different(out, have, want, "pass another --output-dir, or delete this one to re-extract")
+        _refuse_different(
+            out, have, comparable(have, want), "pass another --output-dir, or delete this one to re-extract"
+        )
     out.mkdir(parents=True, exist_ok=True)
     for tmp in out.glob("*.tmp"):
         tmp.unlink()
