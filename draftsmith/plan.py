@@ -7,8 +7,8 @@ target resolves through the config.json shipped under configs/<target>/), then:
 - memory per GPU for each strategy (DDP, DeepSpeed ZeRO-2, ZeRO-3, FSDP), split into target
   weights, drafter weights, gradients, optimizer state, activations at the recipe's max_length
   and micro-batch, and features; with features from a cache (`drafter.features DIR`, e.g. written
-  by vLLM) the target's side in the trainer is only what reads the features (embedding, final
-  norm, LM head);
+  by vLLM, and `model.target_parts: readers`) the target's side in the trainer is only what reads
+  the features (embedding, final norm, LM head);
 - training FLOPs per token (train/flops.py), tokens/s and time per epoch at the GPU's peak
   times a stated utilisation, and the feature cache's size on disk.
 
@@ -102,7 +102,9 @@ class Plan:
     world: int
     gpu_memory: float
     target_params: int
-    target_side_params: int  # what the trainer holds of the target: all of it online, the feature readers offline
+    target_side_params: (
+        int  # what the trainer holds of the target: all of it, or the feature readers (model.target_parts readers)
+    )
     drafter_params: int
     features: str
     max_length: int
@@ -149,9 +151,7 @@ def make_plan(recipe, *, recipe_path: str = "", gpus: int = 8, nodes: int = 1, g
     built = build_meta(recipe, device, scored)
     world = gpus * nodes
     T, b = recipe.data.max_length, recipe.optim.batch_size
-    offline = getattr(recipe.drafter, "features", "online") != "online"
-    return _plan(recipe, built, recipe_path, world, gpu_memory, gpu_tflops, utilisation, scored, epoch_tokens, T, b,
-                 offline)  # fmt: skip
+    return _plan(recipe, built, recipe_path, world, gpu_memory, gpu_tflops, utilisation, scored, epoch_tokens, T, b)
 
 
 @dataclass
@@ -261,20 +261,32 @@ def _numel(module) -> int:
     return sum(p.numel() for p in module.parameters()) if module is not None else 0
 
 
-def memory(built: Built, strategy: str, world: int, T: int, b: int, offline: bool) -> Memory:
+def offline(recipe) -> bool:
+    """The drafter reads its features from a cache: no target forward in training."""
+    return getattr(recipe.drafter, "features", "online") != "online"
+
+
+def readers_only(recipe) -> bool:
+    """The trainer holds only the target's embedding, final norm and LM head (models/readers.py)."""
+    return offline(recipe) and recipe.model.target_parts == "readers"
+
+
+def memory(built: Built, strategy: str, world: int, T: int, b: int, readers: bool) -> Memory:
     """Bytes per GPU of one strategy (the model in this module's docstring)."""
     n, P = built.drafter_params, world
     shard_grads = strategy in ("zero2", "zero3", "fsdp")
     shard_weights = strategy in ("zero3", "fsdp")
     tokens = b * T
-    # Logits the losses upcast to fp32 (and their gradients): the draft's own, and the target's
-    # distribution it is scored against.
-    draft_logits = built.draft_cost.vocab_outputs * 4 * 2
+    # The draft's logits the losses upcast to fp32: kept for backward at every step, the fp32
+    # log-softmax and the target probabilities it is weighted by; alive only while one head at one
+    # step is scored, its fp32 logits and its gathered rows of the target's law (measured: leaving
+    # these out put the plan 20-23% under a CPU run's peak). Then the target's logits (+ fp32 copy).
+    draft_logits = built.draft_cost.vocab_outputs * 4 * 2 + built.draft_cost.vocab_unit * 4 * 2
     target_logits = built.vocab_size * (built.target_bytes + 4) if built.reads_logits else 0
     features = tokens * built.feature_layers * built.hidden_size * built.target_bytes
     return Memory(
         strategy=strategy,
-        target_weights=(built.reader_params if offline else built.target_params) * built.target_bytes,
+        target_weights=(built.reader_params if readers else built.target_params) * built.target_bytes,
         drafter_weights=n * 4 / (P if shard_weights else 1),
         gradients=n * 4 / (P if shard_grads else 1),
         optimizer=n * 8 / (P if shard_grads else 1),
@@ -283,12 +295,13 @@ def memory(built: Built, strategy: str, world: int, T: int, b: int, offline: boo
     )
 
 
-def _plan(recipe, built, recipe_path, world, gpu_memory, gpu_tflops, utilisation, scored, epoch_tokens, T, b,
-          offline) -> Plan:  # fmt: skip
-    mems = [memory(built, s, world, T, b, offline) for s in STRATEGIES]
+def _plan(recipe, built, recipe_path, world, gpu_memory, gpu_tflops, utilisation, scored, epoch_tokens, T, b) -> Plan:
+    readers = readers_only(recipe)
+    mems = [memory(built, s, world, T, b, readers) for s in STRATEGIES]
     for m in mems:
         m.fits = m.total <= gpu_memory * HEADROOM
-    target_train = (built.vocab_size * built.hidden_size * 2 * scored) if offline else built.target_cost.flops
+    cached = offline(recipe)
+    target_train = (built.vocab_size * built.hidden_size * 2 * scored) if cached else built.target_cost.flops
     train_flops = target_train + 3 * built.draft_cost.flops
     rate = world * gpu_tflops * 1e12 * utilisation / train_flops
     tokens = epoch_tokens if epoch_tokens is not None else _epoch_tokens(recipe.data)
@@ -299,7 +312,7 @@ def _plan(recipe, built, recipe_path, world, gpu_memory, gpu_tflops, utilisation
         world=world,
         gpu_memory=gpu_memory,
         target_params=built.target_params,
-        target_side_params=built.reader_params if offline else built.target_params,
+        target_side_params=built.reader_params if readers else built.target_params,
         drafter_params=built.drafter_params,
         features=getattr(recipe.drafter, "features", "online"),
         max_length=T,
@@ -324,7 +337,7 @@ def _plan(recipe, built, recipe_path, world, gpu_memory, gpu_tflops, utilisation
     )
     plan._built = built  # for advice on a chosen strategy (not a dataclass field: not in --json)
     if not plan.fitting:
-        plan.advice = smallest_change(recipe, built, world, gpu_memory, T, b, offline)
+        plan.advice = smallest_change(recipe, built, world, gpu_memory, T, b)
     return plan
 
 
@@ -336,39 +349,43 @@ def _epoch_tokens(data) -> float | None:
     return CORPUS_TOKENS.get(data.path)
 
 
-def smallest_change(recipe, built, world, gpu_memory, T, b, offline, strategy: str | None = None) -> str:
+def smallest_change(recipe, built, world, gpu_memory, T, b, strategy: str | None = None) -> str:
     """One line naming the smallest change that fits: another strategy, fewer tokens per
     micro-batch (the same tokens per step through gradient accumulation), features from vLLM."""
     limit = gpu_memory * HEADROOM
+    readers_now = readers_only(recipe)  # what the fits below hold of the target: readers, or all of it
 
-    def fits(strategy, T_, b_, offline_):
-        return memory(built, strategy, world, T_, b_, offline_).total <= limit
+    def fits(strategy, T_, b_, readers_):
+        return memory(built, strategy, world, T_, b_, readers_).total <= limit
 
     accel = "accelerate launch --config_file configs/accelerate/{} ..."
     for s in STRATEGIES:
-        if s != strategy and fits(s, T, b, offline):
+        if s != strategy and fits(s, T, b, readers_now):
             return f"use {s} ({accel.format(ACCELERATE_CONFIGS[s])})"
     for s in STRATEGIES:
         bb = b
         while bb > 1:
             bb //= 2
-            if fits(s, T, bb, offline):
+            if fits(s, T, bb, readers_now):
                 accum = recipe.optim.grad_accum * b // bb
                 return f"use {s} with --optim.batch_size={bb} --optim.grad_accum={accum} (the same tokens per step)" + (
                     "" if s == "ddp" else f" ({accel.format(ACCELERATE_CONFIGS[s])})"
                 )
-    if not offline and hasattr(recipe.drafter, "features"):
+    if not readers_now and hasattr(recipe.drafter, "features"):
+        readers = "--model.target_parts=readers --logging.eval_every=0 --logging.acceptance_prompts=0"
         for s in STRATEGIES:
             if fits(s, T, b, True):
+                if recipe.drafter.features != "online":  # the cache is there: hold only its readers
+                    return f"load only the target's embedding, final norm and LM head: {readers} (with {s})"
                 return (
                     f"take the target's features from vLLM: draftsmith features {recipe_name(recipe)} --engine vllm "
-                    f"--output-dir feats/, then --drafter.features=feats/ (with {s})"
+                    f"--output-dir feats/, then --drafter.features=feats/ {readers} (with {s})"
                 )
     for s in STRATEGIES:
         TT = T
         while TT > 256:
             TT //= 2
-            if fits(s, TT, 1, offline):
+            if fits(s, TT, 1, readers_now):
                 return f"use {s} with --optim.batch_size=1 --data.max_length={TT}"
     return "nothing in reach fits: a GPU with more memory, or a smaller drafter"
 
@@ -427,9 +444,8 @@ def run(args, overrides: list[str]) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(to_dict(plan), indent=1) + "\n")
     if args.strategy and args.strategy not in plan.fitting:  # advice: another strategy first
-        offline = plan.features != "online"
         advice = smallest_change(recipe, plan._built, plan.world, plan.gpu_memory, plan.max_length, plan.batch_size,
-                                 offline, strategy=args.strategy)  # fmt: skip
+                                 strategy=args.strategy)  # fmt: skip
         raise DraftsmithError(
             f"{plan.recipe} does not fit with {args.strategy} on {_gb(plan.gpu_memory)} GPUs: {advice}"
         )

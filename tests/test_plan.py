@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from draftsmith import cli
+from draftsmith.errors import DraftsmithError
 from draftsmith.plan import HEADROOM, build_meta, make_plan, parse_bytes
 from draftsmith.train.config import load_recipe
 from draftsmith.train.flops import SHAPES, draft_lm_flops, eagle3_flops, module_flops, target_flops
@@ -46,9 +47,10 @@ def test_8b_eagle3_plan_matches_a_hand_calculation():
     assert (zero2.drafter_weights, zero2.gradients, zero2.optimizer) == (E8 * 4, E8 * 4 / 8, E8 * 8 / 8)
     assert (zero3.drafter_weights, zero3.gradients, zero3.optimizer) == (E8 * 4 / 8, E8 * 4 / 8, E8 * 8 / 8)
     assert fsdp.total == zero3.total
-    # Activations per token: matmul inputs/outputs in bf16, the draft's logits upcast (fp32 + gradient)
-    # at every TTT step, the target's full-vocabulary logits (bf16 + an fp32 copy).
-    per_token = eagle3_activations_per_token(D8, I8, KV8, s) * 2 + 7 * 32000 * s * 8 + V * (2 + 4)
+    # Activations per token: matmul inputs/outputs in bf16, the draft's log-softmax and the target's
+    # probabilities (fp32, kept for backward) at every TTT step, plus the step being scored's fp32
+    # logits and gathered target rows, and the target's full-vocabulary logits (bf16 + an fp32 copy).
+    per_token = eagle3_activations_per_token(D8, I8, KV8, s) * 2 + 7 * 32000 * s * 8 + 32000 * s * 8 + V * (2 + 4)
     assert ddp.activations == pytest.approx(T * per_token, rel=1e-9)
     assert ddp.features == T * 4 * D8 * 2  # layers 2, 16, 29 and the last, bf16
     # FLOPs: the closed forms (scripts/flop_bound.py's), not the module count the plan uses.
@@ -70,7 +72,7 @@ def test_70b_eagle3_plan_trains_beside_the_feature_readers_only():
     ddp = plan.memory[0]
     readers = 2 * V * D70 + D70  # embedding, LM head, final norm: all the trainer holds of the target
     assert ddp.target_weights == readers * 2
-    per_token = eagle3_activations_per_token(D70, I70, KV70, s) * 2 + 7 * 32000 * s * 8 + V * (2 + 4)
+    per_token = eagle3_activations_per_token(D70, I70, KV70, s) * 2 + 7 * 32000 * s * 8 + 32000 * s * 8 + V * (2 + 4)
     assert ddp.activations == pytest.approx(T * per_token, rel=1e-9)
     assert ddp.total == pytest.approx(readers * 2 + E70 * 16 + T * per_token + T * 4 * D70 * 2, rel=1e-9)
     # Training FLOPs: no target forward, only its LM head on the cached last layer at scored rows.
@@ -78,9 +80,32 @@ def test_70b_eagle3_plan_trains_beside_the_feature_readers_only():
     assert plan.flops_per_token["training"] == pytest.approx(2 * V * D70 * s + 3 * draft, rel=1e-9)
     assert plan.fitting == ["ddp", "zero2", "zero3", "fsdp"]
     # Online (the whole 70B target on every GPU: 141 GB) fits nowhere.
-    online = make_plan(load_recipe(L70 / "eagle3.yaml", ["--drafter.features=online"]), gpus=8, gpu_memory=80e9)
+    online = make_plan(
+        load_recipe(L70 / "eagle3.yaml", ["--drafter.features=online", "--model.target_parts=whole"]),
+        gpus=8,
+        gpu_memory=80e9,
+    )
     assert online.memory[0].target_weights == P70 * 2 and online.fitting == []
-    assert "features from vLLM" in online.advice
+    assert "features from vLLM" in online.advice and "--model.target_parts=readers" in online.advice
+    # A cache, but the whole target loaded beside it: the same 141 GB, and the advice says what to drop.
+    whole = make_plan(load_recipe(L70 / "eagle3.yaml", ["--model.target_parts=whole"]), gpus=8, gpu_memory=80e9)
+    assert whole.memory[0].target_weights == P70 * 2 and whole.fitting == []
+    assert whole.flops_per_token["training"] == plan.flops_per_token["training"]  # still no target forward
+    assert whole.advice.startswith("load only the target's embedding, final norm and LM head")
+
+
+def test_readers_only_refuses_what_needs_the_whole_target():
+    base = ["--model.target_parts=readers"]
+    with pytest.raises(DraftsmithError, match="drafter.features=DIR"):
+        load_recipe(L70 / "eagle3.yaml", [*base, "--drafter.features=online"])
+    with pytest.raises(DraftsmithError, match="logging.eval_every=0"):
+        load_recipe(L70 / "eagle3.yaml", [*base, "--logging.eval_every=100"])
+    with pytest.raises(DraftsmithError, match="logging.acceptance_prompts=0"):
+        load_recipe(L70 / "eagle3.yaml", [*base, "--logging.acceptance_prompts=4"])
+    with pytest.raises(DraftsmithError, match="regenerate_with=endpoint"):
+        load_recipe(L70 / "eagle3.yaml", [*base, "--data.source=regenerated"])
+    with pytest.raises(DraftsmithError, match="target_parts.*not one of"):
+        load_recipe(L70 / "eagle3.yaml", ["--model.target_parts=half"])
 
 
 def test_module_count_equals_the_closed_forms():

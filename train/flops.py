@@ -79,6 +79,7 @@ class ModuleCost:
     flops: float  # forward FLOPs per token
     activations: float  # elements kept for backward per token (inputs + outputs of every matmul)
     vocab_outputs: float  # elements per token of vocabulary-wide outputs (logits), which the loss upcasts
+    vocab_unit: float = 0.0  # the largest of them scored at once: one LM head at one unrolled step
 
 
 def module_cost(model, T: int, scored: float, steps: int = 1, vocab_sizes: tuple[int, ...] = ()) -> ModuleCost:
@@ -94,7 +95,7 @@ def module_cost(model, T: int, scored: float, steps: int = 1, vocab_sizes: tuple
     """
     from torch import nn
 
-    once = per_step = once_act = step_act = vocab = 0.0
+    once = per_step = once_act = step_act = vocab = unit = 0.0
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     for module in model.modules():  # borrowed, unregistered modules (attach_target's)
         for key, value in vars(module).items():
@@ -105,6 +106,7 @@ def module_cost(model, T: int, scored: float, steps: int = 1, vocab_sizes: tuple
         if m.out_features in vocab_sizes:
             f, a = f * scored, a * scored
             vocab += m.out_features * scored * (1 if name.rsplit(".", 1)[-1] == "fc" else steps)
+            unit = max(unit, m.out_features * scored)
         if name.rsplit(".", 1)[-1] == "fc":
             once, once_act = once + f, once_act + a
         else:
@@ -113,7 +115,7 @@ def module_cost(model, T: int, scored: float, steps: int = 1, vocab_sizes: tuple
         q = getattr(m, "q_proj", None)
         if isinstance(q, nn.Linear):
             per_step += 4.0 * T * q.out_features
-    return ModuleCost(once + steps * per_step, once_act + steps * step_act, vocab)
+    return ModuleCost(once + steps * per_step, once_act + steps * step_act, vocab, unit)
 
 
 def module_flops(model, T: int, scored: float, steps: int = 1, vocab_sizes: tuple[int, ...] = ()) -> float:
