@@ -196,6 +196,9 @@ def build_meta(recipe, device: str = "cuda", scored: float = DEFAULT_SCORED) -> 
     trained = _count(task.trainable_parameters())
     layers = getattr(task, "layers", ())
     steps = int(getattr(task, "train_steps", 1))
+    draft_scored = scored
+    if hasattr(task, "draft_positions"):  # DFlash: blocks at anchors, every block position scored
+        steps, draft_scored = task.draft_positions(recipe.data.max_length, scored) / recipe.data.max_length, 1.0
     T = recipe.data.max_length
     drafter = task.model
     vocabs = tuple({target.vocab_size, getattr(getattr(drafter, "config", None), "draft_vocab_size", 0)} - {0})
@@ -219,7 +222,7 @@ def build_meta(recipe, device: str = "cuda", scored: float = DEFAULT_SCORED) -> 
         feature_layers=len(layers),
         reads_logits=True,
         target_cost=t_cost,
-        draft_cost=module_cost(drafter, T, scored, steps, vocabs),
+        draft_cost=module_cost(drafter, T, draft_scored, steps, vocabs),
         target_floor=floor,
     )
 

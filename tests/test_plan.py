@@ -184,3 +184,17 @@ def test_train_prints_the_plan_line_or_says_it_cannot(tiny_target, capsys, monke
     monkeypatch.setattr("draftsmith.plan.make_plan", broken)
     print_plan(recipe)  # must not raise
     assert capsys.readouterr().out.strip() == "plan: not available (RuntimeError: no config)"
+
+
+def test_dflash_draft_runs_on_its_block_positions_not_on_every_row_token():
+    """Llama-3.1-8B DFlash: 336 anchors x 16 block positions per 2048-token row, by hand."""
+    recipe = load_recipe(L8 / "dflash.yaml")
+    built = build_meta(recipe, "cuda", 0.5)
+    d, H, KV, hd, ffn, V, T = 4096, 32, 8, 128, 14336, 128256, 2048
+    per_position = 5 * (2 * d * (2 * H * hd + 2 * KV * hd) + 2 * 3 * d * ffn + 4 * T * H * hd) + 2 * d * V
+    fc = 2 * (5 * d) * d  # the five target layers fused, once per row token
+    assert built.draft_cost.flops == pytest.approx(fc + 336 * 16 / T * per_position, rel=1e-12)
+    # More anchors than trained positions: only those are drawn (sample_anchors).
+    few = build_meta(load_recipe(L8 / "dflash.yaml", ["--data.max_length=256"]), "cuda", 0.5)
+    per_position = 5 * (2 * d * (2 * H * hd + 2 * KV * hd) + 2 * 3 * d * ffn + 4 * 256 * H * hd) + 2 * d * V
+    assert few.draft_cost.flops == pytest.approx(fc + 128 * 16 / 256 * per_position, rel=1e-12)

@@ -145,6 +145,12 @@ class DFlashTask:
         # the target's logits (online, the forward's logits are used directly).
         return (*target_layers(cfg, target_config), -1)
 
+    def draft_positions(self, T: int, scored: float) -> int:
+        """Query positions the draft's layers run on per training row of T tokens (what a plan
+        counts): one block of block_size per anchor, up to num_blocks anchors among the trained
+        positions (sample_anchors), not one per row token as for the other kinds."""
+        return min(self.cfg.num_blocks, max(1, int(scored * T))) * self.cfg.block_size
+
     def bind_data(self, data, data_cfg) -> None:
         """Called by the trainer once the data is built: open the offline feature cache."""
         if self.cfg.features != "online":
