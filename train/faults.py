@@ -94,7 +94,12 @@ class Heartbeat:
                 return
 
     def stop(self) -> None:
+        """Stop beating and wait for the thread: a daemon thread still inside a store call when the
+        interpreter finalises is unwound through C++ and aborts the process ("terminate called
+        without an active exception", SIGABRT) after the run has finished."""
         self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=15.0)  # a store call gives up after 10 s
 
     def _counts(self, store) -> dict[int, int]:
         return {r: store.add(_KEY + str(r), 0) for r in range(self.world) if r != self.rank}
