@@ -21,7 +21,7 @@ import torch
 
 from draftsmith.errors import DraftsmithError
 
-from .loading import _hub_errors, load_config, resolve_model
+from .loading import _hub_errors, resolve_model
 
 INDEX, SINGLE = "model.safetensors.index.json", "model.safetensors"
 
@@ -80,7 +80,13 @@ def _shard_files(name_or_path: str, names: list[str]) -> dict[str, list[str]]:
         files: dict[str, list[str]] = {}
         for n in names:
             files.setdefault(weight_map[n], []).append(n)
-        return {str(fetch(f) or _missing(name_or_path, f)): ns for f, ns in files.items()}
+        local_files = {}
+        for f, ns in files.items():
+            path = fetch(f)
+            if path is None:
+                raise DraftsmithError(f"{name_or_path}: {f}, named by {INDEX}, is missing")
+            local_files[str(path)] = ns
+        return local_files
     single = fetch(SINGLE)
     if single is None:
         raise DraftsmithError(
@@ -88,10 +94,6 @@ def _shard_files(name_or_path: str, names: list[str]) -> dict[str, list[str]]:
             "checkpoints only; load the whole target (model.target_parts: whole)"
         )
     return {str(single): list(names)}
-
-
-def _missing(name_or_path: str, filename: str):
-    raise DraftsmithError(f"{name_or_path}: {filename}, named by {INDEX}, is missing")
 
 
 def _decoder_refused(*args, **kwargs):
@@ -109,8 +111,7 @@ def load_feature_readers(name_or_path: str, dtype: torch.dtype = torch.bfloat16,
 
     from .loading import meta_causal_lm
 
-    load_config(name_or_path)  # a clear error for an unknown name before anything else
-    model = meta_causal_lm(name_or_path, dtype)
+    model = meta_causal_lm(name_or_path, dtype)  # an unknown name: load_config's one line
     names = reader_parameter_names(model)
     params = dict(model.named_parameters())
     loaded: dict[int, torch.nn.Parameter] = {}

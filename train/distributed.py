@@ -93,8 +93,10 @@ def load_target(recipe: Recipe, acc, parts: str | None = None, device=None):
 
 
 def fingerprint(model) -> str:
+    """A short hash of a module's parameters, or of (name, tensor) pairs, names included."""
+    named = model.named_parameters() if hasattr(model, "named_parameters") else model
     h = hashlib.sha256()
-    for name, p in sorted(model.named_parameters()):
+    for name, p in sorted(named, key=lambda item: item[0]):
         h.update(name.encode())
         h.update(p.detach().float().cpu().numpy().tobytes())
     return h.hexdigest()[:16]

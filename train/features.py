@@ -163,12 +163,8 @@ def _revision(target) -> str:
     named = _source_revision(target)
     if named:
         return named
-    h = hashlib.sha256()
-    for role, module in reader_modules(target.model).items():
-        for name, p in module.named_parameters():
-            h.update(f"{role}.{name}".encode())
-            h.update(p.detach().float().cpu().numpy().tobytes())
-    return f"readers:{h.hexdigest()[:16]}"
+    readers = reader_modules(target.model).items()
+    return f"readers:{fingerprint((f'{role}.{n}', p) for role, m in readers for n, p in m.named_parameters())}"
 
 
 def comparable(have: dict, want: dict) -> dict:
