@@ -87,6 +87,7 @@ def environment(target, drafter, engine=None) -> dict:
         "dtype_reason": getattr(target, "dtype_reason", None),
         "device": str(dev),
         "compiled": bool(getattr(target, "compiled", False)),
+        "cpu_matmul": getattr(target, "cpu_matmul", None),
         "hardware": torch.cuda.get_device_name(dev)
         if dev.type == "cuda"
         else f"{cpu['model']}, {torch.get_num_threads()} threads",
@@ -548,6 +549,8 @@ def format_table(result: dict) -> str:
                 else ""
             )
         )
+    for role, c in (result.get("cpu_matmul") or {}).items():  # what --cpu-matmul / --draft-dtype chose, and why
+        lines.append(f"{role}: {c.get('kernel') or c.get('dtype')} ({c['why']})")
     for field in GROUP_FIELDS:
         for g, m in result.get(field, {}).items():
             rate, speed = m["draft_acceptance_rate"], m.get("speedup")

@@ -81,6 +81,21 @@ def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
         help="torch.compile (CUDA graphs) the target's decode/verify forwards and every drafter's "
         "drafting forwards (fixed shapes; prefill stays eager); auto (default): on CUDA only",
     )
+    p.add_argument(
+        "--cpu-matmul",
+        choices=["auto", "linear", "transposed"],
+        default="auto",
+        help="CPU: the matmul of few-row forwards (verify, catch-up); auto (default): the faster of torch's "
+        "F.linear and the weight-as-left-operand product, measured at K+1 rows on this machine (recorded in "
+        "every report)",
+    )
+    p.add_argument(
+        "--draft-dtype",
+        choices=["auto", "float32", "bfloat16"],
+        default="auto",
+        help="a draft LM's dtype (it runs alone; outputs stay the target's); auto (default): bfloat16 on a CPU "
+        "where its one-row product measured faster, else the target's",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -324,6 +339,9 @@ def _setup(args):
 
         what = f"{args.draft} ({article(getattr(drafter, 'kind', 'draft'))} drafter)"
         check_num_speculative_tokens(args.num_speculative_tokens, cap, what)
+    if drafter is not None:  # plain decoding runs one row at a time: the default GEMV
+        rows = args.num_speculative_tokens + 1
+        target.use_cpu_matmul(getattr(args, "cpu_matmul", "auto"), rows, drafter, getattr(args, "draft_dtype", "auto"))
     return target, drafter, sampling
 
 

@@ -16,6 +16,7 @@ every report records the choice with the flags it was made from.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -98,11 +99,32 @@ def _probe(dtype: torch.dtype, repeats: int = 30) -> float:
     return times[len(times) // 2]
 
 
-def _cache_file() -> pathlib.Path:
+def _cache_file(name: str) -> pathlib.Path:
     root = os.environ.get("DRAFTSMITH_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or "~/.cache", "draftsmith"
     )
-    return pathlib.Path(root).expanduser() / "dtype_auto.json"
+    return pathlib.Path(root).expanduser() / name
+
+
+@contextlib.contextmanager
+def measurement_cache(name: str):
+    """A dict of this machine's measurements kept in the cache folder's `name`: what the caller
+    adds is written back atomically (a read-only cache only costs a re-measurement next time)."""
+    path = _cache_file(name)
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    before = json.dumps(cached, sort_keys=True)
+    yield cached
+    if json.dumps(cached, sort_keys=True) != before:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(cached, indent=1))
+            os.replace(tmp, path)
+        except OSError:
+            pass
 
 
 def auto_dtype(device) -> tuple[str, str]:
@@ -125,26 +147,24 @@ def auto_dtype(device) -> tuple[str, str]:
     if not present:
         return "float32", "CPU without AMX or AVX512-BF16"
     key = f"{cpu['model']}|{sorted(k for k, v in flags.items() if v)}|{torch.get_num_threads()}|{torch.__version__}"
-    path = _cache_file()
-    try:
-        cached = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cached = {}
-    if key not in cached:
-        t32, t16 = _probe(torch.float32), _probe(torch.bfloat16)
-        cached[key] = {"fp32_s": t32, "bf16_s": t16}
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(cached, indent=1))
-            os.replace(tmp, path)
-        except OSError:  # a read-only cache only costs a re-measurement next time
-            pass
-    ratio = cached[key]["bf16_s"] / cached[key]["fp32_s"]
+    with measurement_cache("dtype_auto.json") as cached:
+        if key not in cached:
+            cached[key] = {"fp32_s": _probe(torch.float32), "bf16_s": _probe(torch.bfloat16)}
+        timings = cached[key]
+    ratio = timings["bf16_s"] / timings["fp32_s"]
     has = "/".join(present)
     if ratio <= BF16_MIN_GAIN:
         return "bfloat16", f"{has}, bf16 matmul measured {ratio:.2f}x fp32's time"
     return "float32", f"{has}, but bf16 matmul measured {ratio:.2f}x fp32's time (> {BF16_MIN_GAIN})"
 
 
-__all__ = ["BF16_FLAGS", "CPU_FLAGS", "affinity_cores", "auto_dtype", "cpu_info", "format_cpu", "use_affinity_threads"]
+__all__ = [
+    "BF16_FLAGS",
+    "CPU_FLAGS",
+    "affinity_cores",
+    "auto_dtype",
+    "cpu_info",
+    "format_cpu",
+    "measurement_cache",
+    "use_affinity_threads",
+]

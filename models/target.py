@@ -108,6 +108,7 @@ class Target:
         self.eos_token_ids = eos_ids(model, tokenizer)
         self.note: str | None = None  # what a report should say about it (e.g. fine-tuned by Medusa-2)
         self.dtype_reason: str | None = None  # why it runs in its dtype (Target.load: "auto"'s choice)
+        self.cpu_matmul: dict | None = None  # the few-row matmul chosen per model (use_cpu_matmul)
         on_cuda = self.device.type == "cuda"
         self.cache_layout = "static"
         self._forward = model.forward
@@ -145,6 +146,38 @@ class Target:
         log.info("target %s in %s (%s)%s", name_or_path, dtype, target.dtype_reason,
                  ": embedding, final norm and LM head only" if parts == "readers" else "")  # fmt: skip
         return target
+
+    def use_cpu_matmul(self, choice: str, rows: int, drafter=None, draft_dtype: str = "auto") -> dict:
+        """Route the target's (and the drafter's model's) few-row matmuls through `choice`
+        (infer/kernels.py: "auto" measures the candidates at `rows` rows on this machine and keeps
+        the fastest), and run a draft that needs no target features in `draft_dtype` ("auto":
+        bfloat16 where its one-row product measured faster); -> the choices and why, which every
+        report records."""
+        from draftsmith.infer.kernels import choose_draft_dtype, choose_linear_kernel, use_linear_kernel
+
+        chosen = {}
+        draft = getattr(drafter, "model", None)
+        shared = isinstance(draft, torch.nn.Module) and bool(  # a draft made of the target's own tensors
+            {p.data_ptr() for p in draft.parameters()} & {p.data_ptr() for p in self.model.parameters()}
+        )
+        if isinstance(draft, torch.nn.Module) and not getattr(drafter, "needs_hidden_states", True) and not shared:
+            if draft_dtype == "auto":
+                dtype, why, timings = choose_draft_dtype(draft, self.device)
+            else:
+                dtype, why, timings = parse_dtype(draft_dtype), "asked for", None
+            draft.to(dtype)
+            chosen["draft_dtype"] = {"dtype": str(dtype).removeprefix("torch."), "why": why, "timings": timings}
+        for role, model in (("target", self.model), ("draft", draft)):
+            if not isinstance(model, torch.nn.Module):
+                continue
+            if choice == "auto":
+                name, why, timings = choose_linear_kernel(model, rows, self.device)
+            else:
+                name, why, timings = choice, "asked for", None
+            use_linear_kernel(model, name)
+            chosen[role] = {"kernel": name, "why": why, "rows": rows, "timings": timings}
+        self.cpu_matmul = chosen
+        return chosen
 
     def new_cache(self, max_length: int) -> KVCache:
         return KVCache(self.config, max_length, self.cache_layout)

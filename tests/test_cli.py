@@ -61,7 +61,10 @@ def test_bench_writes_json_table_and_plot(tiny_cache, tmp_path, capsys):
     assert len(r["per_position_acceptance"]) == 3
     assert r["mean_acceptance_length"] == pytest.approx(1 + r["accepted_tokens"] / r["drafts"])
     assert png.stat().st_size > 1000
-    assert "mean_acceptance_length" in capsys.readouterr().out
+    assert r["cpu_matmul"]["target"]["kernel"] in ("linear", "transposed")  # measured here, with its reason
+    assert r["cpu_matmul"]["draft_dtype"]["dtype"] in ("float32", "bfloat16")
+    printed = capsys.readouterr().out
+    assert "mean_acceptance_length" in printed and f"target: {r['cpu_matmul']['target']['kernel']} (" in printed
 
 
 def test_bench_prompt_lookup_has_no_hf_assisted_baseline(tiny_cache, tmp_path):

@@ -1,0 +1,116 @@
+"""`--cpu-matmul` and `--draft-dtype` (infer/kernels.py, Target.use_cpu_matmul): the candidate
+kernels compute the same products, greedy speculative decoding stays equal to plain decoding
+under each, the choice is measured once per machine and recorded with its reason, and a draft
+that runs alone changes dtype without touching the target."""
+
+import pytest
+import torch
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.infer import kernels
+from draftsmith.infer.engine import Engine
+from draftsmith.models import Target, load_drafter
+
+
+@pytest.fixture
+def target(tiny_cache):
+    """A private target: the kernels patch its modules, which the session's tiny_target shares."""
+    return Target.load("tiny-random", dtype="float32", device="cpu")
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 17])
+@pytest.mark.parametrize("bias", [False, True])
+def test_every_kernel_computes_the_linear_product(rows, bias):
+    layer = torch.nn.Linear(48, 80, bias=bias)
+    x = torch.randn(3, rows, 48)
+    want = layer(x)
+    for name in kernels.KERNELS:
+        kernels.use_linear_kernel(layer, name)
+        got = layer(x)
+        assert got.shape == want.shape and got.is_contiguous()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_one_row_and_prefill_keep_the_library_path():
+    layer = torch.nn.Linear(16, 8)
+    calls = []
+    kernels.KERNELS["recording"] = lambda x, w, b: calls.append(x.shape[0]) or torch.nn.functional.linear(x, w, b)
+    try:
+        kernels.use_linear_kernel(layer, "recording")
+        for rows in (1, 5, kernels.MAX_ROWS, kernels.MAX_ROWS + 1):
+            layer(torch.randn(1, rows, 16))
+    finally:
+        kernels.KERNELS.pop("recording")
+    assert calls == [5, kernels.MAX_ROWS]
+
+
+def test_greedy_speculative_equals_plain_under_each_kernel(target):
+    drafter = load_drafter("truncated:2", target)
+    prompt = target.tokenizer("The quick brown fox")["input_ids"]
+    plain = Engine(target).generate(prompt, 24)
+    for name in kernels.KERNELS:
+        chosen = target.use_cpu_matmul(name, 5, drafter, "float32")
+        assert chosen["target"]["kernel"] == name and chosen["draft"]["kernel"] == name
+        spec = Engine(target, drafter, 4).generate(prompt, 24)
+        assert spec.tokens == plain.tokens, name
+
+
+def test_auto_measures_once_per_machine_and_says_why(target, tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
+    timings = {"one_row_s": 1.0, "linear_s": 4.0, "transposed_s": 1.4}
+    measured = []
+    monkeypatch.setattr(kernels, "measure", lambda w, rows: measured.append(rows) or dict(timings))
+    name, why, got = kernels.choose_linear_kernel(target.model, 5, "cpu")
+    assert (name, got, measured) == ("transposed", timings, [5])
+    assert "5 rows" in why and "linear 4.00x" in why and "transposed 1.40x" in why
+    assert kernels.choose_linear_kernel(target.model, 5, "cpu")[0] == "transposed" and measured == [5]  # cached
+    timings.update(transposed_s=3.8)  # within MIN_GAIN of linear: not worth a switch
+    assert kernels.choose_linear_kernel(target.model, 3, "cpu")[0] == "linear" and measured == [5, 3]
+
+
+def test_cuda_keeps_the_library_kernels(target):
+    assert kernels.choose_linear_kernel(target.model, 5, "cuda")[0] == "linear"
+
+
+def test_unknown_kernel_is_named(target):
+    with pytest.raises(DraftsmithError, match="unknown CPU matmul 'fast'.*auto, linear, transposed"):
+        target.use_cpu_matmul("fast", 5)
+
+
+def test_a_draft_that_runs_alone_takes_its_own_dtype(target):
+    drafter = load_drafter("truncated:2", target)
+    chosen = target.use_cpu_matmul("linear", 5, drafter, "bfloat16")
+    assert chosen["draft_dtype"]["dtype"] == "bfloat16" and drafter.model.dtype == torch.bfloat16
+    assert target.model.dtype == torch.float32  # the target is untouched: outputs stay its own
+    prompt = target.tokenizer("Hello there")["input_ids"]
+    assert Engine(target, drafter, 3).generate(prompt, 16).tokens == Engine(target).generate(prompt, 16).tokens
+
+
+def test_draft_dtype_auto_follows_the_measurement(target, tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
+    drafter = load_drafter("truncated:2", target)
+    times = iter([1.0, 0.5])  # own dtype, then bfloat16
+    monkeypatch.setattr(kernels, "_time", lambda *a: next(times))
+    dtype, why, _ = kernels.choose_draft_dtype(drafter.model, "cpu")
+    assert dtype == torch.bfloat16 and "0.50x" in why
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path / "other"))
+    times = iter([1.0, 0.95])
+    assert kernels.choose_draft_dtype(drafter.model, "cpu")[0] == torch.float32
+
+
+def test_a_draft_sharing_the_targets_weights_keeps_them(target):
+    from draftsmith.models.draft_lm import DraftLM
+
+    chosen = target.use_cpu_matmul("linear", 5, DraftLM(target.model, target, "self"), "bfloat16")
+    assert "draft_dtype" not in chosen and target.model.dtype == torch.float32
+
+
+def test_bench_records_the_choice(target):
+    from draftsmith.bench import environment
+
+    drafter = load_drafter("truncated:2", target)
+    target.use_cpu_matmul("transposed", 5, drafter, "float32")
+    env = environment(target, drafter)
+    assert env["cpu_matmul"]["target"]["kernel"] == "transposed" and env["cpu_matmul"]["draft_dtype"]["dtype"] == (
+        "float32"
+    )
