@@ -1,0 +1,60 @@
+"""scripts/peer: the race's equal-tokens pick and its table, on synthetic run folders (the race
+itself needs the speculators and vLLM venvs: scripts/peer/race.sh)."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _runs(tmp_path, ours_tokens, ours_steps, peer_tokens, saved=(5, 10, 15, 20)):
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "speculators").mkdir()
+    (tmp_path / "ours/train_summary.json").write_text(json.dumps({"steps": ours_steps, "tokens": ours_tokens}))
+    (tmp_path / "speculators/summary.json").write_text(json.dumps({"steps": 9, "tokens": peer_tokens}))
+    for n in saved:
+        (tmp_path / "ours" / f"step-{n:07d}").mkdir()
+
+
+def _script(name, *args):
+    out = subprocess.run(
+        [sys.executable, f"scripts/peer/{name}", *map(str, args)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_equal_tokens_takes_our_nearest_step_when_we_are_faster(tmp_path):
+    _runs(tmp_path, ours_tokens=40960, ours_steps=20, peer_tokens=23000)  # 2048 tokens per step
+    side, path, tokens = _script("equal_tokens.py", tmp_path).split()
+    assert side == "ours" and path.endswith("step-0000010") and tokens == "20480"
+
+
+def test_equal_tokens_asks_for_a_second_peer_run_when_it_is_faster(tmp_path):
+    _runs(tmp_path, ours_tokens=20480, ours_steps=10, peer_tokens=30000)
+    assert _script("equal_tokens.py", tmp_path).split() == ["peer", "20480", "20480"]
+
+
+def test_the_race_table(tmp_path):
+    _runs(tmp_path, ours_tokens=40960, ours_steps=20, peer_tokens=23000)
+    (tmp_path / "equal-tokens.txt").write_text("ours 20480\n")
+
+    def tau(name, value, coding):
+        by = {"coding": {"tau": coding}, "humaneval": {"tau": value}}
+        (tmp_path / f"tau-{name}.json").write_text(
+            json.dumps({"tau": value, "acceptance_rate_per_pos": [0.3, 0.1], "by_domain": by})
+        )
+
+    tau("ours", 1.4, 1.5)
+    tau("ours-equal-tokens", 1.3, 1.35)
+    tau("speculators", 1.25, 1.2)
+    _script("report.py", tmp_path, 600)
+    race = json.loads((tmp_path / "race.json").read_text())
+    ours, peer = race["results"]["draftsmith"], race["results"]["speculators 0.9.0"]
+    assert (ours["tau_equal_time"], ours["tau_equal_tokens"], ours["tokens_per_s"]) == (1.4, 1.3, round(40960 / 600, 1))
+    assert (peer["tau_equal_time"], peer["tau_equal_tokens"]) == (1.25, 1.25)  # its own final: the slower side
+    table = (tmp_path / "race.md").read_text().splitlines()
+    assert table[0].startswith("| trainer |") and "τ equal tokens (20480)" in table[0] and "coding" in table[0]
+    assert table[2].startswith("| draftsmith | 20 | 40960 |") and "| 1.4 | 1.3 |" in table[2]
