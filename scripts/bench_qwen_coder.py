@@ -195,7 +195,8 @@ def plot(result: dict, path: Path) -> None:
     b.set_ylim(0, 1)
     b.legend(fontsize=7)
     fig.suptitle(
-        f"{result['target']} with {result['draft']} drafts, K={result['k']}, greedy; {result['machine_summary']}"
+        f"{result['target']} with {result['draft']} drafts, K={result['k']}, greedy\n{result['machine_summary']}",
+        fontsize=9,
     )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
