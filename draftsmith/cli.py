@@ -341,7 +341,7 @@ def _setup(args):
         check_num_speculative_tokens(args.num_speculative_tokens, cap, what)
     if drafter is not None:  # plain decoding runs one row at a time: the default GEMV
         rows = args.num_speculative_tokens + 1
-        target.use_cpu_matmul(getattr(args, "cpu_matmul", "auto"), rows, drafter, getattr(args, "draft_dtype", "auto"))
+        target.use_cpu_matmul(args.cpu_matmul, rows, drafter, args.draft_dtype)
     return target, drafter, sampling
 
 
