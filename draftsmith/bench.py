@@ -33,6 +33,7 @@ from draftsmith.infer.metrics import SpecMetrics
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig
 from draftsmith.models import checkpoint_identity
+from draftsmith.report import stamp
 
 
 def _hf_generate(model, ids, max_new_tokens, sampling: SamplingConfig, eos, pad, seed, assistant=None):
@@ -414,26 +415,58 @@ def run_compare(
 
 
 def _in_loop_prediction(tau: float, plain: dict | None, spec: dict | None) -> dict:
-    """The step costs as the loop really ran them (plain's verify is its decode step) and the
-    speedup they predict; {} when either run was untimed."""
+    """The step costs as the loop really ran them (plain's verify is its decode step), the speedup
+    they predict, and where each generation's time went: inside the steps (the decode phase the
+    speed model describes) and outside them (prefill of target and draft, the stop checks, host
+    work). `speedup_decode` is the measured speedup of the decode phase alone; {} when either run
+    was untimed."""
     if not plain or not spec:
         return {}
     t = {"t_step": plain["verify"], "t_draft": spec["draft"], "t_verify": spec["verify"]}
     return {
         "step_costs_in_loop_s": t,
         "predicted_speedup_in_loop": predicted_speedup(tau, t["t_step"], t["t_draft"], t["t_verify"]),
+        "time_split_s": {
+            "plain": {"in_steps": plain["in_steps_s"], "outside_steps": plain["outside_steps_s"]},
+            "speculative": {"in_steps": spec["in_steps_s"], "outside_steps": spec["outside_steps_s"]},
+        },
+        "speedup_decode": spec["decode_tokens_per_s"] / plain["decode_tokens_per_s"],
     }
+
+
+def time_split_line(row: dict) -> str:
+    """Where a generation's time went, plain vs speculative: the decode steps (what the speed model
+    predicts) and the rest (prefill, stop checks, host work), and the decode phase's own speedup."""
+    sp = row["time_split_s"]
+    p, s = sp["plain"], sp["speculative"]
+    return (
+        f"per generation: plain {p['in_steps']:.2f} s in steps + {p['outside_steps']:.2f} s outside (prefill, host); "
+        f"speculative {s['in_steps']:.2f} s + {s['outside_steps']:.2f} s; "
+        f"decode-phase speedup {row['speedup_decode']:.2f}x"
+    )
 
 
 def in_loop_times(results: list[GenerationResult]) -> dict | None:
     """Median seconds per step of drafting and of verifying over every step of `results`, as the
-    engine timed them inside its loop (GenerationResult.extra["step_times_s"]); None if untimed."""
+    engine timed them inside its loop (GenerationResult.extra["step_times_s"]), and per generation
+    (means) the seconds spent inside those steps and outside them (prefill, stop checks, host
+    work), with the decode phase's tokens/s (Spec-Bench's mean per generation; the first token
+    comes from the prefill, so it is not counted); None if untimed."""
     times = [r.extra.get("step_times_s") for r in results]
     if not times or any(t is None for t in times):
         return None
     draft = [x for t in times for x in t["draft"]]
     verify = [x for t in times for x in t["verify"]]
-    return {"draft": statistics.median(draft), "verify": statistics.median(verify)} if verify else None
+    if not verify:
+        return None
+    in_steps = [sum(t["draft"]) + sum(t["verify"]) for t in times]
+    return {
+        "draft": statistics.median(draft),
+        "verify": statistics.median(verify),
+        "in_steps_s": statistics.fmean(in_steps),
+        "outside_steps_s": statistics.fmean(r.elapsed_s - s for r, s in zip(results, in_steps)),
+        "decode_tokens_per_s": _mean_tps([(len(r.tokens) - 1, s) for r, s in zip(results, in_steps) if s > 0]),
+    }
 
 
 def format_compare(result: dict) -> str:
@@ -460,7 +493,7 @@ def format_compare(result: dict) -> str:
     if costed:  # the same step costs measured alone (measure_step_costs) and inside the loop
         lines.append(
             f"{'step costs, x a decode step':<28}{'draft alone':>12}{'in loop':>9}{'verify alone':>13}{'in loop':>9}"
-            f"{'predicted alone':>16}{'in loop':>9}{'measured':>10}"
+            f"{'predicted alone':>16}{'in loop':>9}{'measured':>10}{'decode':>9}"
         )
         for name, r in costed.items():
             c, t = r["step_costs_s"], r.get("step_costs_in_loop_s")
@@ -470,6 +503,7 @@ def format_compare(result: dict) -> str:
                 f"{c['t_verify'] / c['t_step']:>12.2f}x"
                 f"{loop('t_verify'):>9}{r['predicted_speedup']:>15.2f}x"
                 f"{(format(r['predicted_speedup_in_loop'], '.2f') + 'x') if t else '-':>9}{r['speedup']:>9.2f}x"
+                f"{(format(r['speedup_decode'], '.2f') + 'x') if t else '-':>9}"
             )
     lines += group_table(result["methods"])
     return "\n".join(lines)
@@ -549,6 +583,8 @@ def format_table(result: dict) -> str:
                 else ""
             )
         )
+    if result.get("time_split_s"):
+        lines.append(time_split_line(result))
     for role, c in (result.get("cpu_matmul") or {}).items():  # what --cpu-matmul / --draft-dtype chose, and why
         lines.append(f"{role}: {c.get('kernel') or c.get('dtype')} ({c['why']})")
     for field in GROUP_FIELDS:
@@ -615,7 +651,7 @@ def save_outputs(result: dict, json_path: str | None, plot_path: str | None, lab
     if json_path:
         try:
             Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-            write_json(result, json_path)
+            write_json(stamp(result), json_path)  # machine, commit, date, command: as every benchmark's JSON
             written.append(json_path)
         except OSError as e:
             problems.append(f"could not write --json {json_path} ({e.strerror or e})")

@@ -62,6 +62,10 @@ def test_the_pair_bench_end_to_end(tiny_cache, tmp_path):
     ours = r["methods"]["ours (distilled)"]
     assert ours["mean_acceptance_length"] >= 1 and ours["predicted_speedup"] > 0
     assert ours["speedup_vs_transformers_assisted"] > 0 and ours["measured_over_predicted"] > 0
+    split = ours["time_split_s"]  # where the time went: the decode steps and the rest (prefill, host)
+    assert split["plain"]["outside_steps"] > 0 and split["speculative"]["in_steps"] > 0
+    assert ours["decode_measured_over_predicted"] == ours["speedup_decode"] / ours["predicted_speedup"]
+    assert "decode-phase speedup" in done.stdout
     before, after = r["step_costs"]["before"], r["step_costs"]["after"]
     assert before["choice"]["target"]["kernel"] == "linear" and before["choice"]["target"]["why"] == "asked for"
     assert (

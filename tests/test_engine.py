@@ -235,6 +235,31 @@ def test_the_loop_times_each_steps_drafting_and_verifying(tiny_target):
     assert in_loop_times([]) is None
 
 
+def test_the_bench_splits_each_generation_into_steps_and_the_rest(tiny_target):
+    """Where the time goes: the decode steps (what the speed model predicts) and what lies outside
+    them (prefill of target and draft, stop checks, host work), per generation; the decode phase's
+    own speedup is the ratio of the steps' tokens/s."""
+    import statistics
+
+    from draftsmith.bench import _in_loop_prediction, in_loop_times, time_split_line
+
+    ids = tiny_target.tokenizer("Hello world, this is", add_special_tokens=False)["input_ids"]
+    plain = [Engine(tiny_target).generate(ids, 12, eos_token_ids=()) for _ in range(2)]
+    spec = [Engine(tiny_target, load_drafter("truncated:1", tiny_target), 3).generate(ids, 12, eos_token_ids=())]
+    p, s = in_loop_times(plain), in_loop_times(spec)
+    steps = [sum(r.extra["step_times_s"]["draft"]) + sum(r.extra["step_times_s"]["verify"]) for r in plain]
+    assert p["in_steps_s"] == pytest.approx(statistics.fmean(steps))
+    assert p["in_steps_s"] + p["outside_steps_s"] == pytest.approx(statistics.fmean(r.elapsed_s for r in plain))
+    assert p["outside_steps_s"] > 0  # the prefill at least
+    # 12 tokens, the first from the prefill: 11 made by the steps
+    assert p["decode_tokens_per_s"] == pytest.approx(statistics.fmean(11 / x for x in steps))
+    row = _in_loop_prediction(2.0, p, s)
+    assert row["speedup_decode"] == pytest.approx(s["decode_tokens_per_s"] / p["decode_tokens_per_s"])
+    assert row["time_split_s"]["speculative"]["outside_steps"] == s["outside_steps_s"]
+    assert f"decode-phase speedup {row['speedup_decode']:.2f}x" in time_split_line(row)
+    assert _in_loop_prediction(2.0, None, s) == {}
+
+
 def test_last_rows_hands_transformers_standard_strided_rows(tiny_target):
     """Issue 17: `logits_to_keep=1` made transformers slice hidden[:, -1:, :], a view whose batch
     stride is q*d; torch's CPU bf16 linear took a ~30x slower path on it (Qwen2.5-0.5B's LM head:
