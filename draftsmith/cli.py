@@ -83,18 +83,18 @@ def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
     )
     p.add_argument(
         "--cpu-matmul",
-        choices=["auto", "linear", "transposed"],
+        choices=["auto", "linear", "transposed", "onednn"],  # infer/kernels.py CHOICES (kept out of the import)
         default="auto",
-        help="CPU: the matmul of few-row forwards (verify, catch-up); auto (default): the faster of torch's "
-        "F.linear and the weight-as-left-operand product, measured at K+1 rows on this machine (recorded in "
-        "every report)",
+        help="CPU: the matmul of few-row forwards (verify, catch-up) and, for onednn, one-row steps too; auto "
+        "(default): the fastest of torch's F.linear, the weight-as-left-operand product and oneDNN's packed "
+        "weights, measured at K+1 rows and at one row on this machine (recorded in every report)",
     )
     p.add_argument(
         "--draft-dtype",
         choices=["auto", "float32", "bfloat16"],
         default="auto",
         help="a draft LM's dtype (it runs alone; outputs stay the target's); auto (default): bfloat16 on a CPU "
-        "where its one-row product measured faster, else the target's",
+        "where a prefill plus the one-row drafts measured faster in it, else the target's",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 

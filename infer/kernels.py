@@ -10,24 +10,38 @@ one row takes its GEMV. The same product with the weight as the left operand, `(
 the skinny GEMM MKL streams well. Candidates (all exact fp32/bf16 products of the same weights,
 only the summation order differs, so outputs equal up to argmax ties: the bench checks them):
 
-    linear        torch's F.linear (the default everywhere; one-row calls always take it)
+    linear        torch's F.linear (the default everywhere; one-row calls take it unless the
+                  kernel says otherwise)
     transposed    (W @ x.T).T through torch.mm: the weight as the left operand
+    onednn        oneDNN's own linear (torch.ops.mkldnn._linear_pointwise, what inductor's
+                  freezing pass emits) on a copy of the weight reordered once into oneDNN's
+                  blocked layout, one row and few rows alike. On the AVX2 EPYC above it took
+                  0.62x F.linear's one-row time on the 8960x1536 fp32 weight and 0.99x for 5
+                  rows (scripts/bench_cpu_matmul.py; the real 1.5B's decode step 0.77x). The
+                  copy doubles the linear weights' memory; oneDNN packs bf16 only on CPUs with
+                  AVX512-BF16 or AVX-NE-CONVERT (elsewhere it is not a candidate).
 
 A draft that runs alone (a draft LM: no target features) mostly decodes one row, a pure weight
-stream: `choose_draft_dtype` keeps it in bfloat16 where a one-row product of its largest weight
-measured faster in bf16 than in the target's dtype (half the bytes: 0.5x on the AVX2 EPYC), which
-changes only what it proposes, never the output (the target verifies every token).
+stream, so bf16 (half the bytes) may pay: `choose_draft_dtype` prices a generation's worth of its
+largest weight's products, a prefill and the one-row drafts, in bf16 and in its own dtype (by
+F.linear or onednn, the faster). Without bf16 arithmetic the prefill decides against it (6x
+slower on the AVX2 EPYC). Either way only what the draft proposes changes, never the output
+(the target verifies every token).
 
-`choose_linear_kernel` times each on the model's own largest weight (the MLP's, which dominate a
-step) at the verify's row count, against one row, and keeps the fastest; the measurement is
-cached per CPU, threads, torch version, shape and dtype like `--dtype auto`'s (infer/hardware.py),
-and every report records the choice with its timings. CUDA always keeps `linear`.
+`choose_linear_kernel` times each kernel on copies of the model's own largest weight (the MLP's,
+which dominate a step; enough copies to exceed the caches, as a forward streams its weights) at
+the verify's row count and at one row, and keeps the one whose verify plus decode step costs
+least; the measurement is cached per CPU, threads, torch version, shape and dtype like
+`--dtype auto`'s (infer/hardware.py), and every report records the choice with its timings.
+CUDA always keeps `linear`.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -41,36 +55,78 @@ def _transposed(x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return torch.addmm(bias.unsqueeze(1), weight, x2d.t()).t().contiguous()
 
 
-KERNELS = {"linear": None, "transposed": _transposed}  # None: nn.Linear's own forward
+def _onednn(x2d: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x2d.contiguous(), packed, bias, "none", [], "")
+
+
+def _onednn_pack(weight: torch.Tensor) -> torch.Tensor:
+    """oneDNN's layout of `weight`, tuned for one row (decode); RuntimeError where oneDNN cannot
+    pack this dtype on this CPU."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    fn: Callable | None  # (x [rows, in], the weight as `pack` keeps it, bias) -> [rows, out]; None: F.linear
+    pack: Callable | None = None  # weight -> the kernel's own copy (made once per weight)
+    one_row: bool = False  # also takes the one-row products of decode steps
+
+
+KERNELS = {"linear": Kernel(None), "transposed": Kernel(_transposed), "onednn": Kernel(_onednn, _onednn_pack, True)}
 CHOICES = ("auto", *KERNELS)
 MIN_GAIN = 0.9  # a candidate must take at most this fraction of linear's time to be chosen
 MAX_ROWS = 64  # verify and tree sizes; longer inputs (prefill) keep the library's GEMM, not measured here
 
 
-def _forward(kernel):
+def _kernel_weight(module: torch.nn.Module, kernel: Kernel) -> torch.Tensor:
+    """The weight as `kernel` reads it: packed once, again only if the weight changed (dtype,
+    storage or an in-place update)."""
+    if kernel.pack is None:
+        return module.weight
+    w = module.weight
+    key = (w.data_ptr(), w.dtype, w._version)
+    if module.__dict__.get("_kernel_key") != key:
+        with torch.no_grad():
+            module.__dict__["_kernel_weight"] = kernel.pack(w)
+        module.__dict__["_kernel_key"] = key
+    return module.__dict__["_kernel_weight"]
+
+
+def _forward(kernel: Kernel):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if rows == 1 or rows > MAX_ROWS:  # a decode step (every library's GEMV is fast) or a prefill
+        if rows > MAX_ROWS or (rows == 1 and not kernel.one_row):  # a prefill, or a GEMV left to the library
             return F.linear(x, self.weight, self.bias)
-        y = kernel(x.reshape(rows, x.shape[-1]), self.weight, self.bias)
+        y = kernel.fn(x.reshape(rows, x.shape[-1]), _kernel_weight(self, kernel), self.bias)
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
     return forward
 
 
 def use_linear_kernel(model: torch.nn.Module, name: str) -> int:
-    """Route every nn.Linear of `model` with more than one input row through kernel `name`
-    ("linear" restores the default); -> how many layers now use it."""
-    if name not in KERNELS:
-        from draftsmith.errors import DraftsmithError
+    """Route every nn.Linear of `model` through kernel `name` for its few-row products (and its
+    one-row ones where the kernel takes them; "linear" restores the default); -> how many layers
+    now use it. A kernel that keeps its own copy of the weights makes it here, so a dtype it
+    cannot pack on this CPU is refused at once, not in the middle of a decode."""
+    from draftsmith.errors import DraftsmithError
 
+    if name not in KERNELS:
         raise DraftsmithError(f"unknown CPU matmul {name!r}: choose one of {', '.join(CHOICES)}")
-    count = 0
+    kernel, count = KERNELS[name], 0
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
-            module.__dict__.pop("forward", None)
-            if KERNELS[name] is not None:
-                module.forward = _forward(KERNELS[name]).__get__(module)
+            for attr in ("forward", "_kernel_weight", "_kernel_key"):  # a previous choice and its copy
+                module.__dict__.pop(attr, None)
+            if kernel.fn is not None:
+                if module.weight.device.type == "cpu":
+                    try:
+                        _kernel_weight(module, kernel)
+                    except RuntimeError as e:
+                        raise DraftsmithError(
+                            f"--cpu-matmul {name} cannot take a {str(module.weight.dtype).removeprefix('torch.')} "
+                            f"weight on this CPU ({str(e).splitlines()[0]}); choose linear or transposed"
+                        ) from None
+                module.forward = _forward(kernel).__get__(module)
             count += 1
     return count
 
@@ -90,27 +146,50 @@ def _largest_weight(model: torch.nn.Module) -> torch.Tensor:
     return best
 
 
-def _time(kernel, x: torch.Tensor, w: torch.Tensor, repeats: int) -> float:
+STREAM_BYTES = 512 * 2**20  # more than a last-level cache holds: each timed product reads from memory
+MAX_COPIES = 64
+
+
+def stream_copies(weight: torch.Tensor) -> list[torch.Tensor]:
+    """Copies of `weight` that together exceed the caches: a model's forward streams every weight
+    from memory, and one weight timed again and again would sit in L3 (a 0.5B draft's 4864x896
+    fp32 weight, 17 MB, measured 2x faster warm than in the model)."""
+    n = min(MAX_COPIES, max(1, -(-STREAM_BYTES // (weight.numel() * weight.element_size()))))
+    return [weight] + [weight.clone() for _ in range(n - 1)]
+
+
+def _time(kernel, x: torch.Tensor, weights: list[torch.Tensor], repeats: int) -> float:
+    """Median seconds of one product, each repeat cycling through every copy in `weights`."""
     times = []
     with torch.inference_mode():
         for i in range(repeats + 2):  # the first calls create the library's primitives
             t = time.perf_counter()
-            for _ in range(4):  # 4 calls: one weight is ~50 MB, a few ms
+            for w in weights:
                 kernel(x, w, None) if kernel is not None else F.linear(x, w)
             if i >= 2:
                 times.append(time.perf_counter() - t)
-    return statistics.median(times) / 4
+    return statistics.median(times) / len(weights)
 
 
 def measure(weight: torch.Tensor, rows: int, repeats: int = 9) -> dict:
     """Seconds per product of `weight` [n, d] with 1 row (linear) and with `rows` rows (each
-    kernel), fresh random inputs in the weight's dtype."""
+    kernel; `{name}_one_row_s` too for a kernel that takes one-row products, None for a kernel
+    that cannot pack this weight here), fresh random inputs in the weight's dtype, the weight
+    read from memory (`stream_copies`)."""
     g = torch.Generator().manual_seed(0)
     one = torch.randn(1, weight.shape[1], generator=g).to(weight.dtype)
     many = torch.randn(rows, weight.shape[1], generator=g).to(weight.dtype)
-    out = {"one_row_s": _time(None, one, weight, repeats)}
+    weights = stream_copies(weight)
+    out = {"one_row_s": _time(None, one, weights, repeats)}
     for name, kernel in KERNELS.items():
-        out[f"{name}_s"] = _time(kernel, many, weight, repeats)
+        try:
+            ws = [kernel.pack(w) for w in weights] if kernel.pack else weights
+        except RuntimeError:
+            out[f"{name}_s"] = None
+            continue
+        out[f"{name}_s"] = _time(kernel.fn, many, ws, repeats)
+        if kernel.one_row:
+            out[f"{name}_one_row_s"] = _time(kernel.fn, one, ws, repeats)
     return out
 
 
@@ -118,7 +197,9 @@ def _machine_key(w: torch.Tensor, what) -> str:
     """The cache key of a measurement on `w`: CPU model and flags, threads, torch, shape, dtype."""
     cpu = cpu_info()
     flags = sorted(k for k, v in (cpu["flags"] or {}).items() if v)
-    return f"{cpu['model']}|{flags}|{torch.get_num_threads()}|{torch.__version__}|{tuple(w.shape)}|{w.dtype}|{what}"
+    # v2: the kernels' one-row timings and the draft's prefill joined the measurement, which now
+    # streams from memory
+    return f"{cpu['model']}|{flags}|{torch.get_num_threads()}|{torch.__version__}|{tuple(w.shape)}|{w.dtype}|{what}|v2"
 
 
 def choose_linear_kernel(model: torch.nn.Module, rows: int, device) -> tuple[str, str, dict | None]:
@@ -132,19 +213,36 @@ def choose_linear_kernel(model: torch.nn.Module, rows: int, device) -> tuple[str
         if key not in cached:
             cached[key] = measure(w, rows)
         timings = cached[key]
-    best = min(KERNELS, key=lambda n: timings[f"{n}_s"])
-    ratio = timings[f"{best}_s"] / timings["linear_s"]
-    shape = "x".join(map(str, w.shape))
-    per = ", ".join(f"{n} {timings[f'{n}_s'] / timings['one_row_s']:.2f}x" for n in KERNELS)
-    why = f"{rows} rows of a {shape} {str(w.dtype).removeprefix('torch.')} weight vs one row: {per}"
-    if best == "linear" or ratio > MIN_GAIN:
+    # a verify (rows) plus a decode step (one row): the target pays both (plain decoding the
+    # second), a draft mostly the second
+    cost = {
+        n: timings[f"{n}_s"] + timings.get(f"{n}_one_row_s", timings["one_row_s"])
+        for n in KERNELS
+        if timings.get(f"{n}_s") is not None
+    }
+    best = min(cost, key=cost.get)
+    shape, one = "x".join(map(str, w.shape)), timings["one_row_s"]
+    per = ", ".join(
+        f"{n} {timings[f'{n}_s'] / one:.2f}x"
+        + (f" (one row {timings[f'{n}_one_row_s'] / one:.2f}x)" if f"{n}_one_row_s" in timings else "")
+        for n in cost
+    )
+    why = f"{rows} rows of a {shape} {str(w.dtype).removeprefix('torch.')} weight vs one row of linear: {per}"
+    if best == "linear" or cost[best] > MIN_GAIN * cost["linear"]:
         return "linear", why, timings
     return best, why, timings
 
 
+PROMPT_ROWS, DRAFTED_ROWS = 256, 64  # the generation the draft-dtype choice prices: its prefill, then its drafts
+
+
 def choose_draft_dtype(model: torch.nn.Module, device) -> tuple[torch.dtype, str, dict | None]:
-    """(dtype, why, timings) for a draft that runs alone: bfloat16 where its one-row product
-    measured at most MIN_GAIN of the time it takes in its current dtype, else unchanged."""
+    """(dtype, why, timings) for a draft that runs alone: bfloat16 where a generation's worth of
+    its largest weight's products (a PROMPT_ROWS-row prefill, then DRAFTED_ROWS one-row drafts)
+    measured at most MIN_GAIN of the time in its current dtype, else unchanged. Both parts count:
+    bf16 halves the bytes a one-row draft streams, but on a CPU without native bf16 arithmetic
+    (no AMX/AVX512-BF16) its prefill GEMM is several times slower (5.5x measured on the AVX2 EPYC,
+    seconds per prompt for a 0.5B draft), which one-row timings alone never see."""
     w = _largest_weight(model)
     device = torch.device(device)
     if device.type != "cpu" or w.dtype == torch.bfloat16:
@@ -154,14 +252,38 @@ def choose_draft_dtype(model: torch.nn.Module, device) -> tuple[torch.dtype, str
         if key not in cached:
             g = torch.Generator().manual_seed(0)
             x = torch.randn(1, w.shape[1], generator=g)
-            cached[key] = {
-                "own_s": _time(None, x.to(w.dtype), w, 9),
-                "bfloat16_s": _time(None, x.bfloat16(), w.bfloat16(), 9),
-            }
+            prompt = torch.randn(PROMPT_ROWS, w.shape[1], generator=g)
+            weights = stream_copies(w)
+            few = weights[:4]  # a prefill GEMM is compute-bound: a few copies, a few repeats
+            cached[key] = {"own_s": _time(None, x.to(w.dtype), weights, 9)}
+            try:  # oneDNN's packed layout may stream its own dtype faster than bf16 does
+                cached[key]["own_onednn_s"] = _time(_onednn, x.to(w.dtype), [_onednn_pack(c) for c in weights], 9)
+            except RuntimeError:
+                cached[key]["own_onednn_s"] = None
+            cached[key]["own_prompt_s"] = _time(None, prompt.to(w.dtype), few, 3)
+            bf16 = [c.bfloat16() for c in weights]
+            cached[key]["bfloat16_s"] = _time(None, x.bfloat16(), bf16, 9)
+            cached[key]["bfloat16_prompt_s"] = _time(None, prompt.bfloat16(), bf16[:4], 3)
         timings = cached[key]
-    ratio = timings["bfloat16_s"] / timings["own_s"]
-    why = f"one row of its {'x'.join(map(str, w.shape))} weight in bfloat16: {ratio:.2f}x the time in {w.dtype}"
-    return (torch.bfloat16 if ratio <= MIN_GAIN else w.dtype), why.replace("torch.", ""), timings
+    own_row = min(t for t in (timings["own_s"], timings.get("own_onednn_s")) if t is not None)
+    own = timings["own_prompt_s"] + DRAFTED_ROWS * own_row
+    bf16 = timings["bfloat16_prompt_s"] + DRAFTED_ROWS * timings["bfloat16_s"]
+    how = "F.linear or onednn, the faster" if timings.get("own_onednn_s") else "F.linear"
+    why = (
+        f"a {PROMPT_ROWS}-row prefill + {DRAFTED_ROWS} one-row drafts of its {'x'.join(map(str, w.shape))} weight "
+        f"in bfloat16: {bf16 / own:.2f}x the time in {w.dtype} (one row {timings['bfloat16_s'] / own_row:.2f}x "
+        f"of {how}, the prefill {timings['bfloat16_prompt_s'] / timings['own_prompt_s']:.2f}x)"
+    )
+    return (torch.bfloat16 if bf16 <= MIN_GAIN * own else w.dtype), why.replace("torch.", ""), timings
 
 
-__all__ = ["CHOICES", "KERNELS", "choose_draft_dtype", "choose_linear_kernel", "measure", "use_linear_kernel"]
+__all__ = [
+    "CHOICES",
+    "KERNELS",
+    "Kernel",
+    "stream_copies",
+    "choose_draft_dtype",
+    "choose_linear_kernel",
+    "measure",
+    "use_linear_kernel",
+]
