@@ -55,6 +55,7 @@ def test_the_race_table(tmp_path):
     ours, peer = race["results"]["draftsmith"], race["results"]["speculators 0.9.0"]
     assert (ours["tau_equal_time"], ours["tau_equal_tokens"], ours["tokens_per_s"]) == (1.4, 1.3, round(40960 / 600, 1))
     assert (peer["tau_equal_time"], peer["tau_equal_tokens"]) == (1.25, 1.25)  # its own final: the slower side
+    assert race["command"] == "bash scripts/peer/race.sh 600" and race["machine"]["device"] == "cpu"
     table = (tmp_path / "race.md").read_text().splitlines()
     assert table[0].startswith("| trainer |") and "τ equal tokens (20480)" in table[0] and "coding" in table[0]
     assert table[2].startswith("| draftsmith | 20 | 40960 |") and "| 1.4 | 1.3 |" in table[2]

@@ -9,6 +9,8 @@ import json
 import pathlib
 import sys
 
+from draftsmith.report import write_report
+
 out, budget = pathlib.Path(sys.argv[1]), float(sys.argv[2])
 
 
@@ -38,7 +40,8 @@ for label, summary, tau_name, tokens_key in (
         "by_domain_equal_time": t and {d: g["tau"] for d, g in t.get("by_domain", {}).items()},
     }
 race = {"budget_s": budget, "equal_tokens": eq and int(eq[1]), "results": rows}
-(out / "race.json").write_text(json.dumps(race, indent=1))
+# machine, commit and date stamped as every benchmark's JSON; the command is the race's own
+write_report(race, out / "race.json", argv=["bash", "scripts/peer/race.sh", sys.argv[2]])
 domains = sorted({d for r in rows.values() for d in (r["by_domain_equal_time"] or {})})
 head = ["trainer", "steps", "tokens", "tokens/s", "τ equal time", f"τ equal tokens ({race['equal_tokens']})", *domains]
 lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
