@@ -118,7 +118,11 @@ def use_linear_kernel(model: torch.nn.Module, name: str) -> int:
             for attr in ("forward", "_kernel_weight", "_kernel_key"):  # a previous choice and its copy
                 module.__dict__.pop(attr, None)
             if kernel.fn is not None:
-                if module.weight.device.type == "cpu":
+                if kernel.pack is not None and module.weight.device.type != "cpu":
+                    raise DraftsmithError(
+                        f"--cpu-matmul {name} is a CPU kernel; this model is on {module.weight.device.type}"
+                    )
+                if kernel.pack is not None:
                     try:
                         _kernel_weight(module, kernel)
                     except RuntimeError as e:

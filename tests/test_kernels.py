@@ -171,3 +171,8 @@ def test_the_cli_offers_exactly_the_kernels():
         a for a in build_parser()._subparsers._group_actions[0].choices["bench"]._actions if a.dest == "cpu_matmul"
     )
     assert tuple(action.choices) == kernels.CHOICES
+
+
+def test_onednn_refuses_a_model_off_the_cpu():
+    with pytest.raises(DraftsmithError, match="--cpu-matmul onednn is a CPU kernel; this model is on meta"):
+        kernels.use_linear_kernel(torch.nn.Linear(8, 8, device="meta"), "onednn")
