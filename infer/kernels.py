@@ -16,7 +16,7 @@ only the summation order differs, so outputs equal up to argmax ties: the bench 
     onednn        oneDNN's own linear (torch.ops.mkldnn._linear_pointwise, what inductor's
                   freezing pass emits) on a copy of the weight reordered once into oneDNN's
                   blocked layout, one row and few rows alike. On the AVX2 EPYC above it took
-                  0.62x F.linear's one-row time on the 8960x1536 fp32 weight and 0.99x for 5
+                  0.59x F.linear's one-row time on the 8960x1536 fp32 weight and 1.03x for 5
                   rows (scripts/bench_cpu_matmul.py; the real 1.5B's decode step 0.77x). The
                   copy doubles the linear weights' memory; oneDNN packs bf16 only on CPUs with
                   AVX512-BF16 or AVX-NE-CONVERT (elsewhere it is not a candidate).
@@ -117,19 +117,19 @@ def use_linear_kernel(model: torch.nn.Module, name: str) -> int:
         if isinstance(module, torch.nn.Linear):
             for attr in ("forward", "_kernel_weight", "_kernel_key"):  # a previous choice and its copy
                 module.__dict__.pop(attr, None)
-            if kernel.fn is not None:
-                if kernel.pack is not None and module.weight.device.type != "cpu":
+            if kernel.pack is not None:  # its own copy of the weight, made now
+                if module.weight.device.type != "cpu":
                     raise DraftsmithError(
                         f"--cpu-matmul {name} is a CPU kernel; this model is on {module.weight.device.type}"
                     )
-                if kernel.pack is not None:
-                    try:
-                        _kernel_weight(module, kernel)
-                    except RuntimeError as e:
-                        raise DraftsmithError(
-                            f"--cpu-matmul {name} cannot take a {str(module.weight.dtype).removeprefix('torch.')} "
-                            f"weight on this CPU ({str(e).splitlines()[0]}); choose linear or transposed"
-                        ) from None
+                try:
+                    _kernel_weight(module, kernel)
+                except RuntimeError as e:
+                    raise DraftsmithError(
+                        f"--cpu-matmul {name} cannot take a {str(module.weight.dtype).removeprefix('torch.')} "
+                        f"weight on this CPU ({str(e).splitlines()[0]}); choose linear or transposed"
+                    ) from None
+            if kernel.fn is not None:
                 module.forward = _forward(kernel).__get__(module)
             count += 1
     return count

@@ -11,7 +11,8 @@ its outputs against a float64 reference (an exact kernel differs from F.linear o
     transposed     (W @ x.T).T through torch.mm: the weight as the left operand (infer/kernels.py)
     mkl-packed     torch.ops.mkl._mkl_linear on a weight prepacked by _mkl_reorder_linear_weight
                    for that row count (what inductor's freezing pass emits for fp32 on x86)
-    onednn-packed  torch.ops.mkldnn._linear_pointwise on a weight reordered by oneDNN
+    onednn-packed  torch.ops.mkldnn._linear_pointwise on a weight reordered by oneDNN (packed for
+                   one row, exactly as `--cpu-matmul onednn` runs it)
     compiled       torch.compile(mode="max-autotune") of F.linear: inductor's CPU GEMM templates
                    (--compile; tens of seconds of compilation per shape and row count)
     int8-weight    torchao's int8 weight-only quantisation (if torchao is installed): NOT exact,
@@ -32,14 +33,12 @@ Prints a table (ms and x one row of F.linear) and writes JSON with the machine. 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 
+from draftsmith.infer import kernels
 from draftsmith.infer.hardware import cpu_info, format_cpu
-from draftsmith.infer.kernels import stream_copies
 from draftsmith.report import write_report
 
 # Qwen2.5-Coder-1.5B's projections (out x in): the MLP's dominate a step, attention's are smaller
@@ -47,32 +46,24 @@ SHAPES = {"mlp-up": (8960, 1536), "mlp-down": (1536, 8960), "attn-q": (1536, 153
 
 
 def _timed(fns, x, repeats: int) -> float:
-    """Median seconds of one product, each repeat running every copy's callable once (the copies
-    together exceed the caches, as a model's weights do: infer/kernels.py `stream_copies`)."""
-    for _ in range(2):
-        for fn in fns:
-            fn(x)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for fn in fns:
-            fn(x)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) / len(fns)
+    """Median seconds of one product, each repeat running every copy's callable once: the
+    runtime's own timing (infer/kernels.py), over callables instead of weights."""
+    return kernels._time(lambda x, fn, _: fn(x), x, fns, repeats)
 
 
 def _one(w: torch.Tensor, rows: int, name: str, compile_: bool):
-    """Candidate `name` on weight `w`: a callable on x [rows, in], or raises where unavailable."""
-    if name == "linear":
-        return lambda x: F.linear(x, w)
-    if name == "transposed":
-        return lambda x: torch.mm(w, x.t()).t().contiguous()
+    """Candidate `name` on weight `w`: a callable on x [rows, in], or raises where unavailable.
+    `linear`, `transposed` and `onednn` are the runtime's own kernels (`--cpu-matmul`)."""
+    runtime = {"onednn-packed": "onednn"}.get(name, name)
+    if runtime in kernels.KERNELS:
+        kernel = kernels.KERNELS[runtime]
+        if kernel.fn is None:
+            return lambda x: F.linear(x, w)
+        packed = kernel.pack(w) if kernel.pack else w
+        return lambda x: kernel.fn(x, packed, None)
     if name == "mkl-packed":
         packed = torch.ops.mkl._mkl_reorder_linear_weight(w, rows)
         return lambda x: torch.ops.mkl._mkl_linear(x, packed, w, None, rows)
-    if name == "onednn-packed":
-        reordered = torch.ops.mkldnn._reorder_linear_weight(w, rows)
-        return lambda x: torch.ops.mkldnn._linear_pointwise(x, reordered, None, "none", [], "")
     lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, dtype=w.dtype)
     lin.weight.data = w.clone()
     if name == "compiled":
@@ -164,12 +155,8 @@ def main() -> None:
         for name in args.shapes.split(","):
             shape = SHAPES.get(name) or tuple(int(v) for v in name.split("x"))
             w = torch.randn(shape, dtype=dtype) / shape[1] ** 0.5
-            weights = stream_copies(w)
-            base = _timed(
-                [(lambda w: lambda x: F.linear(x, w))(c) for c in weights],
-                torch.randn(1, shape[1], dtype=dtype),
-                args.repeats,
-            )
+            weights = kernels.stream_copies(w)
+            base = kernels._time(None, torch.randn(1, shape[1], dtype=dtype), weights, args.repeats)  # F.linear
             for rows in rows_list:
                 x = torch.randn(rows, shape[1], dtype=dtype)
                 ref = (x.double() @ w.double().t()).float()
