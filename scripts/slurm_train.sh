@@ -22,7 +22,14 @@ fi
 config=$1; recipe=$2; shift 2
 : "${SLURM_JOB_NODELIST:?not inside a SLURM job (run it with sbatch or salloc)}"
 nodes=${SLURM_NNODES:-1}
-main_host=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+# The whole list first, then its first name: `scontrol ... | head -n 1` under pipefail exits 141
+# whenever head closes the pipe before scontrol has written every name (SIGPIPE).
+hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
+main_host=${hosts%%$'\n'*}
+if [[ -z $main_host ]]; then
+  echo "scontrol show hostnames \"$SLURM_JOB_NODELIST\" named no host" >&2
+  exit 2
+fi
 port=${MAIN_PORT:-$((29500 + ${SLURM_JOB_ID:-0} % 1000))}
 if [[ -z ${PROCESSES_PER_NODE:-} ]]; then
   PROCESSES_PER_NODE=$(python3 -c "import torch; print(max(1, torch.cuda.device_count()))" 2>/dev/null || echo 1)

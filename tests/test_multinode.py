@@ -146,17 +146,23 @@ def test_two_machines_deepspeed_zero3(single_machine_ddp, tmp_path, tiny_target)
 
 def test_slurm_script_launches_one_accelerate_per_node(tmp_path):
     """scripts/slurm_train.sh under a fake SLURM environment: the accelerate command it runs on a
-    node, with that node's rank, the first node as the rendezvous host and the total process count."""
+    node, with that node's rank, the first node as the rendezvous host and the total process count.
+    The fake scontrol names 30,000 hosts (1.1 MB, more than a pipe holds): a script that stops
+    reading after the first name leaves it writing into a closed pipe, and under `set -o pipefail`
+    its SIGPIPE fails the script (exit 141) every time."""
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "scontrol").write_text("#!/bin/sh\necho node-a\necho node-b\n")
+    (fake / "scontrol").write_text(
+        '#!/bin/sh\n[ "$1 $2 $3" = "show hostnames node-[00000-29999]" ] || exit 3\n'
+        "seq -f 'node-%05g.rack-a.cluster.example.org' 0 29999\n"
+    )
     (fake / "srun").write_text('#!/bin/sh\nexec "$@"\n')  # one node's task, run here
     for f in fake.iterdir():
         f.chmod(0o755)
     env = {
         **os.environ,
         "PATH": f"{fake}:{os.environ['PATH']}",
-        "SLURM_JOB_NODELIST": "node-[a-b]",
+        "SLURM_JOB_NODELIST": "node-[00000-29999]",
         "SLURM_NNODES": "2",
         "SLURM_NODEID": "1",
         "SLURM_JOB_ID": "42",
@@ -184,7 +190,7 @@ def test_slurm_script_launches_one_accelerate_per_node(tmp_path):
         "--num_machines 2",
         "--num_processes 8",
         "--machine_rank 1",
-        "--main_process_ip node-a",
+        "--main_process_ip node-00000.rack-a.cluster.example.org ",
         "-m draftsmith.train",
         "configs/smollm2-135m-instruct/eagle3.yaml",
         "--optim.max_steps=10",
