@@ -1,8 +1,9 @@
 """What every benchmark's JSON carries, written one way: the machine (CPU model and the flags
 that change its figures, or the GPU), the commit, the date and the command that produced it.
 
-The benchmark scripts (scripts/bench_*.py) and `draftsmith bench/eval --json` share this, so a
-table in docs/results.md can always say where, when and how its figures were measured.
+The benchmark scripts (scripts/bench_*.py, through draftsmith/benchkit.py) and `draftsmith
+bench/eval --json` share this, so a table in docs/results.md can always say where, when and how
+its figures were measured.
 
     result = stamp({...figures...})      # or write_report(result, path)
 """
@@ -64,7 +65,12 @@ def stamp(result: dict, argv: list[str] | None = None) -> dict:
 
 def write_report(result: dict, path, argv: list[str] | None = None) -> dict:
     """Stamp `result` and write it atomically (a reader sees the old file or the new one)."""
-    result = stamp(result, argv)
+    return write_json_atomic(stamp(result, argv), path)
+
+
+def write_json_atomic(result: dict, path) -> dict:
+    """Write `result` as indented JSON, its folder made, atomically: a reader (or a resumed
+    run) sees the old file or the new one, never half of one."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -76,4 +82,4 @@ def write_report(result: dict, path, argv: list[str] | None = None) -> dict:
     return result
 
 
-__all__ = ["commit", "machine", "stamp", "write_report"]
+__all__ = ["commit", "machine", "stamp", "write_json_atomic", "write_report"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Eager vs compiled drafting, per drafter, side by side in one run (issue 17, item 2).
+"""Eager vs compiled drafting, per drafter, side by side in one run.
 
 The target stays eager throughout; only the drafter's decode forwards are compiled
 (`compile_decode`: torch.compile with CUDA graphs on a GPU, inductor's C++ code on a CPU). Each
@@ -16,19 +16,17 @@ the warm-up spent compiling.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 import time
 
-from draftsmith.bench import _mean_tps, in_loop_times, interleaved
+from draftsmith.bench import in_loop_times, interleaved
+from draftsmith.benchkit import add_flags, capped_k, comparison, markdown_table, parser, save
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.hardware import cpu_info, format_cpu
-from draftsmith.infer.metrics import SpecMetrics
 from draftsmith.infer.tree import TreeConfig
 from draftsmith.models import Target, load_drafter
 from draftsmith.prompts import load_prompt_sets
-from draftsmith.report import write_report
 
 
 @contextlib.contextmanager
@@ -43,73 +41,38 @@ def compiled_flag(target, on: bool):
         target.compiled = old
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--target", default="smollm2-135m-instruct")
-    p.add_argument(
-        "--draft", action="append", required=True, help="any drafter spec load_drafter accepts; repeat for several"
-    )
-    p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
-    p.add_argument("--device", default=None)
-    p.add_argument("-k", "--num-speculative-tokens", type=int, default=3)
-    p.add_argument("--tree", default=None, help="topk,depth,num_draft_tokens: also draft EAGLE-2/Medusa trees")
-    p.add_argument("--prompts", default="chat,code")
-    p.add_argument("--num-prompts", type=int, default=8)
-    p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--json", default=None)
-    args = p.parse_args(argv)
-
-    target = Target.load(args.target, dtype=args.dtype, device=args.device, compile=False)
-    prompts = load_prompt_sets(args.prompts, target.tokenizer, limit=args.num_prompts)
-    tree = None
-    if args.tree:
-        topk, depth, nodes = map(int, args.tree.split(","))
-        tree = TreeConfig(topk=topk, depth=depth, num_draft_tokens=nodes)
+def build(target, specs: list[str], k: int, tree: TreeConfig | None) -> tuple[dict, dict]:
+    """Plain decoding, then each drafter loaded twice, eager and compiled: name -> Engine, and
+    name -> whether it is the compiled copy."""
     engines, compiled = {"plain": Engine(target)}, {}
-    for spec in args.draft:
+    for spec in specs:
         for mode in ("eager", "compiled"):
             with compiled_flag(target, mode == "compiled"):
                 d = load_drafter(spec, target)
-            k = min(
-                args.num_speculative_tokens, getattr(d, "max_speculative_tokens", None) or args.num_speculative_tokens
-            )
             shape = tree if tree is not None and getattr(d, "supports_trees", False) else None
             name = f"{d.kind}{' tree' if shape else ''} {mode}"
-            engines[name] = Engine(target, d, k, tree=shape)
+            engines[name] = Engine(target, d, capped_k(d, k), tree=shape)
             compiled[name] = mode == "compiled"
-    names = list(engines)
+    return engines, compiled
 
-    def run(name, prompt):
-        with compiled_flag(target, compiled.get(name, False)):
-            return engines[name].generate(prompt.ids, args.max_new_tokens)
 
-    warmup_s = {}
-    for name in names:  # compiles here; a second prompt length proves no shape follows the context
-        t0 = time.perf_counter()
-        for prompt in prompts[:2]:
-            run(name, prompt)
-        warmup_s[name] = time.perf_counter() - t0
-        print(f"warm-up {name}: {warmup_s[name]:.1f} s", file=sys.stderr)
-    outs = interleaved(lambda name, prompt, i: run(name, prompt), names, prompts, "compiled drafting")
-
-    tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in o]) for n, o in outs.items()}
+def rows_of(outs: dict, summary: dict, compiled: dict, warmup_s: dict) -> dict:
+    """Per drafter: drafting and verify time in the loop, τ, speed, warm-up; each compiled copy
+    also against its eager twin."""
     rows = {}
-    for name in names[1:]:
-        m = SpecMetrics()
-        for r in outs[name]:
-            m = m.merge(r.metrics)
-        loop = in_loop_times(outs[name])
+    for name in list(outs)[1:]:
+        m, loop = summary[name]["metrics"], in_loop_times(outs[name])
         rows[name] = {
             "compiled": compiled[name],
             "tau": m.mean_acceptance_length,
-            "tokens_per_s": tps[name],
-            "speedup": tps[name] / tps["plain"],
+            "tokens_per_s": summary[name]["tokens_per_s"],
+            "speedup": summary[name]["tokens_per_s"] / summary["plain"]["tokens_per_s"],
             "draft_s": loop["draft"],
             "verify_s": loop["verify"],
             "warmup_s": warmup_s[name],
             "accepted_tokens": m.accepted_tokens,
             "drafts": m.drafts,
-            "outputs_match_plain": all(a.tokens == b.tokens for a, b in zip(outs[name], outs["plain"])),
+            "outputs_match_plain": summary[name]["outputs_match"],
         }
     for name, row in rows.items():  # the compiled copy against its eager twin
         if row["compiled"]:
@@ -119,55 +82,101 @@ def main(argv=None) -> int:
                 twin["accepted_tokens"],
                 twin["drafts"],
             )
+    return rows
+
+
+HEAD = [
+    "drafter",
+    "draft ms/step",
+    "compiled/eager",
+    "verify ms",
+    "tau",
+    "tok/s",
+    "speedup",
+    "warm-up s",
+    "same acceptance",
+    "output = plain",
+]
+
+
+def table_row(name: str, r: dict) -> list[str]:
+    ratio = f"{r['draft_over_eager']:.2f}x" if r["compiled"] else ""
+    same = ("yes" if r["same_acceptance_as_eager"] else "NO") if r["compiled"] else ""
+    return [
+        name,
+        f"{r['draft_s'] * 1e3:.1f}",
+        ratio,
+        f"{r['verify_s'] * 1e3:.1f}",
+        f"{r['tau']:.2f}",
+        f"{r['tokens_per_s']:.1f}",
+        f"{r['speedup']:.2f}x",
+        f"{r['warmup_s']:.0f}",
+        same,
+        "yes" if r["outputs_match_plain"] else "NO",
+    ]
+
+
+def main(argv=None) -> int:
+    p = parser(
+        __doc__,
+        target="smollm2-135m-instruct",
+        drafts={},
+        dtype={"default": "bfloat16", "choices": ["float32", "bfloat16"]},
+        device=None,
+        num_speculative_tokens=3,
+    )
+    p.add_argument("--tree", default=None, help="topk,depth,num_draft_tokens: also draft EAGLE-2/Medusa trees")
+    add_flags(p, prompts="chat,code", num_prompts=8, max_new_tokens=48, json=None)
+    args = p.parse_args(argv)
+
+    target = Target.load(args.target, dtype=args.dtype, device=args.device, compile=False)
+    prompts = load_prompt_sets(args.prompts, target.tokenizer, limit=args.num_prompts)
+    tree = None
+    if args.tree:
+        topk, depth, nodes = map(int, args.tree.split(","))
+        tree = TreeConfig(topk=topk, depth=depth, num_draft_tokens=nodes)
+    engines, compiled = build(target, args.draft, args.num_speculative_tokens, tree)
+
+    def run(name, prompt):
+        with compiled_flag(target, compiled.get(name, False)):
+            return engines[name].generate(prompt.ids, args.max_new_tokens)
+
+    warmup_s = {}
+    for name in engines:  # compiles here; a second prompt length proves no shape follows the context
+        t0 = time.perf_counter()
+        for prompt in prompts[:2]:
+            run(name, prompt)
+        warmup_s[name] = time.perf_counter() - t0
+        print(f"warm-up {name}: {warmup_s[name]:.1f} s", file=sys.stderr)
+    outs = interleaved(lambda name, prompt, i: run(name, prompt), list(engines), prompts, "compiled drafting")
+    summary = comparison(outs)
+    rows = rows_of(outs, summary, compiled, warmup_s)
 
     cpu = cpu_info()
+    plain_tps = summary["plain"]["tokens_per_s"]
     plain_step = in_loop_times(outs["plain"])["verify"]
     print(
         f"{args.target} in {args.dtype} (target eager), k={args.num_speculative_tokens}, {len(prompts)} {args.prompts} "
         f"prompts x {args.max_new_tokens} tokens on "
         f"{format_cpu(cpu) if target.device.type == 'cpu' else target.device}; "
-        f"plain {tps['plain']:.2f} tok/s, {plain_step * 1e3:.1f} ms a step"
+        f"plain {plain_tps:.2f} tok/s, {plain_step * 1e3:.1f} ms a step"
     )
-    head = [
-        "drafter",
-        "draft ms/step",
-        "compiled/eager",
-        "verify ms",
-        "tau",
-        "tok/s",
-        "speedup",
-        "warm-up s",
-        "same acceptance",
-        "output = plain",
-    ]
-    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-    for name, r in rows.items():
-        ratio = f"{r['draft_over_eager']:.2f}x" if r["compiled"] else ""
-        same = ("yes" if r["same_acceptance_as_eager"] else "NO") if r["compiled"] else ""
-        print(
-            f"| {name} | {r['draft_s'] * 1e3:.1f} | {ratio} | {r['verify_s'] * 1e3:.1f} | {r['tau']:.2f} | "
-            f"{r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['warmup_s']:.0f} | {same} | "
-            f"{'yes' if r['outputs_match_plain'] else 'NO'} |"
-        )
-    if args.json:
-        write_report(
-            {
-                "target": args.target,
-                "dtype": args.dtype,
-                "device": str(target.device),
-                "k": args.num_speculative_tokens,
-                "tree": args.tree,
-                "prompts": args.prompts,
-                "num_prompts": len(prompts),
-                "max_new_tokens": args.max_new_tokens,
-                "cpu": cpu,
-                "plain_tokens_per_s": tps["plain"],
-                "plain_step_in_loop_s": plain_step,
-                "methods": rows,
-            },
-            args.json,
-        )
-        print(f"wrote {args.json}")
+    print(markdown_table(HEAD, [table_row(name, r) for name, r in rows.items()]))
+    result = {
+        "target": args.target,
+        "dtype": args.dtype,
+        "device": str(target.device),
+        "k": args.num_speculative_tokens,
+        "tree": args.tree,
+        "prompts": args.prompts,
+        "num_prompts": len(prompts),
+        "max_new_tokens": args.max_new_tokens,
+        "cpu": cpu,
+        "plain_tokens_per_s": plain_tps,
+        "plain_step_in_loop_s": plain_step,
+        "methods": rows,
+    }
+    save(result, args.json)
     return 0
 
 
