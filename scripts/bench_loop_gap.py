@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Predicted vs measured speedup, before and after issue 17's fix, side by side in one run.
+"""Predicted vs measured speedup, before and after the fix of the draft's last-row slicing, side by side.
 
 Before: transformers was given `logits_to_keep=1` (an int), so it sliced hidden[:, -1:, :]; on
 that strided view torch 2.13's CPU bf16 linear takes a slow path (Qwen2.5-Coder-0.5B's LM head
@@ -20,18 +20,16 @@ inside the loop, and measured/predicted.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import statistics
 import sys
 
-from draftsmith.bench import _mean_tps, in_loop_times, interleaved
+from draftsmith.bench import in_loop_times, interleaved
+from draftsmith.benchkit import capped_k, comparison, markdown_table, parser, save
 from draftsmith.infer.engine import Engine, expected_draft_cost, predicted_speedup
 from draftsmith.infer.hardware import cpu_info, format_cpu
-from draftsmith.infer.metrics import SpecMetrics
 from draftsmith.models import Target, draft_lm, load_drafter, pard
 from draftsmith.prompts import load_prompt_sets
-from draftsmith.report import write_report
 
 PATCHED = {"draft_lm": draft_lm, "pard": pard}  # modules whose drafting asked for the last row as an int
 
@@ -51,18 +49,85 @@ def before_fix(kind: str):
         module.last_rows = fixed
 
 
+def method_row(engine, kind, results, summary, loop_plain, prompt, max_new_tokens) -> dict:
+    """One method's τ, measured speedup and the three predictions (costs measured alone at n=0,
+    weighted over n, and timed inside the loop), each with measured/predicted."""
+    m = summary["metrics"]
+    tau = m.mean_acceptance_length
+    with before_fix(kind):
+        c = engine.measure_step_costs(
+            prompt.ids, per_position_acceptance=m.per_position_acceptance, max_new_tokens=max_new_tokens
+        )
+    loop = in_loop_times(results)
+    measured = summary["speedup"]
+    old_draft = c["t_draft_by_accepted"][0]  # what measure_step_costs timed before: a step that kept nothing
+    row = {
+        "tau": tau,
+        "per_position_acceptance": m.per_position_acceptance,
+        "speedup": measured,
+        "outputs_match_plain": summary["outputs_match"],
+        "step_costs_s": c,
+        "step_costs_in_loop_s": {"t_step": loop_plain["verify"], **loop},
+        "predicted_alone_n0": predicted_speedup(tau, c["t_step"], old_draft, c["t_verify"]),
+        "predicted_alone": predicted_speedup(
+            tau,
+            c["t_step"],
+            expected_draft_cost(c["t_draft_by_accepted"], m.per_position_acceptance),
+            c["t_verify"],
+        ),
+        "predicted_in_loop": predicted_speedup(tau, loop_plain["verify"], loop["draft"], loop["verify"]),
+    }
+    for key in ("predicted_alone_n0", "predicted_alone", "predicted_in_loop"):
+        row[f"measured_over_{key}"] = measured / row[key]
+    return row
+
+
+HEAD = [
+    "method",
+    "tau",
+    "speedup",
+    "t_step ms",
+    "t_draft(n) ms",
+    "t_verify ms",
+    "in loop: draft/verify ms",
+    "predicted n=0 (old)",
+    "predicted weighted",
+    "predicted in loop",
+    "measured/predicted old -> new",
+    "same",
+]
+
+
+def table_row(name: str, r: dict) -> list[str]:
+    c, t = r["step_costs_s"], r["step_costs_in_loop_s"]
+    return [
+        name,
+        f"{r['tau']:.2f}",
+        f"{r['speedup']:.2f}x",
+        f"{c['t_step'] * 1e3:.0f}",
+        "/".join(f"{x * 1e3:.0f}" for x in c["t_draft_by_accepted"]),
+        f"{c['t_verify'] * 1e3:.0f}",
+        f"{t['draft'] * 1e3:.0f}/{t['verify'] * 1e3:.0f} (step {t['t_step'] * 1e3:.0f})",
+        f"{r['predicted_alone_n0']:.2f}x",
+        f"{r['predicted_alone']:.2f}x",
+        f"{r['predicted_in_loop']:.2f}x",
+        f"{r['measured_over_predicted_alone_n0']:.2f} -> {r['measured_over_predicted_alone']:.2f}",
+        "yes" if r["outputs_match_plain"] else "NO",
+    ]
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--target", default="smollm2-135m-instruct")
-    p.add_argument(
-        "--draft", action="append", required=True, help="any drafter spec load_drafter accepts; repeat for several"
+    p = parser(
+        __doc__,
+        target="smollm2-135m-instruct",
+        drafts={},
+        dtype={"default": "bfloat16", "choices": ["float32", "bfloat16"]},
+        num_speculative_tokens=4,
+        prompts="humaneval",
+        num_prompts=8,
+        max_new_tokens=64,
+        json=None,
     )
-    p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
-    p.add_argument("-k", "--num-speculative-tokens", type=int, default=4)
-    p.add_argument("--prompts", default="humaneval")
-    p.add_argument("--num-prompts", type=int, default=8)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--json", default=None)
     args = p.parse_args(argv)
 
     target = Target.load(args.target, dtype=args.dtype)
@@ -70,7 +135,7 @@ def main(argv=None) -> int:
     engines, kinds = {"plain": Engine(target)}, {}
     for spec in args.draft:
         d = load_drafter(spec, target)
-        k = min(args.num_speculative_tokens, getattr(d, "max_speculative_tokens", None) or args.num_speculative_tokens)
+        k = capped_k(d, args.num_speculative_tokens)
         engines[f"{spec} after"] = Engine(target, d, k)
         kinds[f"{spec} after"] = None
         if d.kind in PATCHED:
@@ -86,91 +151,35 @@ def main(argv=None) -> int:
         run(name, prompts[0])
     outs = interleaved(lambda name, prompt, i: run(name, prompt), names, prompts, "loop gap")
 
-    tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in o]) for n, o in outs.items()}
+    summary = comparison(outs)
+    plain_tps = summary["plain"]["tokens_per_s"]
     loop_plain = in_loop_times(outs["plain"])
     rows = {}
     for name in names[1:]:
-        m = SpecMetrics()
-        for r in outs[name]:
-            m = m.merge(r.metrics)
-        tau = m.mean_acceptance_length
-        with before_fix(kinds[name]):
-            c = engines[name].measure_step_costs(
-                prompts[0].ids, per_position_acceptance=m.per_position_acceptance, max_new_tokens=args.max_new_tokens
-            )
-        loop = in_loop_times(outs[name])
-        measured = tps[name] / tps["plain"]
-        old_draft = c["t_draft_by_accepted"][0]  # what measure_step_costs timed before: a step that kept nothing
-        row = {
-            "tau": tau,
-            "per_position_acceptance": m.per_position_acceptance,
-            "speedup": measured,
-            "outputs_match_plain": all(a.tokens == b.tokens for a, b in zip(outs[name], outs["plain"])),
-            "step_costs_s": c,
-            "step_costs_in_loop_s": {"t_step": loop_plain["verify"], **loop},
-            "predicted_alone_n0": predicted_speedup(tau, c["t_step"], old_draft, c["t_verify"]),
-            "predicted_alone": predicted_speedup(
-                tau,
-                c["t_step"],
-                expected_draft_cost(c["t_draft_by_accepted"], m.per_position_acceptance),
-                c["t_verify"],
-            ),
-            "predicted_in_loop": predicted_speedup(tau, loop_plain["verify"], loop["draft"], loop["verify"]),
-        }
-        for key in ("predicted_alone_n0", "predicted_alone", "predicted_in_loop"):
-            row[f"measured_over_{key}"] = measured / row[key]
-        rows[name] = row
+        summary[name]["speedup"] = summary[name]["tokens_per_s"] / plain_tps
+        rows[name] = method_row(
+            engines[name], kinds[name], outs[name], summary[name], loop_plain, prompts[0], args.max_new_tokens
+        )
 
     cpu = cpu_info()
     print(
         f"{args.target} in {args.dtype}, k={args.num_speculative_tokens}, {len(prompts)} {args.prompts} prompts x "
-        f"{args.max_new_tokens} tokens on {format_cpu(cpu)}; plain {tps['plain']:.2f} tok/s"
+        f"{args.max_new_tokens} tokens on {format_cpu(cpu)}; plain {plain_tps:.2f} tok/s"
     )
-    head = [
-        "method",
-        "tau",
-        "speedup",
-        "t_step ms",
-        "t_draft(n) ms",
-        "t_verify ms",
-        "in loop: draft/verify ms",
-        "predicted n=0 (old)",
-        "predicted weighted",
-        "predicted in loop",
-        "measured/predicted old -> new",
-        "same",
-    ]
-    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-    for name, r in rows.items():
-        c, t = r["step_costs_s"], r["step_costs_in_loop_s"]
-        print(
-            f"| {name} | {r['tau']:.2f} | {r['speedup']:.2f}x | {c['t_step'] * 1e3:.0f} | "
-            f"{'/'.join(f'{x * 1e3:.0f}' for x in c['t_draft_by_accepted'])} | {c['t_verify'] * 1e3:.0f} | "
-            f"{t['draft'] * 1e3:.0f}/{t['verify'] * 1e3:.0f} (step {t['t_step'] * 1e3:.0f}) | "
-            f"{r['predicted_alone_n0']:.2f}x | "
-            f"{r['predicted_alone']:.2f}x | {r['predicted_in_loop']:.2f}x | "
-            f"{r['measured_over_predicted_alone_n0']:.2f} -> "
-            f"{r['measured_over_predicted_alone']:.2f} | {'yes' if r['outputs_match_plain'] else 'NO'} |"
-        )
-    if args.json:
-        write_report(
-            {
-                "target": args.target,
-                "dtype": args.dtype,
-                "k": args.num_speculative_tokens,
-                "prompts": args.prompts,
-                "num_prompts": len(prompts),
-                "max_new_tokens": args.max_new_tokens,
-                "cpu": cpu,
-                "plain_tokens_per_s": tps["plain"],
-                "plain_step_in_loop_s": statistics.median(
-                    x for r in outs["plain"] for x in r.extra["step_times_s"]["verify"]
-                ),
-                "methods": rows,
-            },
-            args.json,
-        )
-        print(f"wrote {args.json}")
+    print(markdown_table(HEAD, [table_row(name, r) for name, r in rows.items()]))
+    result = {
+        "target": args.target,
+        "dtype": args.dtype,
+        "k": args.num_speculative_tokens,
+        "prompts": args.prompts,
+        "num_prompts": len(prompts),
+        "max_new_tokens": args.max_new_tokens,
+        "cpu": cpu,
+        "plain_tokens_per_s": plain_tps,
+        "plain_step_in_loop_s": statistics.median(x for r in outs["plain"] for x in r.extra["step_times_s"]["verify"]),
+        "methods": rows,
+    }
+    save(result, args.json)
     return 0
 
 
