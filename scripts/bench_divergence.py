@@ -18,13 +18,15 @@ sec. 3.3: β = 1 - TV(p, q)), the quantity speculative decoding pays for.
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import shutil
 import subprocess
 import sys
 import time
+
+from draftsmith.benchkit import add_flags, markdown_table, parser, save
+from draftsmith.benchkit import run as run_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -39,25 +41,86 @@ def run(cmd: list[str], log: pathlib.Path) -> float:
     return time.perf_counter() - start
 
 
+def train_and_measure(args, out: pathlib.Path, budget: list[str], kind: str, divergence: str) -> dict:
+    """Train KIND with DIVERGENCE on the shared budget, measure its final checkpoint: its row."""
+    recipe = f"{args.recipes}/{kind}.yaml"
+    run_dir = out / f"{kind}-{divergence}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # this script's own folder: a rerun starts afresh
+    train_s = run(
+        ["draftsmith", "train", recipe, "--output-dir", str(run_dir), f"--drafter.divergence={divergence}", *budget],
+        out / f"{kind}-{divergence}.train.log",
+    )
+    eval_json = run_dir / "eval.json"
+    run(
+        [
+            "draftsmith",
+            "eval",
+            "--draft",
+            str(run_dir / "final"),
+            "--prompts",
+            args.prompts,
+            "--num-prompts",
+            str(args.num_prompts),
+            "-k",
+            str(args.num_speculative_tokens),
+            "--max-new-tokens",
+            str(args.max_new_tokens),
+            "--temperature",
+            "0",
+            "--quiet",
+            "--json",
+            str(eval_json),
+        ],  # fmt: skip
+        out / f"{kind}-{divergence}.eval.log",
+    )
+    summary = json.loads((run_dir / "train_summary.json").read_text())
+    result = json.loads(eval_json.read_text())
+    losses = [h["train/loss"] for h in summary["history"] if "train/loss" in h]
+    return {
+        "kind": kind,
+        "divergence": divergence,
+        "train_seconds": train_s,
+        "final_train_loss": losses[-1] if losses else None,
+        "mean_acceptance_length": result["mean_acceptance_length"],
+        "by_domain": {g: m["mean_acceptance_length"] for g, m in result.get("by_domain", {}).items()},
+        "by_set": {g: m["mean_acceptance_length"] for g, m in result.get("by_set", {}).items()},
+        "per_position_acceptance": result.get("per_position_acceptance"),
+        "run": str(run_dir),
+    }
+
+
+def table(rows: list[dict]) -> str:
+    """τ per kind and divergence: overall, per prompt set, then per MT-Bench category."""
+    sets = list(dict.fromkeys(g for r in rows for g in r["by_set"]))
+    groups = sets + [g for g in dict.fromkeys(g for r in rows for g in r["by_domain"]) if g not in sets]
+    cells = []
+    for r in rows:
+        values = [r["by_domain"].get(g, r["by_set"].get(g)) for g in groups]
+        cells.append([r["kind"], r["divergence"], f"{r['mean_acceptance_length']:.3f}"]
+                     + ["" if c is None else f"{c:.2f}" for c in values])  # fmt: skip
+    return markdown_table(["kind", "divergence", "τ all", *groups], cells)
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--kinds", default="eagle3,draft_lm", help="recipes under --recipes: KIND.yaml")
     p.add_argument("--divergences", default="fkl,tvd")
     p.add_argument("--recipes", default="configs/smollm2-135m-instruct")
     p.add_argument("--rows", type=int, default=400)
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--prompts", default="mt-bench,humaneval")
-    p.add_argument("--num-prompts", type=int, default=8, help="per prompt set")
-    p.add_argument("-k", "--num-speculative-tokens", type=int, default=4)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--out", default="runs/divergence")
-    p.add_argument("--json", default=None, help="default: OUT/divergence.json")
+    add_flags(
+        p,
+        steps=60,
+        seed=0,
+        prompts="mt-bench,humaneval",
+        num_prompts={"default": 8, "help": "per prompt set"},
+        num_speculative_tokens=4,
+        max_new_tokens=64,
+        out="runs/divergence",
+        json={"default": None, "help": "default: OUT/divergence.json"},
+    )
     args = p.parse_args(argv)
-
-    from draftsmith.report import write_report
 
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -74,80 +137,21 @@ def main(argv=None) -> int:
     ]
     rows = []
     for kind in args.kinds.split(","):
-        recipe = f"{args.recipes}/{kind}.yaml"
         for divergence in args.divergences.split(","):
-            run_dir = out / f"{kind}-{divergence}"
-            shutil.rmtree(run_dir, ignore_errors=True)  # this script's own folder: a rerun starts afresh
-            train_s = run(
-                [
-                    "draftsmith",
-                    "train",
-                    recipe,
-                    "--output-dir",
-                    str(run_dir),
-                    f"--drafter.divergence={divergence}",
-                    *budget,
-                ],  # fmt: skip
-                out / f"{kind}-{divergence}.train.log",
-            )
-            eval_json = run_dir / "eval.json"
-            run(
-                [
-                    "draftsmith",
-                    "eval",
-                    "--draft",
-                    str(run_dir / "final"),
-                    "--prompts",
-                    args.prompts,
-                    "--num-prompts",
-                    str(args.num_prompts),
-                    "-k",
-                    str(args.num_speculative_tokens),
-                    "--max-new-tokens",
-                    str(args.max_new_tokens),
-                    "--temperature",
-                    "0",
-                    "--quiet",
-                    "--json",
-                    str(eval_json),
-                ],  # fmt: skip
-                out / f"{kind}-{divergence}.eval.log",
-            )
-            summary = json.loads((run_dir / "train_summary.json").read_text())
-            result = json.loads(eval_json.read_text())
-            losses = [h["train/loss"] for h in summary["history"] if "train/loss" in h]
-            rows.append(
-                {
-                    "kind": kind,
-                    "divergence": divergence,
-                    "train_seconds": train_s,
-                    "final_train_loss": losses[-1] if losses else None,
-                    "mean_acceptance_length": result["mean_acceptance_length"],
-                    "by_domain": {g: m["mean_acceptance_length"] for g, m in result.get("by_domain", {}).items()},
-                    "by_set": {g: m["mean_acceptance_length"] for g, m in result.get("by_set", {}).items()},
-                    "per_position_acceptance": result.get("per_position_acceptance"),
-                    "run": str(run_dir),
-                }
-            )
-            print(f"{kind} {divergence}: τ {rows[-1]['mean_acceptance_length']:.3f} ({train_s:.0f} s training)",
-                  flush=True)  # fmt: skip
+            rows.append(train_and_measure(args, out, budget, kind, divergence))
+            print(f"{kind} {divergence}: τ {rows[-1]['mean_acceptance_length']:.3f} "
+                  f"({rows[-1]['train_seconds']:.0f} s training)", flush=True)  # fmt: skip
 
-    sets = list(dict.fromkeys(g for r in rows for g in r["by_set"]))  # the prompt sets, then MT-Bench's categories
-    groups = sets + [g for g in dict.fromkeys(g for r in rows for g in r["by_domain"]) if g not in sets]
-    print(f"\n| kind | divergence | τ all | {' | '.join(groups)} |")
-    print("|---|---|---|" + "---|" * len(groups))
-    for r in rows:
-        cells = [r["by_domain"].get(g, r["by_set"].get(g)) for g in groups]
-        print(f"| {r['kind']} | {r['divergence']} | {r['mean_acceptance_length']:.3f} | "
-              + " | ".join("" if c is None else f"{c:.2f}" for c in cells) + " |")  # fmt: skip
+    print()
+    print(table(rows))
     budget_info = {k: getattr(args, k) for k in ("rows", "max_length", "batch_size", "steps", "seed")}
     path = args.json or out / "divergence.json"
     evaluation = {"prompts": args.prompts, "num_prompts": args.num_prompts, "k": args.num_speculative_tokens,
                   "max_new_tokens": args.max_new_tokens}  # fmt: skip
-    write_report({"budget": budget_info, "eval": evaluation, "runs": rows}, path)
-    print(f"\nwrote {path}")
+    print()
+    save({"budget": budget_info, "eval": evaluation, "runs": rows}, path)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)
