@@ -279,7 +279,7 @@ def _context_fit(args, target, drafter):
 
 
 def _load_prompts(args, target, drafter):
-    from draftsmith.models.loading import cache_dir
+    from draftsmith.models.cache_folder import cache_dir
     from draftsmith.prompts import load_prompt_sets
 
     return load_prompt_sets(

@@ -296,7 +296,7 @@ def crosscheck(
 ) -> dict:
     from draftsmith.bench import cpu_info
     from draftsmith.models import Target, load_drafter, read_drafter_meta, resolve_checkpoint
-    from draftsmith.models.loading import resolve_model
+    from draftsmith.models.sources import resolve_model
     from draftsmith.prompts import load_prompt_sets
 
     ckpt = resolve_checkpoint(checkpoint)  # a run folder: its best/ or final/

@@ -97,7 +97,7 @@ def _target(meta: dict) -> dict:
     """The base model: the name trained against, its real Hub id (None if it has none) and how
     draftsmith produced it (built-ins are dequantised from Q4 GGUF files)."""
     from draftsmith.export import hub_id
-    from draftsmith.models.loading import BUILTINS
+    from draftsmith.models.sources import BUILTINS
 
     name = meta.get("base_target") or meta["target"]
     b = BUILTINS.get(name)

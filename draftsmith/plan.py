@@ -177,7 +177,7 @@ def build_meta(recipe, device: str = "cuda", scored: float = DEFAULT_SCORED) -> 
     import torch
 
     from draftsmith.kinds import KINDS
-    from draftsmith.models.loading import load_config, load_tokenizer, meta_build, meta_causal_lm, resolve_model
+    from draftsmith.models.sources import load_config, load_tokenizer, meta_build, meta_causal_lm, resolve_model
     from draftsmith.train.flops import module_cost
 
     name = recipe.model.target
@@ -245,7 +245,7 @@ class MetaTarget:
 
 
 def _known() -> dict:
-    from draftsmith.models.loading import KNOWN_CONFIGS
+    from draftsmith.models.sources import KNOWN_CONFIGS
 
     return KNOWN_CONFIGS
 

@@ -47,7 +47,7 @@ from draftsmith.infer.tree import TreeConfig
 from .base import TrainedDrafter
 from .eagle import EagleConfig
 from .layers import MLP, RMSNorm, apply_rope
-from .loading import check_draft_sizes, load_draft_weights, register_config
+from .weights import check_draft_sizes, load_draft_weights, register_config
 
 
 class DFlashConfig(EagleConfig):

@@ -19,7 +19,7 @@ from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 
 from .base import TrainedDrafter
-from .loading import check_same_tokenizer, load_causal_lm, load_tokenizer
+from .sources import check_same_tokenizer, load_causal_lm, load_tokenizer
 from .target import last_rows
 
 

@@ -36,7 +36,7 @@ from draftsmith.infer.tree import Tree, TreeConfig
 
 from .base import TrainedDrafter
 from .layers import DecoderLayer, RMSNorm, cached_attention, ttt_attention
-from .loading import check_draft_sizes, load_draft_weights, register_config
+from .weights import check_draft_sizes, load_draft_weights, register_config
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from draftsmith.errors import DraftsmithError
 
 from .eagle import Eagle, EagleConfig, EagleDraftModel
 from .layers import DecoderLayer, RMSNorm
-from .loading import register_config
+from .weights import register_config
 
 
 class Eagle3Config(EagleConfig):

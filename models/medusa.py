@@ -31,7 +31,7 @@ from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies, full_choices
 
 from .base import TrainedDrafter
-from .loading import check_draft_sizes, load_draft_weights, register_config
+from .weights import check_draft_sizes, load_draft_weights, register_config
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 
 from .base import TrainedDrafter
 from .draft_lm import load_draft_model
-from .loading import require_config
+from .sources import require_config
 from .target import last_rows
 
 MASK_KEY = "pard_token"  # config.json key: PARD's reference and vLLM's parallel drafting

@@ -21,7 +21,7 @@ import torch
 
 from draftsmith.errors import DraftsmithError
 
-from .loading import _hub_errors, resolve_model
+from .sources import hub_errors, resolve_model
 
 INDEX, SINGLE = "model.safetensors.index.json", "model.safetensors"
 
@@ -63,7 +63,7 @@ def _shard_files(name_or_path: str, names: list[str]) -> dict[str, list[str]]:
         from huggingface_hub.errors import EntryNotFoundError
 
         try:
-            with _hub_errors(src):
+            with hub_errors(src):
                 return pathlib.Path(hf_hub_download(src.path, filename))
         except EntryNotFoundError:
             return None
@@ -109,7 +109,7 @@ def load_feature_readers(name_or_path: str, dtype: torch.dtype = torch.bfloat16,
     its forward raises. `model.feature_readers_only` is True."""
     from safetensors import safe_open
 
-    from .loading import meta_causal_lm
+    from .sources import meta_causal_lm
 
     model = meta_causal_lm(name_or_path, dtype)  # an unknown name: load_config's one line
     names = reader_parameter_names(model)

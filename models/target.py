@@ -16,7 +16,7 @@ from draftsmith.errors import DraftsmithError
 from draftsmith.infer.cache import KVCache
 from draftsmith.infer.hardware import auto_dtype, use_affinity_threads
 
-from .loading import load_causal_lm, load_tokenizer, resolve_model
+from .sources import load_causal_lm, load_tokenizer, resolve_model
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""Safetensors weights of a model folder: which files they are, and whether each is whole.
+"""A drafter's weights: which safetensors files they are, whether each is whole, and loading
+the drafters that hold only their own weights (Medusa heads, EAGLE-family drafts).
 
 One helper for every place that reads, copies or uploads a checkpoint's weights (the trainer's
 checkpoint verification, `draftsmith export`, `draftsmith publish`): a header check costs a
@@ -11,6 +12,7 @@ import json
 import pathlib
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.fileio import first_line
 
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -46,7 +48,7 @@ def weight_files(folder) -> list[pathlib.Path]:
         try:
             names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
-            raise DraftsmithError(f"{index}: corrupt weight index ({type(e).__name__}: {_first_line(e)})") from None
+            raise DraftsmithError(f"{index}: corrupt weight index ({type(e).__name__}: {first_line(e)})") from None
         missing = [n for n in names if not (folder / n).is_file()]
         if missing:
             raise DraftsmithError(
@@ -120,11 +122,6 @@ def check_weights(folder, skip: tuple[str, ...] = ()) -> list[pathlib.Path]:
     return files + others
 
 
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else "")[:200]
-
-
 def checkpoint_shapes(model_class, config: dict) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor `model_class` (a drafter's PreTrainedModel) saves for
     `config` (its config.json), read off the model itself built on the meta device: no memory, no
@@ -136,3 +133,54 @@ def checkpoint_shapes(model_class, config: dict) -> dict[str, tuple[int, ...]]:
     with torch.device("meta"):
         model = model_class(model_class.config_class(**known))
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+
+
+# --- drafters that hold only their own weights (Medusa heads, EAGLE-family drafts) ----------------
+
+
+def load_draft_weights(model_class, folder, target, what: str, check=None):
+    """`model_class.from_pretrained(folder)` in the target's dtype, with one clear error for a
+    missing/damaged config or weights, missing tensors, or a tokenizer other than the target's.
+    `check(config)` runs on the config first (sizes, layers), so a mismatch is named before any
+    weights load. `what` names the checkpoint in messages ("medusa heads in X")."""
+    from .sources import check_same_tokenizer, load_tokenizer, require_config
+
+    folder = pathlib.Path(folder)
+    require_config(folder)
+    try:
+        config = model_class.config_class.from_pretrained(folder)
+    except Exception as e:  # noqa: BLE001 -- a missing or damaged config.json
+        raise DraftsmithError(f"{what}: could not read config.json ({type(e).__name__}: {first_line(e)})") from e
+    if check is not None:
+        check(config)
+    if (folder / "tokenizer_config.json").is_file() or (folder / "tokenizer.json").is_file():
+        check_same_tokenizer(load_tokenizer(str(folder)), target.tokenizer, str(folder), target.name)
+    try:
+        model, info = model_class.from_pretrained(folder, dtype=target.dtype, output_loading_info=True)
+    except DraftsmithError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- corrupt weights raise safetensors' own error type, among others
+        raise DraftsmithError(f"{what}: could not load the weights ({type(e).__name__}: {first_line(e)})") from e
+    if info.get("missing_keys"):
+        raise DraftsmithError(f"{what}: weights missing from the checkpoint: {sorted(info['missing_keys'])[:5]}")
+    return model.to(target.device)
+
+
+def check_draft_sizes(config, target, what: str) -> None:
+    """A draft that reads the target's hidden states must match its hidden and vocabulary sizes."""
+    for name, have, want in (
+        ("hidden size", config.hidden_size, target.config.hidden_size),
+        ("vocabulary size", config.vocab_size, target.vocab_size),
+    ):
+        if have != want:
+            raise DraftsmithError(f"{what}: trained for {name} {have}, the target {target.name} has {want}")
+
+
+def register_config(config_class) -> None:
+    """AutoConfig.from_pretrained then reads our own drafter folders too."""
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+    except (TypeError, ValueError):  # older transformers without exist_ok
+        pass

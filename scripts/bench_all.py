@@ -222,7 +222,7 @@ def busy_cores(seconds: float = 1.0) -> float:
 def bench_round(args, name: str, target_name: str, dtype: str, methods: list[tuple], path: Path) -> None:
     """One round on one target: plain + methods [(name, draft, k, tree)], interleaved."""
     from draftsmith.models import Target, load_drafter
-    from draftsmith.models.loading import cache_dir
+    from draftsmith.models.cache_folder import cache_dir
 
     target = Target.load(target_name, dtype=dtype)
     drafters = {}

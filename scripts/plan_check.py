@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     measured_rate = statistics.median(rates)
 
     # The share of tokens the loss scores (the LM heads run there only), from the same rows.
-    from draftsmith.models.loading import load_tokenizer
+    from draftsmith.models.sources import load_tokenizer
 
     data = build_data(recipe.data, load_tokenizer(recipe.model.target), progress=False)
     scored = float(data.train.loss_mask.float().mean()) if hasattr(data.train.loss_mask, "float") else 0.5

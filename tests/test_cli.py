@@ -158,7 +158,7 @@ def test_missing_prompt_file_and_bad_draft_spec(tiny_cache, capsys):
 
 
 def test_draft_with_another_tokenizer_is_refused(tiny_cache, tmp_path, capsys):
-    from draftsmith.models.loading import load_tokenizer, resolve_model
+    from draftsmith.models.sources import load_tokenizer, resolve_model
 
     folder = tmp_path / "other-draft"
     shutil.copytree(resolve_model("tiny-random").path, folder)
@@ -171,7 +171,7 @@ def test_draft_with_another_tokenizer_is_refused(tiny_cache, tmp_path, capsys):
 
 
 def test_builtin_prompt_sets_render_through_the_chat_template(tiny_cache):
-    from draftsmith.models.loading import load_tokenizer
+    from draftsmith.models.sources import load_tokenizer
 
     tok = load_tokenizer("tiny-random")
     for name in ("chat", "code"):
@@ -183,7 +183,7 @@ def test_builtin_prompt_sets_render_through_the_chat_template(tiny_cache):
 def test_prompts_from_a_datasets_source(tiny_cache, tmp_path):
     """A `datasets` source (here a local folder, loaded by `datasets.load_dataset`) with a chat
     column whose last assistant turn is dropped so the target writes it."""
-    from draftsmith.models.loading import load_tokenizer
+    from draftsmith.models.sources import load_tokenizer
 
     (tmp_path / "test.jsonl").write_text(
         json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})

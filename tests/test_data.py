@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.models.loading import load_tokenizer
+from draftsmith.models.sources import load_tokenizer
 from draftsmith.train import corpora
 from draftsmith.train import data as data_mod
 from draftsmith.train.config import DataConfig

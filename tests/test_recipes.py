@@ -110,7 +110,7 @@ def test_real_target_recipe_header(name):
 
 
 def test_shipped_configs_are_only_config_json():
-    from draftsmith.models.loading import CONFIGS_DIR, KNOWN_CONFIGS
+    from draftsmith.models.sources import CONFIGS_DIR, KNOWN_CONFIGS
 
     for hub_id, folder in KNOWN_CONFIGS.items():
         files = {p.name for p in (CONFIGS_DIR / folder).iterdir() if p.suffix != ".yaml"}

@@ -16,7 +16,7 @@ import torch
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine
-from draftsmith.models.loading import load_tokenizer
+from draftsmith.models.sources import load_tokenizer
 from draftsmith.train import regenerate as regen_mod
 from draftsmith.train.config import DataConfig, recipe_from_dict
 from draftsmith.train.data import build_data

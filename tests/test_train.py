@@ -269,7 +269,7 @@ def test_missing_column_is_a_clear_error(tiny_cache, tmp_path, fresh_accelerate)
 
 
 def test_draft_with_another_tokenizer_is_refused(tiny_cache, tmp_path, fresh_accelerate):
-    from draftsmith.models.loading import load_causal_lm, load_tokenizer
+    from draftsmith.models.sources import load_causal_lm, load_tokenizer
 
     other = tmp_path / "other-draft"
     load_causal_lm("tiny-random").save_pretrained(other)
@@ -515,7 +515,7 @@ def test_deepspeed_zero3_trains_sharded_and_saves_a_whole_drafter(ddp_summary, t
     ],
 )
 def test_real_recipe_two_steps(recipe, tmp_path, fresh_accelerate):
-    from draftsmith.models.loading import resolve_model
+    from draftsmith.models.sources import resolve_model
     from draftsmith.train.trainer import train
 
     r = load_recipe(

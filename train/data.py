@@ -24,7 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.models.loading import cache_dir
+from draftsmith.models.cache_folder import cache_dir
 from draftsmith.prompts import Prompt
 from draftsmith.train import corpora
 from draftsmith.train.config import DataConfig

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from draftsmith.errors import DraftsmithError
 from draftsmith.models import DraftLM, read_drafter_meta, write_drafter_meta
 from draftsmith.models.draft_lm import truncate_model
-from draftsmith.models.loading import check_same_tokenizer, load_causal_lm, load_tokenizer
+from draftsmith.models.sources import check_same_tokenizer, load_causal_lm, load_tokenizer
 
 from . import losses
 from .config import DraftLMConfig

@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine, SamplingConfig
-from draftsmith.models.loading import cache_dir
+from draftsmith.models.cache_folder import cache_dir
 from draftsmith.train.config import DataConfig
 
 log = logging.getLogger(__name__)

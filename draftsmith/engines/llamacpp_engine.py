@@ -97,7 +97,7 @@ def convert_to_gguf(model_dir, out_file, dtype: str = "float32", target_dir=None
 
 def target_gguf(target_dir, dtype: str) -> pathlib.Path:
     """The target converted once and cached, keyed by its config, weights' size and mtime, and dtype."""
-    from draftsmith.models.loading import cache_dir
+    from draftsmith.models.cache_folder import cache_dir
 
     target_dir = pathlib.Path(target_dir)
     stamp = [str(target_dir.resolve()), outtype(dtype), (target_dir / "config.json").read_text()]

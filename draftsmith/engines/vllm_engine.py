@@ -240,7 +240,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     def run(args) -> int:
-        from draftsmith.models.loading import resolve_model
+        from draftsmith.models.sources import resolve_model
 
         name = args.served_name or pathlib.Path(args.target).name
         with VLLMServer(

@@ -173,7 +173,7 @@ def _verifier(target: str) -> tuple[str, str | None]:
     repo = hub_id(target)
     if repo:
         return repo, None
-    from draftsmith.models.loading import BUILTINS, resolve_model
+    from draftsmith.models.sources import BUILTINS, resolve_model
 
     if target in BUILTINS:
         folder = resolve_model(target).path

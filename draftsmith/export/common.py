@@ -201,7 +201,7 @@ def hub_id(target_name: str | None) -> str | None:
     (tiny-random has none), a Hub id is itself, a local folder or file has none."""
     if not target_name:
         return None
-    from draftsmith.models.loading import BUILTINS
+    from draftsmith.models.sources import BUILTINS
 
     name = str(target_name)
     if name in BUILTINS:
@@ -214,7 +214,7 @@ def hub_id(target_name: str | None) -> str | None:
 def target_config(target_name: str) -> dict | None:
     """The target's config.json as a dict, if it can be had without a download (a built-in
     builds or converts on first use, as training did); None otherwise."""
-    from draftsmith.models.loading import resolve_model
+    from draftsmith.models.sources import resolve_model
 
     try:
         src = resolve_model(target_name)
@@ -238,7 +238,7 @@ def target_config(target_name: str) -> dict | None:
 def target_lm_head(target_name: str):
     """The target's output embedding [vocab, hidden] (for heads that share it, e.g. Medusa's
     share_lm_head, which an engine cannot borrow)."""
-    from draftsmith.models.loading import load_causal_lm
+    from draftsmith.models.sources import load_causal_lm
 
     model = load_causal_lm(target_name)
     return model.get_output_embeddings().weight.detach().cpu()

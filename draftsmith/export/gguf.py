@@ -41,7 +41,7 @@ def write(
 ) -> dict:
     from draftsmith.engines import require
     from draftsmith.engines.llamacpp_engine import convert_to_gguf
-    from draftsmith.models.loading import resolve_model
+    from draftsmith.models.sources import resolve_model
 
     from . import hf, vllm
 

@@ -188,7 +188,7 @@ def check_complete(ckpt: Checkpoint) -> None:
     """What an export or upload reads or copies is there and whole: config.json, and every
     safetensors file (headers only), so a truncated model.safetensors is one clear error before
     anything is written."""
-    from draftsmith.models.loading import require_config
+    from draftsmith.models.sources import require_config
     from draftsmith.models.weights import check_weights
 
     require_config(ckpt.path)

@@ -67,7 +67,7 @@ def main() -> int:
 
     from draftsmith.models import Target
     from draftsmith.models.eagle3 import frequent_tokens, vocab_maps
-    from draftsmith.models.loading import resolve_model
+    from draftsmith.models.sources import resolve_model
     from draftsmith.train.config import load_recipe
     from draftsmith.train.data import build_data
     from draftsmith.train.eagle import aux_layers

@@ -79,7 +79,7 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from draftsmith.engines.vllm_engine import VLLMEngine
-    from draftsmith.models.loading import resolve_model
+    from draftsmith.models.sources import resolve_model
     from draftsmith.prompts import load_prompt_sets
 
     work = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="peer-tau-"))
@@ -89,7 +89,7 @@ def main() -> int:
     extra = {}
     if "mt-bench" in args.prompts.split(","):  # its second turn follows the target's own greedy answer
         from draftsmith.models import Target
-        from draftsmith.models.loading import cache_dir
+        from draftsmith.models.cache_folder import cache_dir
 
         extra = dict(
             target=Target.load(args.target, dtype="float32"), max_new_tokens=args.max_new_tokens, cache_dir=cache_dir()
