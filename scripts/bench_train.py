@@ -10,9 +10,7 @@ draft forward + backward, optimizer step), and report medians and their ratio.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import pathlib
 import statistics
 import sys
 import tempfile
@@ -20,8 +18,8 @@ import time
 
 import torch
 
+from draftsmith.benchkit import add_flags, operator_times, parser, save
 from draftsmith.infer.hardware import cpu_info, format_cpu
-from draftsmith.report import write_report
 
 
 def count_cpu_attention() -> None:
@@ -47,8 +45,7 @@ def count_cpu_attention() -> None:
 
 
 def print_profile(prof, tokens: int) -> None:
-    events = sorted((e for e in prof.key_averages() if e.self_cpu_time_total > 0), key=lambda e: -e.self_cpu_time_total)
-    total = sum(e.self_cpu_time_total for e in events)
+    events, total = operator_times(prof)
     print(f"profiled step: {total / 1e3:.0f} ms of operator time ({tokens} tokens); top operators by self CPU time")
     print(f"{'operator':<44}{'ms':>9}{'calls':>8}{'share':>8}")
     for e in events[:15]:
@@ -58,13 +55,128 @@ def print_profile(prof, tokens: int) -> None:
         )
 
 
+def time_steps(trainer, batches, args) -> tuple[list, list, list, int]:
+    """Per batch, in alternation, the target's forward alone and one full training step: forward
+    and training tokens/s, where the step's time went (plus one profiled step with --profile),
+    and the last batch's token count."""
+    acc, task, model, opt = trainer.acc, trainer.task, trainer.model, trainer.optimizer
+    target = task.target.model
+    inside = []  # seconds spent in the target's forward during the current training step
+    forward = target.forward
+
+    def timed_forward(*a, **k):
+        t = time.perf_counter()
+        out = forward(*a, **k)
+        inside.append(time.perf_counter() - t)
+        return out
+
+    fwd, step, parts = [], [], []
+    for i in range(args.warmup + args.steps + (1 if args.profile else 0)):
+        batch = next(batches)
+        n = batch["input_ids"].numel()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            target(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
+        t1 = time.perf_counter()
+        profiling = args.profile and i == args.warmup + args.steps  # one extra step, untimed
+        prof = (
+            torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            if profiling
+            else contextlib.nullcontext()
+        )
+        inside.clear()
+        target.forward = timed_forward
+        with prof:
+            loss, _ = task.loss(model, batch, step=i)
+            target.forward = forward
+            ta = time.perf_counter()
+            acc.backward(loss)
+            tb = time.perf_counter()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        t2 = time.perf_counter()
+        if profiling:
+            print_profile(prof, n)
+        elif i >= args.warmup:
+            fwd.append(n / (t1 - t0))
+            step.append(n / (t2 - t1))
+            parts.append(
+                {
+                    "target_forward": sum(inside),
+                    "draft_forward_and_loss": ta - t1 - sum(inside),
+                    "backward": tb - ta,
+                    "optimizer": t2 - tb,
+                }
+            )
+        print(
+            f"batch {i}: target forward {n / (t1 - t0):8.0f} tok/s   train step {n / (t2 - t1):8.0f} tok/s",
+            file=sys.stderr,
+        )
+    return fwd, step, parts, n
+
+
+def count_flops(trainer, batches, step: int) -> tuple[dict, dict]:
+    """FLOPs of the target's forward and of a training step on one more batch, and the shapes
+    scripts/flop_bound.py's formula needs to redo the count."""
+    acc, task, model, opt = trainer.acc, trainer.task, trainer.model, trainer.optimizer
+    target = task.target.model
+    # The same quantities counted in FLOPs (torch's FlopCounterMode, one more batch): the
+    # ratio the step's arithmetic allows, before any overhead.
+    from torch.utils.flop_counter import FlopCounterMode
+
+    count_cpu_attention()
+    batch = next(batches)
+    with FlopCounterMode(display=False) as floor_flops, torch.no_grad():
+        target(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
+    with FlopCounterMode(display=False) as step_flops:
+        loss, _ = task.loss(model, batch, step=step)
+        acc.backward(loss)
+    opt.zero_grad(set_to_none=True)
+    flops = {"target_forward": floor_flops.get_total_flops(), "train_step": step_flops.get_total_flops()}
+    c = target.config  # what scripts/flop_bound.py's formula needs to redo this count for any target
+    flop_model = {
+        "seq_len": int(batch["input_ids"].shape[1]),
+        "scored_fraction": float(batch["loss_mask"].sum() / batch["loss_mask"].numel()),  # of all (padded) rows
+        "target_shape": {
+            "d": c.hidden_size,
+            "I": c.intermediate_size,
+            "L": c.num_hidden_layers,
+            "H": c.num_attention_heads,
+            "KV": c.num_key_value_heads,
+            "hd": getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
+            "V": target.get_output_embeddings().weight.shape[0],
+        },
+    }
+    return flops, flop_model
+
+
+def print_summary(result: dict) -> None:
+    flops = result["flops_per_batch"]
+    print(f"{'what':<28}{'tokens/s':>10}")
+    print(f"{'target forward only':<28}{result['target_forward_tokens_per_s']:>10.0f}")
+    print(f"{'training step':<28}{result['train_tokens_per_s']:>10.0f}")
+    print(
+        "one step, ms: "
+        + ", ".join(f"{k} {v:.0f}" for k, v in result["step_parts_ms"].items())
+        + f"   (target forward alone {result['target_forward_ms']:.0f})"
+    )
+    print(
+        f"FLOPs per batch: target forward {flops['target_forward'] / 1e12:.2f} T, training step "
+        f"{flops['train_step'] / 1e12:.2f} T:"
+        f" at equal speed training could reach {result['flop_bound']:.2f}x the forward-only rate"
+    )
+    print(f"on {format_cpu(result['cpu'])}")
+    print(
+        f"training / forward-only: {result['train_over_forward']:.2f}x   ({result['batch_tokens']} tokens per batch, "
+        f"{result['device']}, {result['threads']} threads)"
+    )
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("recipe")
-    p.add_argument("--steps", type=int, default=10, help="timed batches")
+    p = parser(__doc__, recipe={}, steps={"default": 10, "help": "timed batches"})
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--max-rows", type=int, default=200, help="dataset rows to tokenise (enough for the batches)")
-    p.add_argument("--json", default=None)
+    add_flags(p, json=None)
     p.add_argument("--profile", action="store_true", help="profile one more step: operators by self CPU time")
     p.add_argument("overrides", nargs="*", help="--section.key=value recipe overrides")
     args, extra = p.parse_known_args(argv)
@@ -79,87 +191,9 @@ def main(argv=None) -> int:
         )
         recipe.checkpoint.output_dir = tmp
         trainer = Trainer(recipe)
-        acc, task, model, opt = trainer.acc, trainer.task, trainer.model, trainer.optimizer
-        target = task.target.model
-        batches = iter(trainer.loader)
-        inside = []  # seconds spent in the target's forward during the current training step
-        forward = target.forward
-
-        def timed_forward(*a, **k):
-            t = time.perf_counter()
-            out = forward(*a, **k)
-            inside.append(time.perf_counter() - t)
-            return out
-
-        fwd, step, parts = [], [], []
-        for i in range(args.warmup + args.steps + (1 if args.profile else 0)):
-            batch = next(batches)
-            n = batch["input_ids"].numel()
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                target(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
-            t1 = time.perf_counter()
-            profiling = args.profile and i == args.warmup + args.steps  # one extra step, untimed
-            prof = (
-                torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-                if profiling
-                else contextlib.nullcontext()
-            )
-            inside.clear()
-            target.forward = timed_forward
-            with prof:
-                loss, _ = task.loss(model, batch, step=i)
-                target.forward = forward
-                ta = time.perf_counter()
-                acc.backward(loss)
-                tb = time.perf_counter()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            t2 = time.perf_counter()
-            if profiling:
-                print_profile(prof, n)
-            elif i >= args.warmup:
-                fwd.append(n / (t1 - t0))
-                step.append(n / (t2 - t1))
-                parts.append(
-                    {
-                        "target_forward": sum(inside),
-                        "draft_forward_and_loss": ta - t1 - sum(inside),
-                        "backward": tb - ta,
-                        "optimizer": t2 - tb,
-                    }
-                )
-            print(
-                f"batch {i}: target forward {n / (t1 - t0):8.0f} tok/s   train step {n / (t2 - t1):8.0f} tok/s",
-                file=sys.stderr,
-            )
-        # The same quantities counted in FLOPs (torch's FlopCounterMode, one more batch): the
-        # ratio the step's arithmetic allows, before any overhead.
-        from torch.utils.flop_counter import FlopCounterMode
-
-        count_cpu_attention()
-        batch = next(batches)
-        with FlopCounterMode(display=False) as floor_flops, torch.no_grad():
-            target(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
-        with FlopCounterMode(display=False) as step_flops:
-            loss, _ = task.loss(model, batch, step=args.warmup + args.steps + 1)
-            acc.backward(loss)
-        opt.zero_grad(set_to_none=True)
-        flops = {"target_forward": floor_flops.get_total_flops(), "train_step": step_flops.get_total_flops()}
-        c = target.config  # what scripts/flop_bound.py's formula needs to redo this count for any target
-        flop_model = {
-            "seq_len": int(batch["input_ids"].shape[1]),
-            "scored_fraction": float(batch["loss_mask"].sum() / batch["loss_mask"].numel()),  # of all (padded) rows
-            "target_shape": {
-                "d": c.hidden_size,
-                "I": c.intermediate_size,
-                "L": c.num_hidden_layers,
-                "H": c.num_attention_heads,
-                "KV": c.num_key_value_heads,
-                "hd": getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
-                "V": target.get_output_embeddings().weight.shape[0],
-            },
-        }
+        acc, batches = trainer.acc, iter(trainer.loader)
+        fwd, step, parts, n = time_steps(trainer, batches, args)
+        flops, flop_model = count_flops(trainer, batches, args.warmup + args.steps + 1)
         _shutdown()
 
     d = recipe.drafter
@@ -190,28 +224,8 @@ def main(argv=None) -> int:
         "cpu": cpu_info(),
     }
     result["train_over_forward"] = result["train_tokens_per_s"] / result["target_forward_tokens_per_s"]
-    print(f"{'what':<28}{'tokens/s':>10}")
-    print(f"{'target forward only':<28}{result['target_forward_tokens_per_s']:>10.0f}")
-    print(f"{'training step':<28}{result['train_tokens_per_s']:>10.0f}")
-    print(
-        "one step, ms: "
-        + ", ".join(f"{k} {v:.0f}" for k, v in result["step_parts_ms"].items())
-        + f"   (target forward alone {result['target_forward_ms']:.0f})"
-    )
-    print(
-        f"FLOPs per batch: target forward {flops['target_forward'] / 1e12:.2f} T, training step "
-        f"{flops['train_step'] / 1e12:.2f} T:"
-        f" at equal speed training could reach {result['flop_bound']:.2f}x the forward-only rate"
-    )
-    print(f"on {format_cpu(result['cpu'])}")
-    print(
-        f"training / forward-only: {result['train_over_forward']:.2f}x   ({result['batch_tokens']} tokens per batch, "
-        f"{result['device']}, {result['threads']} threads)"
-    )
-    if args.json:
-        pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        write_report(result, args.json)
-        print(f"wrote {args.json}")
+    print_summary(result)
+    save(result, args.json)
     return 0
 
 

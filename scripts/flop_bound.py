@@ -28,11 +28,10 @@ counts the real step with FlopCounterMode; `--check` compares this formula with 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
-from draftsmith.report import write_report
+from draftsmith.benchkit import add_flags, markdown_table, parser, save
 from draftsmith.train.flops import SHAPES, draft_lm_flops, eagle3_flops, target_flops
 from draftsmith.train.flops import bound as flop_ratio
 
@@ -82,44 +81,51 @@ def describe(drafter: dict) -> str:
     return f"EAGLE-3, {drafter['steps']} TTT steps, {drafter['draft_vocab']} vocab"
 
 
+HEAD = ["target", "drafter", "T", "scored", "GFLOP/token: floor, target in training, draft fwd", "bound"]
+
+
+def table_row(r: dict) -> list[str]:
+    g = r["gflop_per_token"]
+    return [
+        r["target"],
+        r["drafter"],
+        str(r["T"]),
+        f"{r['scored_fraction']:.2f}",
+        f"{g['floor']:.2f}, {g['target_in_training']:.2f}, {g['draft_forward']:.2f}",
+        f"{r['bound']:.2f}x",
+    ]
+
+
+def check(path: str) -> dict:
+    """The formula against FlopCounterMode's count of the real training step (bench_train.py's JSON)."""
+    b = json.loads(open(path).read())
+    if b["drafter"] == "draft_lm" and str(b.get("init", "")).startswith("truncated:"):
+        drafter = {"kind": "draft_lm", "layers": int(b["init"].split(":")[1])}
+    elif b["drafter"] == "eagle3":
+        drafter = {"kind": "eagle3", "steps": b["ttt_steps"], "draft_vocab": b["draft_vocab_size"]}
+    else:
+        raise SystemExit(f"{path}: no FLOP model for a {b['drafter']} recipe with init {b.get('init')}")
+    m = b["flop_model"]
+    r = bound(b["target"], drafter, m["seq_len"], m["scored_fraction"], shape=m["target_shape"])
+    print(
+        f"check {path}: FlopCounterMode {b['flop_bound']:.3f}x, formula {r['bound']:.3f}x "
+        f"(T {m['seq_len']}, scored {m['scored_fraction']:.2f})"
+    )
+    return {"json": path, "counted": b["flop_bound"], "formula": r["bound"]}
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--seq-len", type=int, nargs="+", default=[512, 2048])
     p.add_argument("--scored-fraction", type=float, nargs="+", default=[0.5, 1.0])
     p.add_argument("--check", action="append", default=[], help="bench_train.py JSON: its counted FLOPs vs this model")
-    p.add_argument("--json", default=None)
+    add_flags(p, json=None)
     args = p.parse_args(argv)
 
     rows = [bound(t, d, T, s) for t, d in PAIRS for T in args.seq_len for s in args.scored_fraction]
-    print(
-        "| target | drafter | T | scored | GFLOP/token: floor, target in training, draft fwd | bound "
-        "|\n|---|---|---|---|---|---|"
-    )
-    for r in rows:
-        g = r["gflop_per_token"]
-        print(
-            f"| {r['target']} | {r['drafter']} | {r['T']} | {r['scored_fraction']:.2f} | "
-            f"{g['floor']:.2f}, {g['target_in_training']:.2f}, {g['draft_forward']:.2f} | {r['bound']:.2f}x |"
-        )
-    checks = []
-    for path in args.check:  # the formula against FlopCounterMode on the real training step
-        b = json.loads(open(path).read())
-        if b["drafter"] == "draft_lm" and str(b.get("init", "")).startswith("truncated:"):
-            drafter = {"kind": "draft_lm", "layers": int(b["init"].split(":")[1])}
-        elif b["drafter"] == "eagle3":
-            drafter = {"kind": "eagle3", "steps": b["ttt_steps"], "draft_vocab": b["draft_vocab_size"]}
-        else:
-            raise SystemExit(f"{path}: no FLOP model for a {b['drafter']} recipe with init {b.get('init')}")
-        m = b["flop_model"]
-        r = bound(b["target"], drafter, m["seq_len"], m["scored_fraction"], shape=m["target_shape"])
-        checks.append({"json": path, "counted": b["flop_bound"], "formula": r["bound"]})
-        print(
-            f"check {path}: FlopCounterMode {b['flop_bound']:.3f}x, formula {r['bound']:.3f}x "
-            f"(T {m['seq_len']}, scored {m['scored_fraction']:.2f})"
-        )
-    if args.json:
-        write_report({"rows": rows, "checks": checks}, args.json)
-        print(f"wrote {args.json}")
+    print(markdown_table(HEAD, [table_row(r) for r in rows]))
+    checks = [check(path) for path in args.check]
+    save({"rows": rows, "checks": checks}, args.json)
     return 0
 
 

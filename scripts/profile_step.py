@@ -14,31 +14,30 @@ and how much is everything else (norms, rotary, attention over the static cache,
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import torch
 
 from draftsmith.bench import cpu_info, format_cpu
+from draftsmith.benchkit import add_flags, operator_times, parser, run, save
 from draftsmith.infer.engine import Engine
 from draftsmith.models import Target
-from draftsmith.report import write_report
 
 MATMUL = ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear", "aten::matmul", "mkldnn", "onednn")
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default="smollm2-135m-instruct")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap = parser(
+        __doc__, target="smollm2-135m-instruct", dtype={"default": "float32", "choices": ["float32", "bfloat16"]}
+    )
     ap.add_argument("--context", type=int, default=256, help="prompt tokens before decoding")
-    ap.add_argument("--steps", type=int, default=48, help="tokens decoded (timed after a warm-up run)")
-    ap.add_argument("--json", default=None)
+    add_flags(ap, steps={"default": 48, "help": "tokens decoded (timed after a warm-up run)"}, json=None)
     args = ap.parse_args()
 
     target = Target.load(args.target, dtype=args.dtype, device="cpu")
-    prompt = list(range(1000, 1000 + args.context))  # token ids; the content does not change the cost
+    # token ids; the content does not change the cost (wrapped for a vocabulary under 1000 + context)
+    prompt = [(1000 + i) % target.vocab_size for i in range(args.context)]
     engine = Engine(target)
     forward, spent = target.forward_hidden, []
 
@@ -60,9 +59,8 @@ def main() -> int:
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         engine.generate(prompt, args.steps, eos_token_ids=set())
-    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
-    total = sum(e.self_cpu_time_total for e in events)
-    top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:15]
+    events, total = operator_times(prof)
+    top = events[:15]
     matmul = sum(e.self_cpu_time_total for e in events if any(m in e.key for m in MATMUL))
     result = {
         "target": args.target,
@@ -97,10 +95,9 @@ def main() -> int:
         print(
             f"{op['op'][:39]:<40}{op['self_ms_per_step']:>9.2f}{op['calls_per_step']:>12.1f}{100 * op['share']:>7.1f}%"
         )
-    if args.json:
-        write_report(result, args.json)
+    save(result, args.json, quiet=True)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(main)
