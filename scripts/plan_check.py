@@ -19,12 +19,12 @@ is what this device reaches), and prints plan vs measured:
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import statistics
-import sys
 import tempfile
+
+from draftsmith.benchkit import add_flags, parser, run, save
 
 
 def rss_bytes() -> int:
@@ -32,23 +32,38 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def measure_run(recipe, dtype: str, device: str) -> tuple[int, float, int, float, list[float]]:
+    """Train `recipe` here between two timings of the matmul rate: the resident set before, the
+    rate before, the peak memory, the rate after, and the logged training rates (warm-up left out)."""
+    import torch
+
+    from draftsmith.train.flops import measure_tflops
+    from draftsmith.train.trainer import train
+
+    base = rss_bytes()
+    before = measure_tflops(dtype, seconds=3.0, device=device)
+    summary = train(recipe)
+    cuda = device == "cuda"
+    peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    after = measure_tflops(dtype, seconds=3.0, device=device)
+    if summary.get("interrupted") or "history" not in summary:
+        raise SystemExit(f"the run stopped early ({summary}): no rate to compare")
+    rates = [h["train/tokens_per_s"] for h in summary["history"] if "train/tokens_per_s" in h][1:]
+    return base, before, peak, after, rates
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("recipe")
-    p.add_argument("--steps", type=int, default=12)
+    p = parser(__doc__, recipe={}, steps=12)
     p.add_argument("--rows", type=int, default=200, help="data.max_rows: enough for the steps, quick to build")
     p.add_argument("--batch-size", type=int, default=None, help="optim.batch_size (default: the recipe's)")
-    p.add_argument("--json", default=None)
+    add_flags(p, json=None)
     args, overrides = p.parse_known_args(argv)
 
     import torch
 
-    from draftsmith.bench import write_json
     from draftsmith.plan import make_plan
     from draftsmith.train.config import load_recipe
     from draftsmith.train.data import build_data
-    from draftsmith.train.flops import measure_tflops
-    from draftsmith.train.trainer import train
 
     cuda = torch.cuda.is_available()
     out = tempfile.mkdtemp(prefix="plan_check-")
@@ -70,14 +85,7 @@ def main(argv=None) -> int:
     )
     dtype = "bfloat16" if recipe.optim.mixed_precision == "bf16" else "float32"
     device = "cuda" if cuda else "cpu"
-    base = rss_bytes()
-    before = measure_tflops(dtype, seconds=3.0, device=device)
-    summary = train(recipe)
-    peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    after = measure_tflops(dtype, seconds=3.0, device=device)
-    if summary.get("interrupted") or "history" not in summary:
-        raise SystemExit(f"the run stopped early ({summary}): no rate to compare")
-    rates = [h["train/tokens_per_s"] for h in summary["history"] if "train/tokens_per_s" in h][1:]
+    base, before, peak, after, rates = measure_run(recipe, dtype, device)
     measured_rate = statistics.median(rates)
 
     # The share of tokens the loss scores (the LM heads run there only), from the same rows.
@@ -119,8 +127,7 @@ def main(argv=None) -> int:
         f"tokens/s: plan {plan.tokens_per_s:.0f} (at {tflops * 1e3:.1f} GFLOP/s measured, {dtype}), measured "
         f"{measured_rate:.0f}: {result['tokens_per_s']['ratio']:.2f}x"
     )
-    if args.json:
-        write_json(result, args.json)
+    save(result, args.json, stamp=False, quiet=True)
     return 0
 
 
@@ -135,4 +142,4 @@ def _cpu_name() -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)
