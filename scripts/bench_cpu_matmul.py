@@ -32,14 +32,12 @@ Prints a table (ms and x one row of F.linear) and writes JSON with the machine. 
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 import torch.nn.functional as F
 
+from draftsmith.benchkit import add_flags, parser, save
 from draftsmith.infer import kernels
 from draftsmith.infer.hardware import cpu_info, format_cpu
-from draftsmith.report import write_report
 
 # Qwen2.5-Coder-1.5B's projections (out x in): the MLP's dominate a step, attention's are smaller
 SHAPES = {"mlp-up": (8960, 1536), "mlp-down": (1536, 8960), "attn-q": (1536, 1536)}
@@ -127,41 +125,23 @@ def step_costs(target_name: str, draft_name: str, k: int, dtype: str) -> dict:
     return {"target": target_name, "draft": draft_name, "k": k, "prompt_tokens": len(prompt.ids), "kernels": out}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"of {list(SHAPES)}, or OUTxIN")
-    ap.add_argument("--rows", default="1,5,16", help="row counts (K+1 for a chain verify)")
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--compile", action="store_true", help="also inductor's max-autotune CPU GEMM (slow to build)")
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--target", default=None, help="a real target: its step costs under each --cpu-matmul kernel")
-    ap.add_argument("--draft", default=None, help="with --target: a draft LM sharing its tokenizer")
-    ap.add_argument("-k", type=int, default=4)
-    args = ap.parse_args()
-    if args.target:
-        if not args.draft:
-            ap.error("--target needs --draft (a draft LM sharing the target's tokenizer)")
-        result = step_costs(args.target, args.draft, args.k, args.dtype)
-        if args.json:
-            write_report(result, args.json)
-            print(f"wrote {args.json}")
-        return
-    dtype = getattr(torch, args.dtype)
+def time_candidates(shapes: str, rows_arg: str, dtype, repeats: int, compile_: bool) -> dict:
+    """Every candidate on every shape and row count: its time, its error against float64, or
+    why it is unavailable or failed."""
     torch.manual_seed(0)
-    rows_list = [int(r) for r in args.rows.split(",")]
+    rows_list = [int(r) for r in rows_arg.split(",")]
     results = {}
     with torch.inference_mode():
-        for name in args.shapes.split(","):
+        for name in shapes.split(","):
             shape = SHAPES.get(name) or tuple(int(v) for v in name.split("x"))
             w = torch.randn(shape, dtype=dtype) / shape[1] ** 0.5
             weights = kernels.stream_copies(w)
-            base = kernels._time(None, torch.randn(1, shape[1], dtype=dtype), weights, args.repeats)  # F.linear
+            base = kernels._time(None, torch.randn(1, shape[1], dtype=dtype), weights, repeats)  # F.linear
             for rows in rows_list:
                 x = torch.randn(rows, shape[1], dtype=dtype)
                 ref = (x.double() @ w.double().t()).float()
                 lin_err = (F.linear(x, w).float() - ref).abs().max().item()
-                for cand, entry in candidates(weights, rows, args.compile).items():
+                for cand, entry in candidates(weights, rows, compile_).items():
                     key = f"{name} rows={rows} {cand}"
                     if isinstance(entry, str):
                         results[key] = {"shape": name, "rows": rows, "candidate": cand, "status": entry}
@@ -169,7 +149,7 @@ def main() -> None:
                     fns, exact = entry
                     try:
                         err = (fns[0](x).float() - ref).abs().max().item()
-                        t = _timed(fns, x, args.repeats)
+                        t = _timed(fns, x, repeats)
                     except Exception as e:  # noqa: BLE001 - a candidate that fails here is reported, not fatal
                         results[key] = {"shape": name, "rows": rows, "candidate": cand, "status": f"failed: {e}"[:120]}
                         continue
@@ -186,6 +166,29 @@ def main() -> None:
                         "linear_max_abs_err_vs_float64": lin_err,
                         "outputs": equal if exact else f"not exact (quantised): {equal}",
                     }
+    return results
+
+
+def main() -> None:
+    ap = parser(__doc__)
+    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"of {list(SHAPES)}, or OUTxIN")
+    ap.add_argument("--rows", default="1,5,16", help="row counts (K+1 for a chain verify)")
+    add_flags(ap, dtype="float32", repeats=30)
+    ap.add_argument("--compile", action="store_true", help="also inductor's max-autotune CPU GEMM (slow to build)")
+    add_flags(
+        ap,
+        json=None,
+        target={"default": None, "help": "a real target: its step costs under each --cpu-matmul kernel"},
+        draft={"default": None, "help": "with --target: a draft LM sharing its tokenizer"},
+        k=4,
+    )
+    args = ap.parse_args()
+    if args.target:
+        if not args.draft:
+            ap.error("--target needs --draft (a draft LM sharing the target's tokenizer)")
+        save(step_costs(args.target, args.draft, args.k, args.dtype), args.json)
+        return
+    results = time_candidates(args.shapes, args.rows, getattr(torch, args.dtype), args.repeats, args.compile)
     cpu = cpu_info()
     print(format_cpu(cpu), f"torch {torch.__version__}, {args.dtype}, {torch.get_num_threads()} threads")
     print(f"{'shape':<10}{'rows':>5}  {'candidate':<15}{'ms':>9}{'x 1 row':>9}  outputs")
@@ -197,9 +200,7 @@ def main() -> None:
             f"{r['shape']:<10}{r['rows']:>5}  {r['candidate']:<15}{r['ms']:>9.2f}"
             f"{r['x_one_row_linear']:>8.2f}x  {r['outputs']}"
         )
-    if args.json:
-        write_report({"dtype": args.dtype, "threads": torch.get_num_threads(), "results": results}, args.json)
-        print(f"wrote {args.json}")
+    save({"dtype": args.dtype, "threads": torch.get_num_threads(), "results": results}, args.json)
 
 
 if __name__ == "__main__":
