@@ -14,22 +14,20 @@ Prints a table, writes JSON.
     python scripts/bench_verify_cost.py --shapes smollm2-135m,llama-1b --context 512 --out runs/bench/verify_cost.json
 """
 
-import argparse
-import os
 import statistics
 import sys
 import time
 
 import torch
 
-from draftsmith.infer.hardware import auto_dtype, cpu_info, format_cpu, use_affinity_threads
+from draftsmith.benchkit import add_flags, machine_line, parser, save
+from draftsmith.infer.hardware import auto_dtype, cpu_info, use_affinity_threads
 from draftsmith.infer.sampling import GREEDY
 from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies
 from draftsmith.models import Target
 from draftsmith.models.eagle import EagleConfig
 from draftsmith.models.eagle3 import Eagle3, Eagle3Config, Eagle3Model, default_aux_layers
 from draftsmith.models.medusa import Medusa, MedusaHeads, prior_accuracies
-from draftsmith.report import write_report
 
 SHAPES = {  # LlamaConfig keyword arguments
     "tiny": dict(
@@ -156,20 +154,36 @@ def measure(shape: str, compile: bool, context: int, chains, trees, repeats: int
     return row  # the models go with this frame; main() empties the CUDA cache between shapes
 
 
+def row_line(row: dict, chains: list[int], trees: list[int]) -> str:
+    """One measured row, every cost as a multiple of the plain decode step."""
+    t1 = row["t_step"]
+    cells = [f"chain{k} {row[f't_verify_chain{k}'] / t1:.2f}x" for k in chains]
+    cells += [
+        f"tree{n} {row[f't_verify_tree{n}'] / t1:.2f}x (+propose medusa {row[f't_propose_tree{n}'] / t1:.2f}x, "
+        f"eagle3 {row[f't_propose_eagle3_tree{n}'] / t1:.2f}x)"
+        for n in trees
+    ]
+    cells.append(f"eagle3 chain4 propose {row['t_propose_eagle3_chain4'] / t1:.2f}x")
+    mode = "compiled" if row["compiled"] else "eager"
+    return f"{row['shape']:<13} {row['dtype']:<9} {mode:<9} step {t1 * 1e3:7.2f} ms | verify/step: " + "  ".join(cells)
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--shapes", default="tiny")
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--chains", default="2,4")
     ap.add_argument("--trees", default="8,16,32,64")
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument(
-        "--dtype",
-        default="auto",
-        help="one or several, comma-separated, measured side by side: float32,bfloat16,auto "
-        "(auto: what `--dtype auto` picks on this machine, infer/hardware.py)",
+    add_flags(
+        ap,
+        repeats=20,
+        dtype={
+            "default": "auto",
+            "help": "one or several, comma-separated, measured side by side: float32,bfloat16,auto "
+            "(auto: what `--dtype auto` picks on this machine, infer/hardware.py)",
+        },
+        out="runs/bench/verify_cost.json",
     )
-    ap.add_argument("--out", default="runs/bench/verify_cost.json")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
@@ -184,7 +198,7 @@ def main() -> int:
     chains = [int(x) for x in args.chains.split(",")]
     trees = [int(x) for x in args.trees.split(",")]
     rows = []
-    print(f"machine: {format_cpu(cpu_info()) if device.type == 'cpu' else torch.cuda.get_device_name()}", flush=True)
+    print(f"machine: {machine_line(device)}", flush=True)
     for shape in args.shapes.split(","):
         for compile, dtype in [(c, d) for c in ([False, True] if device.type == "cuda" else [False]) for d in dtypes]:
             row = measure(shape, compile, args.context, chains, trees, args.repeats, device, dtype)
@@ -192,19 +206,7 @@ def main() -> int:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             rows.append(row)
-            t1 = row["t_step"]
-            cells = [f"chain{k} {row[f't_verify_chain{k}'] / t1:.2f}x" for k in chains]
-            cells += [
-                f"tree{n} {row[f't_verify_tree{n}'] / t1:.2f}x (+propose medusa {row[f't_propose_tree{n}'] / t1:.2f}x, "
-                f"eagle3 {row[f't_propose_eagle3_tree{n}'] / t1:.2f}x)"
-                for n in trees
-            ]
-            cells.append(f"eagle3 chain4 propose {row['t_propose_eagle3_chain4'] / t1:.2f}x")
-            print(
-                f"{shape:<13} {row['dtype']:<9} {'compiled' if compile else 'eager':<9} step {t1 * 1e3:7.2f} ms | "
-                "verify/step: " + "  ".join(cells),
-                flush=True,
-            )
+            print(row_line(row, chains, trees), flush=True)
     env = {
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "dtypes": [str(d) for d in dtypes],
@@ -212,9 +214,7 @@ def main() -> int:
         "cpu": cpu_info(),
         "torch": torch.__version__,
     }
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    write_report({"environment": env, "rows": rows}, args.out)
-    print(f"wrote {args.out}")
+    save({"environment": env, "rows": rows}, args.out)
     return 0
 
 
