@@ -125,7 +125,7 @@ def comparison(outputs: dict[str, list], baseline: str = "plain") -> dict[str, d
     return out
 
 
-def run(main, *args) -> None:
+def run_main(main, *args) -> None:
     """A script's entry: exit with main's status; a DraftsmithError is one line and status 2."""
     from draftsmith.errors import run_command
 
@@ -141,6 +141,6 @@ __all__ = [
     "markdown_table",
     "operator_times",
     "parser",
-    "run",
+    "run_main",
     "save",
 ]

@@ -25,8 +25,7 @@ import subprocess
 import sys
 import time
 
-from draftsmith.benchkit import add_flags, markdown_table, parser, save
-from draftsmith.benchkit import run as run_script
+from draftsmith.benchkit import add_flags, markdown_table, parser, run_main, save
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -154,4 +153,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    run_script(main)
+    run_main(main)

@@ -26,7 +26,6 @@ writes JSON.
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import statistics
 import sys
@@ -36,12 +35,12 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_verify_cost import SHAPES, random_model  # noqa: E402
 
-from draftsmith.errors import DraftsmithError, run_command  # noqa: E402
+from draftsmith.benchkit import add_flags, parser, run_main, save  # noqa: E402
+from draftsmith.errors import DraftsmithError  # noqa: E402
 from draftsmith.infer import Engine  # noqa: E402
 from draftsmith.infer.proposal import Proposal  # noqa: E402
 from draftsmith.infer.tree import Tree, TreeConfig, full_choices  # noqa: E402
 from draftsmith.models import DraftLM, Target  # noqa: E402
-from draftsmith.report import write_report
 
 
 class Oracle:
@@ -132,16 +131,19 @@ def measure(shape, device, dtype, k, max_new, prompt_len, repeats, tree):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--shapes", default="tiny", help=f"comma-separated, of: {', '.join(SHAPES)}")
-    ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
-    ap.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on CPU")
-    ap.add_argument("-k", type=int, default=4, help="drafted tokens per step (a tree: its depth)")
-    ap.add_argument("--max-new-tokens", type=int, default=128)
+    add_flags(
+        ap,
+        device={"default": None, "help": "default: cuda if available, else cpu"},
+        dtype={"default": None, "help": "default: bfloat16 on CUDA, float32 on CPU"},
+        k={"default": 4, "help": "drafted tokens per step (a tree: its depth)"},
+        max_new_tokens=128,
+    )
     ap.add_argument("--prompt-len", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs per row after one warm-up (median)")
+    add_flags(ap, repeats={"default": 3, "help": "timed runs per row after one warm-up (median)"})
     ap.add_argument("--no-tree", action="store_true", help="skip the oracle tree row")
-    ap.add_argument("--out", default="runs/bench/engine.json")
+    add_flags(ap, out="runs/bench/engine.json")
     args = ap.parse_args()
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -157,25 +159,22 @@ def main() -> int:
         "torch": torch.__version__,
         "transformers": __import__("transformers").__version__,
     }
-    pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for shape in shapes:  # written after every shape: a run stopped by a time limit keeps what it measured
         rows += measure(
             shape, device, dtype, args.k, args.max_new_tokens, args.prompt_len, args.repeats, not args.no_tree
         )
-        write_report(
-            {
-                "command": " ".join(sys.argv),
-                "environment": env,
-                "prompt_len": args.prompt_len,
-                "max_new_tokens": args.max_new_tokens,
-                "rows": rows,
-            },
-            args.out,
-        )
+        result = {
+            "command": " ".join(sys.argv),
+            "environment": env,
+            "prompt_len": args.prompt_len,
+            "max_new_tokens": args.max_new_tokens,
+            "rows": rows,
+        }
+        save(result, args.out, quiet=True)
     print(f"wrote {args.out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(run_command(main))
+    run_main(main)

@@ -24,7 +24,7 @@ import resource
 import statistics
 import tempfile
 
-from draftsmith.benchkit import add_flags, parser, run, save
+from draftsmith.benchkit import add_flags, parser, run_main, save
 
 
 def rss_bytes() -> int:
@@ -142,4 +142,4 @@ def _cpu_name() -> str:
 
 
 if __name__ == "__main__":
-    run(main)
+    run_main(main)

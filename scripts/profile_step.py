@@ -20,7 +20,7 @@ import time
 import torch
 
 from draftsmith.bench import cpu_info, format_cpu
-from draftsmith.benchkit import add_flags, operator_times, parser, run, save
+from draftsmith.benchkit import add_flags, operator_times, parser, run_main, save
 from draftsmith.infer.engine import Engine
 from draftsmith.models import Target
 
@@ -100,4 +100,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    run(main)
+    run_main(main)
