@@ -18,7 +18,6 @@ summed over all prompts; per-position acceptance from _num_accepted_tokens_per_p
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import subprocess
@@ -28,6 +27,8 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from draftsmith.benchkit import add_flags, parser, save  # noqa: E402
 
 
 def vllm_folder(draft: pathlib.Path, k: int, work: pathlib.Path) -> pathlib.Path:
@@ -59,20 +60,22 @@ def vllm_folder(draft: pathlib.Path, k: int, work: pathlib.Path) -> pathlib.Path
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("draft")
-    ap.add_argument("--target", default="smollm2-135m-instruct", help="built-in name or HF folder")
-    ap.add_argument("-k", type=int, default=4, help="draft tokens per step (chain)")
-    ap.add_argument(
-        "--prompts",
-        default="mt-bench,humaneval",
-        help="prompt sets, as draftsmith bench/crosscheck take them (mt-bench: both turns)",
+    add_flags(
+        ap,
+        target={"default": "smollm2-135m-instruct", "help": "built-in name or HF folder"},
+        k={"default": 4, "help": "draft tokens per step (chain)"},
+        prompts={
+            "default": "mt-bench,humaneval",
+            "help": "prompt sets, as draftsmith bench/crosscheck take them (mt-bench: both turns)",
+        },
+        num_prompts={"default": None, "help": "prompts per set"},
+        max_new_tokens=64,
+        dtype="float32",
     )
-    ap.add_argument("--num-prompts", type=int, default=None, help="prompts per set")
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--dtype", default="float32")
     ap.add_argument("--plain", action="store_true", help="also decode without the draft (agreement, speedup)")
-    ap.add_argument("--json", default=None)
+    add_flags(ap, json=None)
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
 
@@ -210,9 +213,7 @@ def main() -> int:
         k: result[k] for k in ("tau", "drafts", "accepted_tokens", "accepted_per_pos", "tokens_per_s") if k in result
     }
     print("tau " + json.dumps(summary), flush=True)
-    if args.json:
-        pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(args.json).write_text(json.dumps(result, indent=1))
+    save(result, args.json, stamp=False, quiet=True)
     return 0
 
 

@@ -9,6 +9,7 @@ import json
 import pathlib
 import sys
 
+from draftsmith.benchkit import markdown_table
 from draftsmith.report import write_report
 
 out, budget = pathlib.Path(sys.argv[1]), float(sys.argv[2])
@@ -44,11 +45,12 @@ race = {"budget_s": budget, "equal_tokens": eq and int(eq[1]), "results": rows}
 write_report(race, out / "race.json", argv=["bash", "scripts/peer/race.sh", sys.argv[2]])
 domains = sorted({d for r in rows.values() for d in (r["by_domain_equal_time"] or {})})
 head = ["trainer", "steps", "tokens", "tokens/s", "τ equal time", f"τ equal tokens ({race['equal_tokens']})", *domains]
-lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-for name, r in rows.items():
-    cells = [name, r["steps"], r["tokens"], r["tokens_per_s"], r["tau_equal_time"], r["tau_equal_tokens"]]
-    cells += [(r["by_domain_equal_time"] or {}).get(d) for d in domains]
-    lines.append("| " + " | ".join("-" if c is None else str(c) for c in cells) + " |")
-(out / "race.md").write_text("\n".join(lines) + "\n")
-print("\n".join(lines))
+cells = [
+    [name, r["steps"], r["tokens"], r["tokens_per_s"], r["tau_equal_time"], r["tau_equal_tokens"]]
+    + [(r["by_domain_equal_time"] or {}).get(d) for d in domains]
+    for name, r in rows.items()
+]
+table = markdown_table(head, cells)
+(out / "race.md").write_text(table + "\n")
+print(table)
 print(f"-> {out / 'race.json'}, {out / 'race.md'}")
