@@ -28,6 +28,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
+import os
 import pathlib
 import re
 from dataclasses import dataclass, field
@@ -47,32 +49,99 @@ DEFAULT_SCORED = 0.5  # share of a row's tokens the loss scores (the replies): t
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    # Every number is checked as it is parsed (argparse's one line), never as a figure in the table.
     p.add_argument("recipe", help="YAML recipe, e.g. configs/llama-3.1-8b-instruct/eagle3.yaml")
-    p.add_argument("--gpus", type=int, default=8, help="GPUs per node (default 8)")
-    p.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
-    p.add_argument("--gpu-memory", default="80GB", help="memory of one GPU, e.g. 80GB, 141GB (default 80GB)")
+    p.add_argument("--gpus", type=_at_least_one, default=8, help="GPUs per node (default 8)")
+    p.add_argument("--nodes", type=_at_least_one, default=1, help="nodes (default 1)")
+    p.add_argument(
+        "--gpu-memory", type=_memory_size, default=80e9, help="memory of one GPU, e.g. 80GB, 141GB (default 80GB)"
+    )
     p.add_argument(
         "--gpu-tflops",
-        default="989",
+        type=_tflops,
+        default=989.0,
         help="one GPU's dense peak in TFLOP/s at the compute dtype (default 989: H100 SXM bf16), "
         "or 'measured': time matmuls on this machine's device (a CPU: --gpus 1)",
     )
-    p.add_argument("--utilisation", type=float, default=0.4, help="share of the peak training reaches (default 0.4)")
+    p.add_argument(
+        "--utilisation", type=_fraction, default=0.4, help="share of the peak training reaches, in (0, 1] (default 0.4)"
+    )
     p.add_argument(
         "--scored-fraction",
-        type=float,
+        type=_fraction,
         default=DEFAULT_SCORED,
-        help=f"share of tokens the loss scores (the replies; default {DEFAULT_SCORED})",
+        help=f"share of tokens the loss scores, in (0, 1] (the replies; default {DEFAULT_SCORED})",
     )
-    p.add_argument("--epoch-tokens", type=float, default=None, help="tokens in one epoch (default: from the data)")
-    p.add_argument("--device", default="cuda", help="cuda (default) or cpu: sets the dtypes 'auto' picks")
+    p.add_argument("--epoch-tokens", type=_positive, default=None, help="tokens in one epoch (default: from the data)")
+    p.add_argument(
+        "--device", choices=("cuda", "cpu"), default="cuda", help="cuda (default) or cpu: sets the dtypes 'auto' picks"
+    )
     p.add_argument(
         "--strategy",
         choices=STRATEGIES,
         default=None,
         help="the strategy you will launch with (its configs/accelerate/*.yaml); default: fits if any strategy fits",
     )
-    p.add_argument("--json", default=None, help="write every figure to this JSON file")
+    p.add_argument("--json", type=_json_path, default=None, help="write every figure to this JSON file")
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _number(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _tflops(text: str) -> float | str:
+    if text == "measured":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite TFLOP/s figure > 0, or 'measured'")
+    return value
+
+
+def _memory_size(text: str) -> float:
+    try:
+        return parse_bytes(text)
+    except DraftsmithError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--gpu-memory ")) from None
+
+
+def _json_path(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("name a file, e.g. plan.json")
+    return text
 
 
 @dataclass
@@ -185,6 +254,9 @@ def build_meta(recipe, device: str = "cuda", scored: float = DEFAULT_SCORED) -> 
     if dtype_name == "auto":
         dtype_name = "bfloat16" if device == "cuda" else "float32"
     dtype = getattr(torch, dtype_name)
+    folder = pathlib.Path(name).expanduser()
+    if folder.is_dir() and not (folder / "config.json").is_file():  # else transformers' traceback
+        raise DraftsmithError(f"model.target {name}: the folder has no config.json; name a transformers model folder")
     target_model = meta_causal_lm(name, dtype)
     # Built-in targets and local folders carry their tokenizer (a kind may read its special ids);
     # a Hub id has none offline, and none is needed for shapes.
@@ -401,8 +473,9 @@ def recipe_name(recipe) -> str:
 
 
 def parse_bytes(text: str) -> float:
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([kmgt]i?b?)?\s*", str(text).lower())
-    if not m:
+    """'80GB', '141gb', '16GiB', '80' (GB) -> bytes; anything else, or a size of 0, is refused."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([kmgt]i?b?)?\s*", str(text).lower())
+    if not m or float(m.group(1)) == 0:
         raise DraftsmithError(f"--gpu-memory {text!r}: expected a size like 80GB or 141GB")
     unit = (m.group(2) or "gb").rstrip("b")
     scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
@@ -412,29 +485,24 @@ def parse_bytes(text: str) -> float:
 def run(args, overrides: list[str]) -> int:
     from draftsmith.train.config import load_recipe
 
-    for flag, value in (("--gpus", args.gpus), ("--nodes", args.nodes)):
-        if value < 1:
-            raise DraftsmithError(f"{flag} must be >= 1, got {value}")
-    if not 0 < args.utilisation <= 1:
-        raise DraftsmithError(f"--utilisation must be in (0, 1], got {args.utilisation}")
+    if args.json:  # before any work: the table is not lost to a path that cannot be written
+        from draftsmith.bench import check_output_path
+
+        check_output_path(args.json, "--json")
     recipe = load_recipe(args.recipe, overrides)
     recipe._path = args.recipe
-    if args.gpu_tflops == "measured":
+    tflops = args.gpu_tflops
+    if tflops == "measured":
         from draftsmith.train.flops import measure_tflops
 
         dtype = "bfloat16" if recipe.optim.mixed_precision == "bf16" else "float32"
         tflops = measure_tflops(dtype, device="cuda" if args.device == "cuda" else "cpu")
-    else:
-        try:
-            tflops = float(args.gpu_tflops)
-        except ValueError:
-            raise DraftsmithError(f"--gpu-tflops {args.gpu_tflops!r}: give a number or 'measured'") from None
     plan = make_plan(
         recipe,
         recipe_path=args.recipe,
         gpus=args.gpus,
         nodes=args.nodes,
-        gpu_memory=parse_bytes(args.gpu_memory),
+        gpu_memory=args.gpu_memory,
         gpu_tflops=tflops,
         utilisation=args.utilisation,
         scored=args.scored_fraction,
@@ -443,9 +511,7 @@ def run(args, overrides: list[str]) -> int:
     )
     print(render(plan))
     if args.json:
-        path = pathlib.Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(to_dict(plan), indent=1) + "\n")
+        write_json(plan, args.json)
     if args.strategy and args.strategy not in plan.fitting:  # advice: another strategy first
         advice = smallest_change(recipe, plan._built, plan.world, plan.gpu_memory, plan.max_length, plan.batch_size,
                                  strategy=args.strategy)  # fmt: skip
@@ -455,6 +521,25 @@ def run(args, overrides: list[str]) -> int:
     if not plan.fitting:
         raise DraftsmithError(f"{plan.recipe} does not fit on {_gb(plan.gpu_memory)} GPUs: {plan.advice}")
     return 0
+
+
+def write_json(plan: Plan, path: str) -> None:
+    """The plan as JSON, atomically (a temporary file renamed over `path`): a full disk or a
+    vanished folder leaves no half-written file, and says so in one line."""
+    path = pathlib.Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(to_dict(plan), indent=1) + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # its folder is not there either
+            pass
+        raise DraftsmithError(
+            f"--json {path}: cannot write it ({e.strerror or e}); the plan is printed above"
+        ) from None
 
 
 def to_dict(plan: Plan) -> dict:

@@ -3,6 +3,8 @@ draft (draft_lm) or the target itself (Medusa-2)."""
 
 from __future__ import annotations
 
+import warnings
+
 from draftsmith.errors import DraftsmithError
 
 from .config import LoraConfig
@@ -28,4 +30,8 @@ def wrap_lora(model, lc: LoraConfig, what: str, extra: str = "peft"):
         target_modules=list(lc.target_modules),
         task_type="CAUSAL_LM",
     )
-    return peft.get_peft_model(model, config)
+    with warnings.catch_warnings():
+        # peft reads transformers' deprecated `is_gradient_checkpointing` (peft's to change, not
+        # ours); only that one FutureWarning is muted, and only around this call.
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        return peft.get_peft_model(model, config)
