@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import pathlib
+import re
 import shutil
 import socket
 import sys
@@ -292,11 +293,22 @@ def save(
     except BaseException as e:
         if accelerator.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)  # frees what a full disk let it write
-        if not isinstance(e, OSError):
+        failed = io_error(e)
+        if failed is None:
             raise
         prev = latest_checkpoint(root)
         then = f"{prev} is intact: free space, then --resume" if prev else "free space and rerun"
-        raise DraftsmithError(f"{faults.write_failure(e, f'checkpoint {name}', tmp)}; {then}") from None
+        raise DraftsmithError(f"{faults.write_failure(failed, f'checkpoint {name}', root)}; {then}") from None
+
+
+def io_error(e: BaseException) -> OSError | None:
+    """The OSError behind a failed write: `e` itself, or the one safetensors reports in its own
+    type (SafetensorError "... I/O error: No space left on device (os error 28) ..." from the
+    weights transformers' save_pretrained writes); None for any other failure."""
+    if isinstance(e, OSError):
+        return e
+    m = re.search(r"\(os error (\d+)\)", str(e)) if type(e).__name__ == "SafetensorError" else None
+    return OSError(int(m.group(1)), os.strerror(int(m.group(1)))) if m else None
 
 
 def _save(accelerator, task, model, root: pathlib.Path, name: str, trainer_state: dict | None, extra: dict):

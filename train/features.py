@@ -21,6 +21,8 @@ from __future__ import annotations
 import bisect
 import collections
 import contextlib
+import errno
+import fnmatch
 import hashlib
 import inspect
 import json
@@ -36,6 +38,7 @@ from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
 
+from .checkpoint import io_error as _io_error
 from .distributed import fingerprint
 from .losses import head_on_rows
 
@@ -61,6 +64,37 @@ def row_index(rows: torch.Tensor) -> torch.Tensor:
 
 def num_hidden_states(config) -> int:
     return config.get_text_config().num_hidden_layers + 1  # embeddings + one per decoder layer
+
+
+# What a cache folder holds (vLLM's staging folder and log included): anything else in a folder
+# without settings.json means it is not a feature cache.
+CACHE_ENTRIES = (SETTINGS, MANIFEST, "shard-*.safetensors", "*.tmp", "vllm", "vllm.log")
+
+
+def check_cache_folder(out, flag: str = "feature cache folder") -> None:
+    """A folder to write a cache into: new, empty, or a feature cache (a rerun resumes it when its
+    settings match). Another folder is refused: a typo'd path must not fill it with shards."""
+    out = pathlib.Path(out)
+    if not out.is_dir() or (out / SETTINGS).exists():
+        return
+    foreign = sorted(p.name for p in out.iterdir() if not any(fnmatch.fnmatch(p.name, e) for e in CACHE_ENTRIES))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise DraftsmithError(
+            f"{flag} {out} holds other files ({shown}) and is not a feature cache: name a new or empty folder"
+        )
+
+
+def check_distinct_layers(layers, n_states: int) -> None:
+    """Each hidden state once: an index listed twice, or a negative one naming a listed state,
+    would store the same features twice under two places of the drafter's input."""
+    seen = {}
+    for layer in layers:
+        state = layer % n_states
+        if state in seen:
+            same = "" if seen[state] == layer else f" ({seen[state]} and {layer} are both hidden state {state})"
+            raise DraftsmithError(f"--layers lists hidden state {layer} twice{same}: give each index once")
+        seen[state] = layer
 
 
 def check_layers(layers, n_states: int, name: str) -> None:
@@ -219,6 +253,7 @@ def extract(
         raise DraftsmithError(f"training rows have {train_rows.input_ids.shape[1]} tokens, max_length is {max_length}")
     want = settings(target, layers, max_length, train_rows, dtype) | {"shard_rows": shard_rows}
     # Every rank checks (and fails) alike, so none is left waiting at the barrier below.
+    check_cache_folder(out)
     have = _read_json(out / SETTINGS) if (out / SETTINGS).exists() else None
     if have is not None:
         _refuse_different(
@@ -305,10 +340,22 @@ def _write_shard(path: pathlib.Path, tensors: dict, metadata: dict) -> None:
 def _write_atomic(path: pathlib.Path, write) -> None:
     """`write(tmp)` beside `path`, fsync, rename: a kill leaves no file or the whole file under its name."""
     tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except Exception as e:  # noqa: BLE001 -- safetensors reports a failed write as its own type
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)  # nothing half-written stays, under any name
+        io_error = _io_error(e)
+        if io_error is None:
+            raise
+        full = io_error.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise DraftsmithError(
+            f"{'disk full' if full else 'cannot write'} ({io_error.strerror or io_error}) while writing {path}: "
+            "free space, then rerun the same command (the finished shards are kept)"
+        ) from None
     fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(fd)

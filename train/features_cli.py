@@ -17,7 +17,7 @@ import sys
 from draftsmith.errors import DraftsmithError, run_command
 from draftsmith.kinds import KINDS
 
-from .features import CACHE_DTYPES, check_layers, extract, num_hidden_states
+from .features import CACHE_DTYPES, check_cache_folder, check_distinct_layers, check_layers, extract, num_hidden_states
 
 log = logging.getLogger("draftsmith.train")
 
@@ -99,7 +99,7 @@ def _run(args, rest: list[str]) -> int:
 
     check_output_folder(args.output, "--output")  # before the target loads: not a traceback at the first shard
     recipe = load_recipe(args.recipe, rest)
-    layers = _parse_layers(args.layers) if args.layers else None
+    layers = _parse_layers(args.layers) if args.layers is not None else None  # "" is refused, not the default
     acc = make_accelerator(recipe)
     main = acc.is_main_process
     try:
@@ -107,6 +107,8 @@ def _run(args, rest: list[str]) -> int:
             target = load_target(recipe, acc, parts="whole")
         layers = layers or _drafter_layers(recipe, target)
         check_layers(layers, num_hidden_states(target.config), target.name)  # before the data work
+        if args.layers is not None:
+            check_distinct_layers(layers, num_hidden_states(target.config))
         with acc.main_process_first():
             data = build_data(recipe.data, target.tokenizer, target=target, progress=main and recipe.logging.progress)
         m = extract(
@@ -161,8 +163,10 @@ def _extract_with_vllm(args, rest: list[str], engines) -> dict:
         # for the manifest and the trainer's check: its feature readers, on the CPU (vLLM holds the
         # GPUs), in the dtype training will use (the manifest records it).
         target = load_target(recipe, acc, parts="readers", device="cpu")
-        layers = _parse_layers(args.layers) if args.layers else _drafter_layers(recipe, target)
+        layers = _parse_layers(args.layers) if args.layers is not None else _drafter_layers(recipe, target)
         check_layers(layers, num_hidden_states(target.config), target.name)
+        if args.layers is not None:
+            check_distinct_layers(layers, num_hidden_states(target.config))
         data = build_data(recipe.data, target.tokenizer, target=target, progress=recipe.logging.progress)
         hidden = target.config.get_text_config().hidden_size
         if args.from_hidden_states:
@@ -225,11 +229,12 @@ def check_output_folder(path: str, flag: str) -> None:
         raise DraftsmithError(
             f"{flag} {p}: cannot write in {folder} ({e.strerror or e}); pick a writable folder"
         ) from None
+    check_cache_folder(p, flag)
 
 
 def _parse_layers(text: str) -> tuple[int, ...]:
     try:
-        return tuple(int(x) for x in text.split(","))
+        return tuple(int(x) for x in text.split(","))  # "" and "2,,5" fail here too
     except ValueError:
         raise DraftsmithError(f"--layers {text!r}: expected comma-separated integers, e.g. 2,5,-1") from None
 
