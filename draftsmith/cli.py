@@ -248,6 +248,8 @@ def _check_args(args) -> None:
     for flag, value, ok, rule in checks:
         if not ok:
             raise DraftsmithError(f"{flag} must be {rule}, got {value}")
+    if args.verification == "typical-lossy" and not args.draft:  # else it silently decodes plain
+        raise DraftsmithError("--verification typical-lossy needs a --draft: it accepts or rejects drafted tokens")
     from draftsmith.bench import PLOT_SUFFIXES, check_output_path
 
     if getattr(args, "json", None):

@@ -21,6 +21,7 @@ runs eagerly.
 from __future__ import annotations
 
 import functools
+import operator
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -135,6 +136,20 @@ class Engine:
             length = -(-length // CACHE_BUCKET) * CACHE_BUCKET
         return length
 
+    def _check_positions(self, prompt_tokens: int, max_new_tokens: int, drafting: bool) -> None:
+        """Prompt + max_new_tokens + one step's drafts must fit the target's positions (past
+        them a model's numbers mean nothing); the CLI's own check, in its words."""
+        from draftsmith.prompts import ContextFit, Prompt
+
+        cfg = getattr(self.target, "config", None)
+        positions = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+        if not isinstance(positions, int):
+            return
+        draft_tokens = self.max_draft_tokens if drafting else 0
+        name = getattr(self.target, "name", "the target")
+        fit = ContextFit(positions, max_new_tokens, draft_tokens, model=name, truncate_flag=None)
+        fit(Prompt([0] * prompt_tokens, "", "prompt"), "given")
+
     @torch.inference_mode()
     def generate(
         self,
@@ -149,10 +164,15 @@ class Engine:
     ) -> GenerationResult:
         """Decode one prompt. `speculative=False` runs plain decoding even if a drafter is set."""
         target, device = self.target, self.target.device
-        prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).reshape(1, -1)
+        prompt = prompt_tensor(prompt_ids, getattr(target, "vocab_size", None), device)
         if prompt.shape[1] == 0:
             raise ValueError("empty prompt: nothing to condition on")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise DraftsmithError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        if self.verification == "typical-lossy" and self.drafter is None:
+            raise DraftsmithError("typical-lossy verification needs a draft: it accepts drafted tokens (pass --draft)")
         drafter = self.drafter if speculative else None
+        self._check_positions(prompt.shape[1], max_new_tokens, drafter is not None)
         k = self.k if drafter is not None else 0
         layers = self.hidden_layers if drafter is not None else None
         typical = self.verification == "typical-lossy" and drafter is not None
@@ -350,6 +370,39 @@ class Engine:
             "t_draft_by_accepted": by_accepted,
             "t_draft_k": expected_draft_cost(by_accepted, per_position_acceptance),
         }
+
+
+def prompt_tensor(prompt_ids, vocab_size: int | None, device) -> torch.Tensor:
+    """A prompt as the [1, n] LongTensor the loop decodes, or one line naming what is wrong with
+    it: text instead of ids, a wrong shape or dtype, an id outside the target's vocabulary."""
+    usage = "a list of ints or a 1-D/1xN LongTensor; encode text with the target's tokenizer"
+    if isinstance(prompt_ids, (str, bytes)):
+        raise DraftsmithError(f"generate takes token ids ({usage}), not text")
+    if isinstance(prompt_ids, torch.Tensor):
+        if prompt_ids.dtype.is_floating_point or prompt_ids.dtype.is_complex or prompt_ids.dtype == torch.bool:
+            raise DraftsmithError(f"generate takes token ids ({usage}), got a {prompt_ids.dtype} tensor")
+        if prompt_ids.dim() > 2 or (prompt_ids.dim() == 2 and prompt_ids.shape[0] != 1):
+            raise DraftsmithError(
+                f"generate takes one prompt ({usage}), got a tensor of shape {list(prompt_ids.shape)}"
+            )
+        ids = prompt_ids.reshape(-1).tolist()
+    else:
+        try:
+            ids = list(prompt_ids)
+        except TypeError:
+            raise DraftsmithError(f"generate takes token ids ({usage}), got {type(prompt_ids).__name__}") from None
+        bad = [i for i in ids if isinstance(i, bool) or not hasattr(type(i), "__index__")]  # ints, numpy ints
+        if bad:
+            raise DraftsmithError(f"generate takes token ids ({usage}), got an element {bad[0]!r}")
+        ids = [operator.index(i) for i in ids]
+    if vocab_size:
+        i = next((i for i, t in enumerate(ids) if not 0 <= t < vocab_size), None)
+        if i is not None:
+            raise DraftsmithError(
+                f"prompt token id {ids[i]} (position {i}) is outside the target's vocabulary "
+                f"of {vocab_size:,} ids (0..{vocab_size - 1})"
+            )
+    return torch.tensor(ids, dtype=torch.long, device=device).reshape(1, -1)
 
 
 def expected_draft_cost(by_accepted: list[float], per_position_acceptance=None) -> float:

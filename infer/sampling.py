@@ -8,6 +8,8 @@ runtime therefore goes through `logits_to_probs`.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -22,16 +24,23 @@ class SamplingConfig:
     top_p: float = 1.0
 
     def __post_init__(self):
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        # ValueError (the CLI turns it into its one line): a wrong type or a NaN otherwise fails,
+        # or worse samples, deep inside the loop.
+        t, k, p = self.temperature, self.top_k, self.top_p
+        if not _is_real(t) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
+            raise ValueError(f"top_k must be an int >= 0 (0 = off), got {k!r}")
+        if not _is_real(p) or not 0.0 < p <= 1.0:  # NaN fails the comparison too
+            raise ValueError(f"top_p must be a number in (0, 1] (1 = off), got {p!r}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 GREEDY = SamplingConfig()
