@@ -673,23 +673,8 @@ PROBE: list[Case] = [
 ]
 
 # --- draftsmith plan --------------------------------------------------------------------------------
+# (its numbers are refused as they are parsed: test_plan_numbers_are_refused_as_they_are_parsed)
 PLAN = [
-    Case("plan-gpus-zero", ("plan", "{tiny}/eagle3.yaml", "--gpus", "0"), "--gpus must be >= 1, got 0"),
-    Case(
-        "plan-gpu-memory-unparsable",
-        ("plan", "{tiny}/eagle3.yaml", "--gpu-memory", "lots"),
-        "--gpu-memory 'lots': expected a size like 80GB",
-    ),
-    Case(
-        "plan-gpu-tflops-word",
-        ("plan", "{tiny}/eagle3.yaml", "--gpu-tflops", "fast"),
-        "--gpu-tflops 'fast': give a number or 'measured'",
-    ),
-    Case(
-        "plan-utilisation-above-one",
-        ("plan", "{tiny}/eagle3.yaml", "--utilisation", "1.5"),
-        "--utilisation must be in (0, 1], got 1.5",
-    ),
     Case("plan-unknown-override", ("plan", "{tiny}/eagle3.yaml", "--optim.lrr=1"), "unknown config key 'optim.lrr'"),
     Case("plan-fits-nowhere", ("plan", "{tiny}/eagle3.yaml", "--gpu-memory", "1MB"), "does not fit on 1 MB GPUs"),
 ]
@@ -1171,3 +1156,294 @@ def test_help_texts_come_from_the_kind_registry():
         write_drafter_meta(ckpt, "eagle", "tiny-random")
         with pytest.raises(DraftsmithError, match="does not apply to an eagle checkpoint"):
             export(ckpt, "sglang", pathlib.Path(tmp) / "out")
+
+
+# --- the probe's unusual inputs: plan, features, checkpoints, the Python API ------------------------
+
+PLAN_PARSE = [
+    (("--scored-fraction", "-1"), "argument --scored-fraction: must be in (0, 1], got -1"),
+    (("--scored-fraction", "5"), "argument --scored-fraction: must be in (0, 1], got 5"),
+    (("--scored-fraction", "0"), "argument --scored-fraction: must be in (0, 1], got 0"),
+    (("--gpu-tflops", "-10"), "argument --gpu-tflops: '-10': give a finite TFLOP/s figure > 0, or 'measured'"),
+    (("--gpu-tflops", "nan"), "argument --gpu-tflops: 'nan': give a finite TFLOP/s figure > 0"),
+    (("--gpu-tflops", "0"), "argument --gpu-tflops: '0': give a finite TFLOP/s figure > 0"),
+    (("--gpu-tflops", "fast"), "argument --gpu-tflops: 'fast': give a finite TFLOP/s figure > 0, or 'measured'"),
+    (("--epoch-tokens", "-5"), "argument --epoch-tokens: must be > 0, got -5"),
+    (("--epoch-tokens", "0"), "argument --epoch-tokens: must be > 0, got 0"),
+    (("--epoch-tokens", "inf"), "argument --epoch-tokens: 'inf': give a finite number"),
+    (("--device", "tpu"), "argument --device: invalid choice: 'tpu'"),
+    (("--gpu-memory", "1.2.3GB"), "argument --gpu-memory: '1.2.3GB': expected a size like 80GB or 141GB"),
+    (("--gpu-memory", "."), "argument --gpu-memory: '.': expected a size like 80GB"),
+    (("--gpu-memory", "lots"), "argument --gpu-memory: 'lots': expected a size like 80GB"),
+    (("--gpu-memory", "0GB"), "argument --gpu-memory: '0GB': expected a size like 80GB"),
+    (("--json", ""), "argument --json: name a file, e.g. plan.json"),
+    (("--gpus", "0"), "argument --gpus: must be >= 1, got 0"),
+    (("--nodes", "two"), "argument --nodes: 'two' is not a whole number"),
+    (("--utilisation", "1.5"), "argument --utilisation: must be in (0, 1], got 1.5"),
+]
+
+
+@pytest.mark.parametrize("args, line", PLAN_PARSE, ids=[" ".join(a) for a, _ in PLAN_PARSE])
+def test_plan_numbers_are_refused_as_they_are_parsed(args, line, capsys):
+    """A negative, zero, NaN or malformed figure was planned with (a negative memory share, NaN
+    tokens/s, a vanished epoch) or crashed: argparse's one line now, before the recipe loads."""
+    from draftsmith.cli import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", str(TINY / "eagle3.yaml"), *args])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    errors = [ln for ln in err.splitlines() if ": error: " in ln]
+    assert len(errors) == 1 and line in errors[0], err
+
+
+def test_plan_numbers_in_range_are_planned_with(capsys):
+    from draftsmith.cli import main
+
+    capsys.readouterr()
+    argv = ["plan", str(TINY / "eagle3.yaml"), "--scored-fraction", "1", "--gpu-tflops", "2.5", "--epoch-tokens"]
+    assert main([*argv, "1e6", "--gpu-memory", ".5GB", "--device", "cpu", "--gpus", "1"]) == 0
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "fits with" in summary and "of 0.5 GB per GPU" in summary and "at 2.5 TFLOP/s" in summary
+    assert "epoch ~" in summary and "nan" not in summary and "~-" not in summary
+
+
+PROBE_ROWS = [
+    Case(
+        "plan-json-a-folder",
+        ("plan", "{tiny}/eagle3.yaml", "--json", "{tmp}/out"),
+        "--json {tmp}/out is a directory",
+        setup=mkdir("out"),
+        unchanged=("{tmp}/out",),
+    ),
+    Case(
+        "plan-json-under-a-file",
+        ("plan", "{tiny}/eagle3.yaml", "--json", "{tmp}/notes/plan.json"),
+        "--json {tmp}/notes/plan.json: {tmp}/notes is a file, not a folder",
+        setup=write("notes", "keep"),
+        unchanged=("{tmp}/notes",),
+    ),
+    Case(
+        "plan-target-folder-without-config",
+        ("plan", "{tiny}/eagle3.yaml", "--model.target={tmp}/model"),
+        "model.target {tmp}/model: the folder has no config.json",
+        setup=write("model/weights.bin", "x"),
+        unchanged=("{tmp}/model",),
+    ),
+    Case(
+        "features-into-an-unrelated-folder",
+        ("features", "{tiny}/eagle3.yaml", "--output", "{tmp}/mine", "--data.max_rows=8"),
+        "--output {tmp}/mine holds other files (notes.txt) and is not a feature cache",
+        setup=write("mine/notes.txt", "keep"),
+        unchanged=("{tmp}/mine",),
+    ),
+    Case(
+        "features-layers-empty",
+        ("features", "{tiny}/eagle3.yaml", "--output", "{tmp}/f", "--layers", "", "--data.max_rows=8"),
+        "--layers '': expected comma-separated integers",
+        absent=("{tmp}/f",),
+    ),
+    Case(
+        "features-layers-duplicate",
+        ("features", "{tiny}/eagle3.yaml", "--output", "{tmp}/f", "--layers", "2,2,-1", "--data.max_rows=8"),
+        "--layers lists hidden state 2 twice",
+        absent=("{tmp}/f",),
+    ),
+    Case(
+        "features-layers-negative-names-a-listed-one",
+        ("features", "{tiny}/eagle3.yaml", "--output", "{tmp}/f", "--layers", "8,-1", "--data.max_rows=8"),
+        "(8 and -1 are both hidden state 8)",
+        absent=("{tmp}/f",),
+    ),
+    Case(
+        "generate-typical-lossy-without-a-draft",
+        ("generate", "--target", "tiny-random", "--verification", "typical-lossy", "--temperature", "0.7", "Hi"),
+        "--verification typical-lossy needs a --draft",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", PROBE_ROWS, ids=[c.id for c in PROBE_ROWS])
+def test_probe_row(case, request, tmp_path, tmp_path_factory, capsys, tiny_cache, fresh_accelerate):
+    test_bad_input(case, request, tmp_path, tmp_path_factory, capsys, tiny_cache, fresh_accelerate)
+
+
+def test_plan_json_that_cannot_be_written_is_one_line_before_the_table(tmp_path, capsys):
+    from draftsmith.cli import main
+
+    (tmp_path / "ro").mkdir(mode=0o555)
+    path = pathlib.Path("/sys/draftsmith-test/p.json") if os.geteuid() == 0 else tmp_path / "ro" / "p.json"
+    capsys.readouterr()
+    rc = main(["plan", str(TINY / "eagle3.yaml"), "--json", str(path)])
+    out, err = capsys.readouterr()
+    assert_one_clear_line(rc, err, f"--json {path}: cannot write in")
+    assert "plan: " not in out and not path.exists()
+
+
+def test_plan_json_on_a_full_disk_leaves_no_file(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from draftsmith.cli import main
+
+    real = pathlib.Path.write_text
+
+    def full(self, *a, **k):
+        if self.parent == tmp_path:
+            real(self, '{"half": ', **k)  # what fitted
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", full)
+    capsys.readouterr()
+    rc = main(["plan", str(TINY / "eagle3.yaml"), "--json", str(tmp_path / "p.json")])
+    out, err = capsys.readouterr()
+    assert_one_clear_line(rc, err, f"--json {tmp_path / 'p.json'}: cannot write it (No space left on device)")
+    assert out.strip().splitlines()[-1].startswith("plan: ")  # the table was printed
+    assert list(tmp_path.iterdir()) == []  # neither the file nor its temporary
+
+
+def test_plan_of_a_lora_draft_prints_no_deprecation_warning(recwarn, capsys):
+    """peft reads transformers' deprecated is_gradient_checkpointing: muted at that one call."""
+    import warnings
+
+    from draftsmith.cli import main
+
+    warnings.simplefilter("always")
+    lora = ["--drafter.lora.r=4", "--drafter.lora.target_modules=[q_proj,v_proj]"]
+    assert main(["plan", str(TINY / "draft_lm.yaml"), *lora]) == 0
+    assert not [w for w in recwarn if issubclass(w.category, FutureWarning)], [str(w.message) for w in recwarn]
+
+
+def test_disk_full_in_a_shard_leaves_no_shard_and_one_line(tiny_target, tmp_path, monkeypatch):
+    """safetensors reports a full disk as its own SafetensorError: one line, no half shard under
+    any name, the finished shards kept, no manifest (the cache does not look complete)."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    from draftsmith.errors import DraftsmithError
+    from draftsmith.train.config import DataConfig
+    from draftsmith.train.data import build_data
+    from draftsmith.train.features import extract
+
+    rows = build_data(
+        DataConfig(path="chitchat", eval_rows=2, max_rows=3, max_length=64), tiny_target.tokenizer, progress=False
+    ).train
+    real, written = safetensors.torch.save_file, []
+
+    def full(tensors, filename, metadata=None):
+        if written:
+            pathlib.Path(filename).write_bytes(b"\0" * 100)  # what fitted
+            raise SafetensorError(
+                f"Error while serializing: I/O error: No space left on device (os error 28) at path {filename!r}"
+            )
+        written.append(filename)
+        return real(tensors, filename, metadata=metadata)
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    with pytest.raises(DraftsmithError, match=r"^disk full \(No space left on device\) while writing .*shard-00001"):
+        extract(tiny_target, (1, -1), rows, tmp_path / "c", max_length=64, shard_rows=1, progress=False)
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["settings.json", "shard-00000.safetensors"]
+
+
+def test_disk_full_in_a_checkpoints_weights_keeps_the_previous_one(tiny_cache, tmp_path, monkeypatch, capsys):
+    """The weights transformers writes through safetensors meet a full disk (SafetensorError, not
+    OSError): one line naming the run folder, step 1 intact, the partial folder gone."""
+    import transformers.modeling_utils as mu
+    from accelerate.state import AcceleratorState, GradientState
+    from safetensors import SafetensorError
+
+    from draftsmith.cli import main
+
+    out, real, seen = tmp_path / "run", mu.safe_save_file, {}
+
+    def full(state_dict, filename, *a, **k):
+        if ".tmp-step-0000002" in str(filename):
+            seen["before"] = snapshot(out / "step-0000001")
+            raise SafetensorError(
+                f"Error while serializing: I/O error: No space left on device (os error 28) at path {filename!r}"
+            )
+        return real(state_dict, filename, *a, **k)
+
+    monkeypatch.setattr(mu, "safe_save_file", full)
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    capsys.readouterr()
+    try:
+        rc = main(["train", str(TINY / "draft_lm.yaml"), "--output-dir", str(out), *QUICK, "--optim.max_steps=3",
+                   "--checkpoint.save_every=1"])  # fmt: skip
+    finally:
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+    err = capsys.readouterr().err
+    assert seen, "the weights writer was never reached"
+    assert_one_clear_line(
+        rc, err, f"disk full while writing checkpoint step-0000002 (No space left on device) at {out};"
+    )
+    assert f"{out / 'step-0000001'} is intact" in err
+    assert snapshot(out / "step-0000001") == seen["before"]
+    assert not list(out.glob(".tmp-*")) and not (out / "step-0000002").exists()
+
+
+def _engine(monkeypatch=None, **config):
+    from draftsmith.infer.engine import Engine
+    from draftsmith.models import Target
+
+    target = Target.load("tiny-random", dtype="float32", device="cpu", compile=False)
+    for key, value in config.items():
+        monkeypatch.setattr(target.config, key, value)
+    return target, Engine(target)
+
+
+def test_engine_generate_refuses_what_the_cli_refuses(tiny_cache, monkeypatch):
+    import torch
+
+    from draftsmith.errors import DraftsmithError
+    from draftsmith.infer.engine import Engine
+
+    target, engine = _engine(monkeypatch, max_position_embeddings=64)
+    V = target.vocab_size
+    # The CLI's words: prompt + max_new_tokens over the target's positions.
+    too_long = (
+        r"prompt given has 60 tokens; with --max-new-tokens 8 it needs 68 positions, but tiny-random has 64 "
+        r"\(max_position_embeddings\)"
+    )
+    with pytest.raises(DraftsmithError, match=too_long):
+        engine.generate(list(range(1, 61)), 8)
+    with pytest.raises(DraftsmithError, match=r"takes token ids \(a list of ints or a 1-D/1xN LongTensor; encode text"):
+        engine.generate("Hi there", 4)
+    with pytest.raises(DraftsmithError, match="got a torch.float32 tensor"):
+        engine.generate(torch.ones(3), 4)
+    with pytest.raises(DraftsmithError, match=r"one prompt .* got a tensor of shape \[2, 3\]"):
+        engine.generate(torch.ones(2, 3, dtype=torch.long), 4)
+    for bad, at in (([5, -1, 7], 1), ([V], 0)):
+        outside = rf"prompt token id {bad[at]} \(position {at}\) is outside the target's vocabulary of {V:,} ids"
+        with pytest.raises(DraftsmithError, match=outside):
+            engine.generate(bad, 4)
+    with pytest.raises(DraftsmithError, match="typical-lossy verification needs a draft"):
+        Engine(target, verification="typical-lossy").generate([1, 2, 3], 4)
+    # What fits still decodes: ids as a list, a 1-D and a 1xN tensor alike.
+    outs = [engine.generate(ids, 4).tokens for ids in ([1, 2, 3], torch.tensor([1, 2, 3]), torch.tensor([[1, 2, 3]]))]
+    assert outs[0] == outs[1] == outs[2] and len(outs[0]) >= 1
+
+
+@pytest.mark.parametrize(
+    "kwargs, line",
+    [
+        ({"temperature": "hot"}, "temperature must be a finite number >= 0 (0 = greedy), got 'hot'"),
+        ({"temperature": float("nan")}, "temperature must be a finite number >= 0 (0 = greedy), got nan"),
+        ({"temperature": -0.5}, "temperature must be a finite number >= 0 (0 = greedy), got -0.5"),
+        ({"top_p": float("nan")}, "top_p must be a number in (0, 1] (1 = off), got nan"),
+        ({"top_p": "0.9"}, "top_p must be a number in (0, 1] (1 = off), got '0.9'"),
+        ({"top_k": 2.5}, "top_k must be an int >= 0 (0 = off), got 2.5"),
+        ({"top_k": True}, "top_k must be an int >= 0 (0 = off), got True"),
+    ],
+    ids=lambda v: repr(v) if isinstance(v, dict) else "",
+)
+def test_sampling_config_refuses_what_it_cannot_sample_with(kwargs, line):
+    from draftsmith.infer.sampling import SamplingConfig
+
+    with pytest.raises(ValueError) as e:
+        SamplingConfig(**kwargs)
+    assert str(e.value) == line
+    assert SamplingConfig(0.7, 5, 0.9).top_k == 5  # in range: accepted
