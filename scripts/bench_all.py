@@ -32,7 +32,6 @@ Run it on an otherwise idle machine: timed training and timing both suffer from 
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import math
@@ -57,6 +56,7 @@ from draftsmith.bench import (
     run_compare,
     write_json,
 )
+from draftsmith.benchkit import add_flags, parser
 from draftsmith.errors import DraftsmithError, run_command
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.sampling import SamplingConfig
@@ -410,8 +410,8 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments():
+    ap = parser(__doc__)
     ap.add_argument("--recipes", default="configs/smollm2-135m-instruct", help="folder with <kind>.yaml recipes")
     ap.add_argument("--kinds", default=",".join(KINDS), help="drafter kinds to train and compare")
     ap.add_argument("--minutes", type=float, default=24, help="training budget of every kind")
@@ -419,22 +419,22 @@ def main() -> int:
     ap.add_argument(
         "--pair", default="qwen", choices=["qwen", "none"], help="also bench the Qwen2.5-Coder 0.5B->1.5B pair"
     )
-    ap.add_argument(
-        "--prompts",
-        default="chat,code",
-        help="prompt sets, comma-separated: chat, code, mt-bench, humaneval, jsonl files",
+    add_flags(
+        ap,
+        prompts={
+            "default": "chat,code",
+            "help": "prompt sets, comma-separated: chat, code, mt-bench, humaneval, jsonl files",
+        },
+        num_prompts={
+            "default": 4,
+            "help": "per prompt set; mt-bench: questions (both turns each), round-robin over its 8 categories "
+            "(16 = 2 each)",
+        },
+        max_new_tokens=48,
+        repeats=3,
     )
-    ap.add_argument(
-        "--num-prompts",
-        type=int,
-        default=4,
-        help="per prompt set; mt-bench: questions (both turns each), round-robin over its 8 categories (16 = 2 each)",
-    )
-    ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--context-edges", type=lambda s: [int(x) for x in s.split(",")], default=[64, 128, 256])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="runs/bench_all")
+    add_flags(ap, seed=0, out="runs/bench_all")
     ap.add_argument("--progress", action="store_true")
     ap.add_argument(
         "--train-flags",
@@ -450,7 +450,11 @@ def main() -> int:
         help="also train EAGLE-3 for the same budget on this dataset as it is "
         "(e.g. chitchat: no --train-flags), benched beside the others as eagle3_<name>_*",
     )
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = arguments()
     import shlex
 
     args.train_flags = shlex.split(args.train_flags)
