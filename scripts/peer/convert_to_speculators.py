@@ -32,7 +32,6 @@ exactly the same (position, step) pairs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -50,8 +49,9 @@ SPEC_PY = ROOT / ".engines" / "speculators" / "bin" / "python"
 
 
 def parse():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("recipe")
+    from draftsmith.benchkit import parser
+
+    ap = parser(__doc__, recipe={})
     ap.add_argument("--output", required=True)
     ap.add_argument("--max-rows", type=int, default=None, help="train rows to convert (default: all)")
     ap.add_argument("--val-rows", type=int, default=16, help="held-out rows for speculators' validation split")
