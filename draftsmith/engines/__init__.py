@@ -28,7 +28,7 @@ def engines_dir() -> pathlib.Path:
 
 def installed(engine: str) -> pathlib.Path | None:
     """The engine's folder if its install finished (the script writes INSTALLED last), else None."""
-    folder = engines_dir() / {"vllm": "vllm", "llamacpp": "llama.cpp"}[engine]
+    folder = engines_dir() / {"llamacpp": "llama.cpp"}.get(engine, engine)  # scripts/install_engines.sh's folders
     return folder if (folder / "INSTALLED").is_file() else None
 
 
@@ -57,4 +57,11 @@ class EngineOutput:
     num_tokens: int | None = None  # tokens generated, where output_ids are not given (llama.cpp counts them)
 
 
-ENGINE_NAMES = ("vllm", "llamacpp")
+def __getattr__(name: str):
+    """ENGINE_NAMES: the engines `draftsmith crosscheck` drives, read from the export formats'
+    declarations (draftsmith/export/format.py: `Format.crosscheck`), on first use."""
+    if name == "ENGINE_NAMES":
+        from draftsmith.export.format import formats
+
+        return tuple(f.crosscheck for f in formats() if f.crosscheck)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

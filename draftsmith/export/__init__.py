@@ -1,10 +1,12 @@
-"""`draftsmith export CKPT --format hf|vllm|sglang --output-dir DIR`: a trained checkpoint in the
-layout a serving engine loads (DIR/config.json is that engine's config).
+"""`draftsmith export CKPT --format hf|vllm|sglang|gguf --output-dir DIR`: a trained checkpoint in
+the layout a serving engine loads (DIR/config.json is that engine's config).
 
-Each format is a contract module (hf.py, vllm.py, sglang.py) naming the engine version and
-source files it was checked against, the config keys and weight names that engine reads, and a
-`check(folder, kind)` that lists what an exported folder gets wrong. An export is written into a
-temporary folder beside DIR and renamed into place, so a failure never leaves half a folder.
+Each format is a contract module (hf.py, vllm.py, sglang.py, gguf.py) ending in one `Format`
+(format.py): the engine it serves and the engine version and source files it was checked
+against, the config keys and weight names that engine reads, and a `check(folder, kind)` that
+lists what an exported folder gets wrong. The formats, their help and their options are read from
+those declarations. An export is written into a temporary folder beside DIR and renamed into
+place, so a failure (a full disk included) never leaves half a folder that looks complete.
 
 Beside the engine's files every export writes `draftsmith_export.json`: the format, the source
 checkpoint, the verifier (the target, as a Hub id where there is one), the number of speculative
@@ -13,6 +15,7 @@ tokens and the command that serves it.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pathlib
@@ -23,9 +26,10 @@ from draftsmith.errors import DraftsmithError
 from draftsmith.kinds import KINDS
 
 from .common import DEFAULT_NUM_SPECULATIVE_TOKENS, article, hub_id, read_checkpoint
+from .format import Format, formats_of, get_format, kinds_of, names
 from .hf import check_complete
 
-FORMATS = ("hf", "vllm", "sglang", "gguf")
+FORMATS = names()  # format.py's registry: the built-in formats, then those installed packages register
 # Which formats a kind has, its repo-name suffix and what caps its k: draftsmith/kinds.py (KINDS).
 EXPORT_META = "draftsmith_export.json"
 
@@ -44,17 +48,16 @@ __all__ = [
 
 
 def formats_for(kind: str) -> list[str]:
-    """The export formats that apply to a drafter kind (KINDS[kind].exports)."""
-    if kind not in KINDS or not KINDS[kind].exports:
-        exportable = [k for k, v in KINDS.items() if v.exports]
+    """The export formats that apply to a drafter kind (KINDS[kind].exports, then formats that
+    name the kind themselves: format.py's `Format.kinds`)."""
+    if kind not in KINDS or not formats_of(kind):
+        exportable = [k for k in KINDS if formats_of(k)]
         raise DraftsmithError(f"no export for {kind!r} drafters; exportable kinds: {', '.join(exportable)}")
-    return list(KINDS[kind].exports)
+    return formats_of(kind)
 
 
-def _module(fmt: str):
-    from . import gguf, hf, sglang, vllm
-
-    return {"hf": hf, "vllm": vllm, "sglang": sglang, "gguf": gguf}[fmt]
+def _module(fmt: str) -> Format:
+    return get_format(fmt)
 
 
 def default_repo_name(checkpoint) -> str:
@@ -77,17 +80,20 @@ def export(
     *,
     num_speculative_tokens: int | None = None,
     verifier: str | None = None,
-    gguf_type: str = "f16",
+    **options,
 ) -> pathlib.Path:
     """Write the checkpoint as format `fmt` into `output_dir` (absent or empty). -> output_dir.
 
     num_speculative_tokens: tokens drafted per step recorded for the engine (vLLM's
     speculative_tokens, SGLang's num-steps); default 3, for a kind with a k_limit (Medusa: its heads) all it drafts
     (vllm: only    the first k heads are exported). verifier: the target the engine pairs the draft with;
-    default the target's Hub id, else the target as the checkpoint names it.
+    default the target's Hub id, else the target as the checkpoint names it. options: the
+    format's own (gguf: gguf_type, default f16); another format's option is ignored.
     """
-    if fmt not in FORMATS:
-        raise DraftsmithError(f"unknown export format {fmt!r}; formats: {', '.join(FORMATS)}")
+    if fmt not in names():
+        raise DraftsmithError(f"unknown export format {fmt!r}; formats: {', '.join(names())}")
+    module = get_format(fmt)
+    options = _options(module, options)
     ckpt = read_checkpoint(checkpoint)
     kind = ckpt.kind
     applies = formats_for(kind)
@@ -103,7 +109,6 @@ def export(
     check_complete(ckpt)
     k = _num_tokens(ckpt, num_speculative_tokens)
     verifier, verifier_note = (verifier, None) if verifier else _verifier(ckpt.target)
-    module = _module(fmt)
 
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -116,15 +121,16 @@ def export(
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary folder
     try:
-        options = {"gguf_type": gguf_type} if fmt == "gguf" else {}  # f32 for exact cross-checks, f16 to serve
         try:
             notes = module.write(ckpt, tmp, num_speculative_tokens=k, verifier=verifier, **options)
+        except OSError as e:
+            _write_failed(e, out, tmp)
         except KeyError as e:  # a weight config.json calls for is not in the weights (check_intact's net missed it)
             raise DraftsmithError(
                 f"checkpoint {ckpt.path} is damaged: config.json calls for {e.args[0]!r}, which its weights lack; "
                 "copy the whole folder again or retrain it"
             ) from None
-        if verifier_note and fmt != "hf":  # hf's usage line names no target folder
+        if verifier_note and module.serve_names_target:
             notes["note"] = "; ".join(n for n in (notes.get("note"), verifier_note) if n)
         problems = module.check(tmp, kind)
         if problems:  # a contract violation is our bug, not the user's: say so plainly
@@ -133,8 +139,8 @@ def export(
             )
         meta = {
             "format": fmt,
-            "engine": module.ENGINE,
-            "checked_against": module.CHECKED_AGAINST,
+            "engine": module.engine,
+            "checked_against": module.checked_against,
             "kind": kind,
             "source_checkpoint": str(ckpt.path.resolve()),
             "target": ckpt.target,
@@ -143,7 +149,10 @@ def export(
             "repo_name": default_repo_name(ckpt.path),
             **{key: _fill(v, out) for key, v in notes.items()},
         }
-        (tmp / EXPORT_META).write_text(json.dumps(meta, indent=2) + "\n")
+        try:
+            (tmp / EXPORT_META).write_text(json.dumps(meta, indent=2) + "\n")
+        except OSError as e:
+            _write_failed(e, out, tmp)
         try:
             os.replace(tmp, out)  # an empty folder at `out` is replaced atomically
         except OSError as e:  # ENOTEMPTY/EEXIST: another export (or anything) filled `out` meanwhile
@@ -159,6 +168,36 @@ def export(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+# Errors that mean "this folder cannot take the export" wherever they come from; EACCES/EPERM only
+# when the file being written is the export's own (a checkpoint file we cannot read is another matter).
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+
+
+def _write_failed(e: OSError, out: pathlib.Path, tmp: pathlib.Path):
+    """Writing into the temporary folder failed: one line naming `out`; the caller's cleanup
+    removes the temporary folder, so nothing at or beside `out` looks like a finished export."""
+    ours = e.filename is not None and str(e.filename).startswith(str(tmp))
+    if e.errno not in _NO_ROOM and not (ours and e.errno in (errno.EACCES, errno.EPERM)):
+        raise e
+    why = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else (e.strerror or str(e))
+    raise DraftsmithError(
+        f"--output-dir {out}: writing the export failed ({why}); its half-written copy was removed, so "
+        f"nothing at {out} looks like a finished export: free space or pick another folder and run it again"
+    ) from None
+
+
+def _options(fmt: Format, given: dict) -> dict:
+    """The format's own options, with their defaults; another format's option is dropped (callers
+    pass one set of options for every format); a name no format declares is an error."""
+    own = {o.dest: o for o in fmt.options}
+    for name, value in given.items():
+        if name in own and value is not None and value not in own[name].choices:
+            raise DraftsmithError(f"{own[name].flag} {value!r}: choose one of {', '.join(own[name].choices)}")
+        if name not in own and not any(name == o.dest for f in names() for o in get_format(f).options):
+            raise TypeError(f"export() got an unexpected option {name!r}")
+    return {dest: given[dest] if given.get(dest) is not None else o.default for dest, o in own.items()}
 
 
 def check(folder, fmt: str, kind: str) -> list[str]:
@@ -222,46 +261,39 @@ def add_arguments(parser) -> None:
         help=f"tokens drafted per step recorded for the engine (default {DEFAULT_NUM_SPECULATIVE_TOKENS}; a kind "
         f"with a cap ({', '.join(k.name for k in KINDS.values() if k.k_limit)}): all it drafts, more is refused)",
     )
-    parser.add_argument(
-        "--gguf-type",
-        choices=("f16", "bf16", "f32"),
-        default=None,
-        help="--format gguf only: the weights' type (default f16; f32 for exact cross-checks against float32 runs)",
-    )
+    for fmt in names():  # each format's own options (gguf: --gguf-type), declared in its module
+        for o in get_format(fmt).options:
+            parser.add_argument(o.flag, dest=o.dest, choices=o.choices, default=None, help=o.help)
     parser.add_argument(
         "--verifier", default=None, help="the target the engine serves the draft with (default: the target's Hub id)"
     )
 
 
 def _format_help() -> str:
-    """--format's help, with the kinds each format applies to read from KINDS (never a hand list)."""
-    from draftsmith.kinds import kinds_with
-
-    what = {
-        "hf": "transformers / draftsmith's loader",
-        "vllm": "vLLM's speculative_config",
-        "sglang": "SGLang's speculative layout",
-        "gguf": "llama.cpp (needs `bash scripts/install_engines.sh llamacpp` for its converter)",
-    }
-    return "; ".join(f"{f}: {what[f]} ({', '.join(kinds_with(f, 'exports'))})" for f in FORMATS)
+    """--format's help: each format's own, with the kinds it applies to read from KINDS (never a hand list)."""
+    return "; ".join(f"{f}: {get_format(f).help} ({', '.join(kinds_of(f))})" for f in names())
 
 
 def run(args) -> int:
     """Run `draftsmith export` for parsed `args`; DraftsmithError propagates (the CLI prints it)."""
     if not args.output_dir.strip():
         raise DraftsmithError('--output-dir "": name the folder to write the export into')
-    if args.gguf_type is not None and args.format != "gguf":
-        raise DraftsmithError(
-            f"--gguf-type applies to --format gguf only; leave it out for --format {args.format} "
-            "(its weights keep the checkpoint's dtype)"
-        )
+    options = {}
+    for fmt in names():
+        for o in get_format(fmt).options:
+            value = getattr(args, o.dest, None)
+            if value is not None and fmt != args.format:
+                raise DraftsmithError(
+                    f"{o.flag} applies to --format {fmt} only; leave it out for --format {args.format}"
+                )
+            options[o.dest] = value
     out = export(
         args.checkpoint,
         args.format,
         args.output_dir,
         num_speculative_tokens=args.num_speculative_tokens,
         verifier=args.verifier,
-        gguf_type=args.gguf_type or "f16",
+        **options,
     )
     meta = json.loads((out / EXPORT_META).read_text())
     print(f"wrote {meta['engine']} {meta['kind']} export to {out}")

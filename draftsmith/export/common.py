@@ -7,6 +7,7 @@ with safetensors inside the functions that need them.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -31,46 +32,27 @@ TOKENIZER_FILES = (
 )
 # What the trainer leaves in a step-* folder that no engine (and no published repo) wants.
 TRAINING_ONLY = ("training_state", "trainer_state.json")
+# What `draftsmith crosscheck` writes into a checkpoint it passed: the engines that decoded its exports.
+CROSSCHECK_RECORD = "crosscheck.json"
 
 DEFAULT_NUM_SPECULATIVE_TOKENS = 3  # chain depth for draft_lm / eagle / eagle3 (medusa: all of its heads)
 
 
 @dataclass(frozen=True)
 class Layout:
-    """One kind's layout in one export format: how it is written and what the engine reads of it.
-    A kind names its layouts in draftsmith/kinds.py (`Kind.exports`), so each format module holds
-    one such object per kind it has, not a table keyed by kind names.
-
-    write:    (checkpoint, out, num_speculative_tokens, verifier) -> notes; None: the format's own.
-    required_keys / forbidden_keys: config.json keys the engine needs / refuses.
-    shapes:   exported config -> {weight name: shape} the engine's loader reads (None: any causal LM).
-    check:    exported config (or, for formats that say so, folder) -> extra problems.
-    model_type: the config's model_type our loader expects (hf).
-    method, spec_extra: vLLM's speculative method and the speculative_config keys it needs beyond
-              method/model/num_speculative_tokens.
-    converter_reads, architecture, spec_type: gguf: which of our exports llama.cpp's converter reads,
-              the GGUF architecture it writes (None: whatever the LM is), llama.cpp's --spec-type.
+    """One kind's layout in one export format: the base of each format's own layout type
+    (hf.HfLayout, vllm.VllmLayout, sglang.SglangLayout, gguf.GgufLayout), which holds only the
+    fields that format reads. A kind names its layouts in draftsmith/kinds.py (`Kind.exports`),
+    so each format module holds one such object per kind it has, not a table keyed by kind names.
     """
-
-    write: object = None
-    required_keys: tuple[str, ...] = ()
-    forbidden_keys: tuple[str, ...] = ()
-    shapes: object = None
-    check: object = None
-    model_type: str | None = None
-    method: str | None = None
-    spec_extra: dict = field(default_factory=dict)
-    converter_reads: str | None = None
-    architecture: str | None = None
-    spec_type: str | None = None
 
 
 def layout(kind: str, fmt: str) -> Layout:
-    """The kind's Layout for `fmt` (an empty one where the kind declares the format without a layout
-    of its own: "hf" for a new kind is its checkpoint as it is)."""
-    from draftsmith.kinds import get_kind
+    """The kind's layout for `fmt` (the format's empty layout where the kind declares the format
+    without one of its own: "hf" for a new kind is its checkpoint as it is)."""
+    from .format import get_format
 
-    return get_kind(kind).layout(fmt) or Layout()
+    return get_format(fmt).layout(kind)
 
 
 def article(word: str) -> str:
@@ -166,9 +148,17 @@ def save_weights(tensors: dict, folder: pathlib.Path) -> None:
     """One safetensors file, contiguous tensors, the `format: pt` metadata transformers expects."""
     from safetensors.torch import save_file
 
-    save_file(
-        {k: v.detach().contiguous() for k, v in tensors.items()}, str(folder / WEIGHTS_NAME), metadata={"format": "pt"}
-    )
+    path = folder / WEIGHTS_NAME
+    try:
+        save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(path), metadata={"format": "pt"})
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- safetensors reports a failed write as its own error, "(os error 28)"
+        code = re.search(r"os error (\d+)|Os \{ code: (\d+)", str(e))  # Rust's io::Error, shown or debugged
+        if code is None:
+            raise
+        number = int(code.group(1) or code.group(2))
+        raise OSError(number, os.strerror(number), str(path)) from e
 
 
 def write_json(path: pathlib.Path, obj) -> None:

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import pathlib
 import tempfile
+from dataclasses import dataclass
 
 from draftsmith.errors import DraftsmithError
 
 from .common import Checkpoint, Layout, layout
+from .format import Format, Option, get_format
 
 ENGINE = "llama.cpp"
 CHECKED_AGAINST = (
@@ -30,6 +32,16 @@ CHECKED_AGAINST = (
     "common/speculative.cpp, examples/speculative-simple"
 )
 GGUF_TYPES = ("f32", "f16", "bf16")
+
+
+@dataclass(frozen=True)
+class GgufLayout(Layout):
+    """A kind's GGUF layout: which of our exports llama.cpp's converter reads ("hf" or "vllm"),
+    the GGUF architecture it writes (None: whatever the LM is) and llama.cpp's --spec-type."""
+
+    converter_reads: str | None = None
+    architecture: str | None = None
+    spec_type: str | None = None
 
 
 def file_name(kind: str, gguf_type: str) -> str:
@@ -43,8 +55,6 @@ def write(
     from draftsmith.engines.llamacpp_engine import convert_to_gguf
     from draftsmith.models.sources import resolve_model
 
-    from . import hf, vllm
-
     require("llamacpp")  # its converter writes the file: say how to install it before any work
     if gguf_type not in GGUF_TYPES:
         raise DraftsmithError(f"--gguf-type {gguf_type!r}: choose one of {', '.join(GGUF_TYPES)}")
@@ -53,8 +63,9 @@ def write(
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".gguf-src-") as src:
         src = pathlib.Path(src)
         target_dir = None
-        source = {"hf": hf, "vllm": vllm}[lay.converter_reads]
-        source.write(ckpt, src, num_speculative_tokens=num_speculative_tokens, verifier=verifier)
+        get_format(lay.converter_reads).write(
+            ckpt, src, num_speculative_tokens=num_speculative_tokens, verifier=verifier
+        )
         if lay.converter_reads == "vllm":  # an EAGLE-3 GGUF carries the target's embedding: the converter reads it
             target_dir = resolve_model(ckpt.target).path
         convert_to_gguf(
@@ -98,5 +109,31 @@ def check(folder, kind: str) -> list[str]:
 # What llama.cpp's convert_hf_to_gguf.py reads for a kind and how llama.cpp serves it: a causal LM
 # as is (architecture: whatever the LM is); an EAGLE-3 draft in the speculators layout (layers.0.*,
 # d2t offsets) with the target beside it.
-DRAFT_LM = Layout(converter_reads="hf", spec_type="draft-simple")
-EAGLE3 = Layout(converter_reads="vllm", architecture="eagle3", spec_type="draft-eagle3")
+DRAFT_LM = GgufLayout(converter_reads="hf", spec_type="draft-simple")
+EAGLE3 = GgufLayout(converter_reads="vllm", architecture="eagle3", spec_type="draft-eagle3")
+
+FORMAT = Format(
+    name="gguf",
+    engine=ENGINE,
+    help="llama.cpp (needs `bash scripts/install_engines.sh llamacpp` for its converter)",
+    layout_type=GgufLayout,
+    write=write,
+    check=check,
+    checked_against=CHECKED_AGAINST,
+    crosscheck="llamacpp",
+    proven="llama.cpp drafts the first token too (crosscheck compares it with draftsmith's runtime on that "
+    "schedule). The target must be a GGUF of the same model (f16/f32; Q4_1 crashes in llama.cpp's AMX path on "
+    "some CPUs: add --no-repack).",
+    options=(
+        Option(
+            "--gguf-type",
+            "gguf_type",
+            ("f16", "bf16", "f32"),
+            "f16",
+            "--format gguf only: the weights' type (default f16; f32 for exact cross-checks against float32 runs)",
+        ),
+    ),
+    requires="llamacpp",
+    requires_note="llama.cpp's converter is not installed here (bash scripts/install_engines.sh llamacpp)",
+    label="GGUF",
+)

