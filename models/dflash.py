@@ -45,7 +45,7 @@ from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 from draftsmith.infer.tree import TreeConfig
 
 from .base import TrainedDrafter
-from .eagle import EagleConfig
+from .eagle_family import EagleConfig
 from .layers import MLP, RMSNorm, apply_rope
 from .weights import check_draft_sizes, load_draft_weights, register_config
 

@@ -25,7 +25,7 @@ from torch import nn
 
 from draftsmith.errors import DraftsmithError
 
-from .eagle import Eagle, EagleConfig, EagleDraftModel
+from .eagle_family import EagleConfig, EagleDrafter, EagleDraftModel
 from .layers import DecoderLayer, RMSNorm
 from .weights import register_config
 
@@ -165,7 +165,7 @@ def frequent_tokens(input_ids: torch.Tensor, mask: torch.Tensor, vocab_size: int
     return order[:size].sort().values
 
 
-class Eagle3(Eagle):
+class Eagle3(EagleDrafter):
     """The runtime drafter for EAGLE-3 checkpoints: the shared EAGLE drafting loop, mapping draft
     ids to target ids through d2t."""
 
