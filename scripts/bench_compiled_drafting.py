@@ -21,7 +21,7 @@ import sys
 import time
 
 from draftsmith.bench import in_loop_times, interleaved
-from draftsmith.benchkit import add_flags, capped_k, comparison, markdown_table, parser, save
+from draftsmith.benchkit import add_flags, capped_k, comparison, markdown_table, parser, run_main, save
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.hardware import cpu_info, format_cpu
 from draftsmith.infer.tree import TreeConfig
@@ -181,4 +181,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from draftsmith.benchkit import add_flags, parser, save
+from draftsmith.benchkit import add_flags, parser, run_main, save
 from draftsmith.infer import kernels
 from draftsmith.infer.hardware import cpu_info, format_cpu
 
@@ -204,4 +204,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-import sys
 
 from draftsmith.bench import in_loop_times, interleaved
-from draftsmith.benchkit import capped_k, comparison, markdown_table, parser, save
+from draftsmith.benchkit import capped_k, comparison, markdown_table, parser, run_main, save
 from draftsmith.infer.engine import Engine, expected_draft_cost, predicted_speedup
 from draftsmith.infer.hardware import cpu_info, format_cpu
 from draftsmith.models import Target, draft_lm, load_drafter, pard
@@ -184,4 +183,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

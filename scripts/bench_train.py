@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from draftsmith.benchkit import add_flags, operator_times, parser, save
+from draftsmith.benchkit import add_flags, operator_times, parser, run_main, save
 from draftsmith.infer.hardware import cpu_info, format_cpu
 
 
@@ -230,4 +230,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -15,12 +15,11 @@ Prints a table, writes JSON.
 """
 
 import statistics
-import sys
 import time
 
 import torch
 
-from draftsmith.benchkit import add_flags, machine_line, parser, save
+from draftsmith.benchkit import add_flags, machine_line, parser, run_main, save
 from draftsmith.infer.hardware import auto_dtype, cpu_info, use_affinity_threads
 from draftsmith.infer.sampling import GREEDY
 from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies
@@ -219,4 +218,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

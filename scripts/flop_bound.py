@@ -29,9 +29,8 @@ counts the real step with FlopCounterMode; `--check` compares this formula with 
 from __future__ import annotations
 
 import json
-import sys
 
-from draftsmith.benchkit import add_flags, markdown_table, parser, save
+from draftsmith.benchkit import add_flags, markdown_table, parser, run_main, save
 from draftsmith.train.flops import SHAPES, draft_lm_flops, eagle3_flops, target_flops
 from draftsmith.train.flops import bound as flop_ratio
 
@@ -130,4 +129,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)
