@@ -26,11 +26,12 @@ The machine decides every ratio (verify cost above all): run it alone on the mac
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from draftsmith.benchkit import add_flags, comparison, parser, run_main, save
 
 RECIPE = "configs/qwen2.5-coder-1.5b-instruct/draft_lm.yaml"
 TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
@@ -95,7 +96,6 @@ def bench(target, drafts: dict, library_drafts: dict, prompts_, k: int, max_new_
     from draftsmith.bench import (
         _hf_generate,
         _in_loop_prediction,
-        _mean_tps,
         breakdown,
         configure_hf_assistant,
         in_loop_times,
@@ -140,17 +140,16 @@ def bench(target, drafts: dict, library_drafts: dict, prompts_, k: int, max_new_
     for n in names:  # warm-up: allocator, kernels, lazy init; not recorded
         runs[n](prompts_[0], 0)
     outputs = interleaved(lambda n, p, i: runs[n](p, i), names, prompts_, "bench")
-    tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in outs]) for n, outs in outputs.items()}
+    summary = comparison(outputs)
+    tps = {n: summary[n]["tokens_per_s"] for n in names}
     loop = {n: in_loop_times(outs) for n, outs in outputs.items()}
     rows = {}
     for n in names:
-        m = SpecMetrics()
-        for r in outputs[n]:
-            m = m.merge(r.metrics)
+        m = summary[n]["metrics"]
         row = {
             "tokens_per_s": tps[n],
             "speedup": tps[n] / tps["plain"],
-            "outputs_match_plain": all(a.tokens == b.tokens for a, b in zip(outputs[n], outputs["plain"])),
+            "outputs_match_plain": summary[n]["outputs_match"],
             **breakdown(prompts_, outputs[n], outputs["plain"]),
         }
         if n in engines and n != "plain":
@@ -204,28 +203,53 @@ def plot(result: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def print_summary(result: dict) -> None:
+    """The machine, the step costs before and after the kernel choice, then one line per method."""
+    from draftsmith.bench import time_split_line
+
+    k, methods = result["k"], result["methods"]
+    print(result["machine_summary"])
+    for label in ("before", "after"):
+        c = result["step_costs"][label]
+        print(
+            f"{label:>7}: step {c['t_step_ms']:.0f} ms, verify {k + 1} tokens "
+            f"{c['verify_over_step']:.2f}x a step, a drafted token {c['draft_token_over_step']:.2f}x a step"
+        )
+    print(f"{'method':<34}{'tok/s':>7}{'speedup':>9}{'tau':>6}{'pred':>7}{'vs hf':>7}  equal")
+    for n, r in methods.items():
+        tau, pred = r.get("mean_acceptance_length"), r.get("predicted_speedup")
+        vs = r.get("speedup_vs_transformers_assisted")
+        print(
+            f"{n:<34}{r['tokens_per_s']:>7.2f}{r['speedup']:>8.2f}x"
+            f"{(f'{tau:.2f}' if tau else '-'):>6}{(f'{pred:.2f}x' if pred else '-'):>7}"
+            f"{(f'{vs:.2f}x' if vs else '-'):>7}  {r['outputs_match_plain']}"
+        )
+    for n, r in methods.items():
+        if r.get("time_split_s"):
+            print(f"{n}: {time_split_line(r)}")
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="results/qwen-coder")
-    ap.add_argument("--target", default=TARGET)
-    ap.add_argument("--draft", default=DRAFT, help="the untrained draft (a model sharing the target's tokenizer)")
+    ap = parser(
+        __doc__,
+        out="results/qwen-coder",
+        target=TARGET,
+        draft={"default": DRAFT, "help": "the untrained draft (a model sharing the target's tokenizer)"},
+    )
     ap.add_argument("--recipe", default=RECIPE, help="the distillation recipe (its drafter.init is the draft)")
     ap.add_argument("--draft-run", default="runs/qwen-coder-draft-lm", help="the distilled draft's run folder")
     ap.add_argument("--train-minutes", type=float, default=25.0)
     ap.add_argument("--humaneval", type=int, default=6, help="HumanEval problems")
     ap.add_argument("--per-category", type=int, default=2, help="MT-Bench coding and math questions each")
-    ap.add_argument("-k", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--dtype", default="auto")
+    add_flags(ap, k=4, max_new_tokens=64, dtype="auto")
     ap.add_argument("--cpu-matmul", default="auto")
     ap.add_argument("--draft-dtype", default="auto")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from draftsmith.bench import format_cpu, time_split_line
+    from draftsmith.bench import format_cpu
     from draftsmith.infer.hardware import cpu_info
     from draftsmith.models import Target, load_drafter
-    from draftsmith.report import write_report
 
     out = Path(args.out)
     distilled_path = distill(args.recipe, args.target, Path(args.draft_run), args.train_minutes)
@@ -255,28 +279,11 @@ def main() -> None:
         "methods": methods,
     }
     out.mkdir(parents=True, exist_ok=True)
-    write_report(result, out / "results.json")
+    save(result, out / "results.json", quiet=True)
     plot(result, out / "qwen_coder.png")
-    print(format_cpu(cpu))
-    for label, c in (("before", before), ("after", after)):
-        print(
-            f"{label:>7}: step {c['t_step_ms']:.0f} ms, verify {args.k + 1} tokens "
-            f"{c['verify_over_step']:.2f}x a step, a drafted token {c['draft_token_over_step']:.2f}x a step"
-        )
-    print(f"{'method':<34}{'tok/s':>7}{'speedup':>9}{'tau':>6}{'pred':>7}{'vs hf':>7}  equal")
-    for n, r in methods.items():
-        tau, pred = r.get("mean_acceptance_length"), r.get("predicted_speedup")
-        vs = r.get("speedup_vs_transformers_assisted")
-        print(
-            f"{n:<34}{r['tokens_per_s']:>7.2f}{r['speedup']:>8.2f}x"
-            f"{(f'{tau:.2f}' if tau else '-'):>6}{(f'{pred:.2f}x' if pred else '-'):>7}"
-            f"{(f'{vs:.2f}x' if vs else '-'):>7}  {r['outputs_match_plain']}"
-        )
-    for n, r in methods.items():
-        if r.get("time_split_s"):
-            print(f"{n}: {time_split_line(r)}")
+    print_summary(result)
     print(f"wrote {out / 'results.json'} and {out / 'qwen_coder.png'}")
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
