@@ -172,26 +172,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _checkpoint_target(draft: str | None) -> tuple[str | None, str | None]:
-    """(target, note) a trained checkpoint names in drafter.json: its own fine-tuned target when
-    it carries one (Medusa-2 trains the target too), else the target it was trained against."""
-    import pathlib
-
-    from draftsmith.models import read_drafter_meta
-
-    meta = read_drafter_meta(draft) if draft and pathlib.Path(draft).is_dir() else None
-    if meta is None:
-        return None, None
-    if meta.get("target_path"):
-        path = str(pathlib.Path(draft) / meta["target_path"])
-        return (
-            path,
-            f"fine-tuned with the drafter (Medusa-2) from {meta.get('base_target', meta['target'])}: outputs are this "
-            "model's, not the base model's",
-        )
-    return meta["target"], None
-
-
 def _tree_config(args):
     from draftsmith.infer.tree import TreeConfig, load_choices
 
@@ -301,29 +281,22 @@ def _setup(args):
     _check_args(args)
 
     from draftsmith.infer.sampling import SamplingConfig
-    from draftsmith.models import Target, load_drafter
+    from draftsmith.models import Checkpoint, Target, load_drafter
 
     dtype = args.dtype or "auto"
-    if args.draft:
-        from draftsmith.models import resolve_checkpoint
-
-        args.draft = str(resolve_checkpoint(args.draft, "--draft"))  # a run folder: its best/ or final/
-    ckpt_target, note = _checkpoint_target(args.draft)
-    if args.target and ckpt_target and not _same_model(args.target, ckpt_target):
-        logging.warning(
-            "warning: %s was trained %s %s; decoding with --target %s instead stays lossless but accepts less",
-            args.draft,
-            "together with its own target" if note else "against",
-            ckpt_target,
-            args.target,
-        )
-        note = None
+    # drafter.json is read once, here: it names the target to load and the drafter to build.
+    ckpt = Checkpoint.find(args.draft, "--draft") if args.draft else None  # a run folder: its best/ or final/
+    if ckpt is not None:
+        args.draft = str(ckpt.path)
+    ckpt_target, note = ckpt.target_to_load() if ckpt is not None else (None, None)
+    if args.target and ckpt is not None and not ckpt.matches_target(args.target):
+        note = None  # load_drafter warns, naming both targets
     compile_ = {"auto": None, "on": True, "off": False}[getattr(args, "compile", "auto")]
     target = Target.load(
         args.target or ckpt_target or DEFAULT_TARGET, dtype=dtype, device=args.device, compile=compile_
     )
     target.note = note
-    drafter = load_drafter(args.draft, target) if args.draft else None
+    drafter = load_drafter(ckpt or args.draft, target, "--target") if args.draft else None
     args.tree = _tree_config(args)
     if args.tree is not None and drafter is None:
         raise DraftsmithError("tree flags need a --draft that drafts trees (medusa or eagle)")
@@ -345,14 +318,6 @@ def _setup(args):
         rows = args.num_speculative_tokens + 1
         target.use_cpu_matmul(args.cpu_matmul, rows, drafter, args.draft_dtype)
     return target, drafter, sampling
-
-
-def _same_model(a: str, b: str) -> bool:
-    """Two ways of naming the target (a name, or paths to one folder) name the same model."""
-    import pathlib
-
-    pa, pb = pathlib.Path(a).expanduser(), pathlib.Path(b).expanduser()
-    return a == b or (pa.exists() and pb.exists() and pa.resolve() == pb.resolve())
 
 
 def cmd_bench(args) -> None:

@@ -306,14 +306,12 @@ def crosscheck(
     progress: bool = True,
 ) -> dict:
     from draftsmith.bench import cpu_info
-    from draftsmith.models import Target, load_drafter, read_drafter_meta, resolve_checkpoint
+    from draftsmith.models import Checkpoint, Target, load_drafter
     from draftsmith.models.sources import resolve_model
     from draftsmith.prompts import load_prompt_sets
 
-    ckpt = resolve_checkpoint(checkpoint)  # a run folder: its best/ or final/
-    meta = read_drafter_meta(ckpt) if ckpt.is_dir() else None
-    if meta is None:
-        raise DraftsmithError(f"{checkpoint}: not a draftsmith checkpoint folder (no drafter.json)")
+    opened = Checkpoint.open(checkpoint)  # a run folder: its best/ or final/
+    ckpt, meta = opened.path, opened.meta
     kind = meta["kind"]
     if not engines:
         raise DraftsmithError("--engines: name at least one engine (vllm, llamacpp)")
@@ -329,7 +327,7 @@ def crosscheck(
     workdir = pathlib.Path(workdir or ckpt.parent / f"crosscheck-{ckpt.name}")
     workdir.mkdir(parents=True, exist_ok=True)
     target = Target.load(meta["target"], dtype=dtype, device="cpu")
-    drafter = load_drafter(str(ckpt), target)
+    drafter = load_drafter(opened, target)
     prompts = load_prompt_sets(
         prompts_spec, target.tokenizer, num_prompts, target=target, max_new_tokens=max_new_tokens, progress=progress
     )
@@ -338,7 +336,7 @@ def crosscheck(
     setup = Setup(ckpt, kind, meta["target"], pathlib.Path(resolve_model(meta["target"]).path), k, workdir, dtype)
     runtimes = {"ours plain": OurRuntime(target), "ours": OurRuntime(target, drafter, k)}
     if "llamacpp" in engines:
-        runtimes["ours (draft-first)"] = OurRuntime(target, load_drafter(str(ckpt), target), k, draft_first=True)
+        runtimes["ours (draft-first)"] = OurRuntime(target, load_drafter(opened, target), k, draft_first=True)
     info = {}
     try:
         for e in engines:

@@ -98,15 +98,10 @@ def _proven_line(fmt, record: dict | None, kind: str) -> str:
 
 
 def _checkpoint(checkpoint) -> tuple[pathlib.Path, dict]:
-    from draftsmith.models import read_drafter_meta, resolve_checkpoint
+    from draftsmith.models import Checkpoint
 
-    path = resolve_checkpoint(checkpoint)  # a run folder: its best/ or final/ (said in one line)
-    meta = read_drafter_meta(path) if path.is_dir() else None
-    if meta is None:
-        raise DraftsmithError(
-            f"{checkpoint}: not a draftsmith checkpoint folder (no drafter.json); "
-            "pass a folder written by `draftsmith train`, e.g. runs/NAME/final"
-        )
+    opened = Checkpoint.open(checkpoint)  # a run folder: its best/ or final/ (said in one line)
+    path, meta = opened.path, opened.meta
     if meta["kind"] not in KINDS or not KINDS[meta["kind"]].trainable:
         raise DraftsmithError(
             f"{checkpoint}: a {meta['kind']!r} checkpoint; publish knows "

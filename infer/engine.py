@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -87,6 +88,11 @@ class Engine:
         verification: str = "lossless",
         draft_first: bool = False,
     ):
+        if isinstance(drafter, (str, bytes, os.PathLike)):  # a name where the loaded drafter goes
+            raise DraftsmithError(
+                f"Engine: the drafter must be a loaded drafter (load_drafter({os.fspath(drafter)!r}, target)), "
+                f"not its name {drafter!r}"
+            )
         if drafter is not None and num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens must be >= 1 with a drafter")
         if verification not in VERIFICATIONS:

@@ -1447,3 +1447,42 @@ def test_sampling_config_refuses_what_it_cannot_sample_with(kwargs, line):
         SamplingConfig(**kwargs)
     assert str(e.value) == line
     assert SamplingConfig(0.7, 5, 0.9).top_k == 5  # in range: accepted
+
+
+def test_python_api_refuses_a_name_where_a_loaded_object_goes(tiny_cache):
+    """load_drafter and Engine take loaded objects: a name or None in their place is one line."""
+    from draftsmith.errors import DraftsmithError
+    from draftsmith.infer.engine import Engine
+    from draftsmith.models import Target, load_drafter
+
+    target = Target.load("tiny-random", dtype="float32", device="cpu", compile=False)
+    cases = (
+        (lambda: load_drafter("truncated:2", "tiny-random"), "load_drafter: the target must be a loaded Target"),
+        (lambda: load_drafter(None, target), "load_drafter: name the drafter (a checkpoint folder, a model name"),
+        (lambda: Engine(target, "runs/x/final"), "Engine: the drafter must be a loaded drafter"),
+    )
+    for call, line in cases:
+        with pytest.raises(DraftsmithError) as e:
+            call()
+        assert str(e.value).startswith(line) and "\n" not in str(e.value), str(e.value)
+    assert load_drafter("truncated:2", target).kind == "draft_lm"  # the right objects still load
+
+
+def test_load_drafter_warns_naming_both_targets(trained_run, tmp_path, caplog, fresh_accelerate):
+    """A checkpoint trained against another target loads (lossless), with a warning naming both."""
+    import logging
+
+    from draftsmith.models import Target, load_drafter
+
+    ckpt = tmp_path / "other-target"
+    shutil.copytree(trained_run / "final", ckpt)
+    edit_json("drafter.json", target="qwen2.5-coder-1.5b-instruct")(ckpt)
+    target = Target.load("tiny-random", dtype="float32", device="cpu", compile=False)
+    with caplog.at_level(logging.WARNING):
+        drafter = load_drafter(str(ckpt), target)
+    assert f"{ckpt} was trained against qwen2.5-coder-1.5b-instruct; decoding with target tiny-random" in caplog.text
+    assert drafter.target is target
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        load_drafter(str(trained_run / "final"), target)  # its own target: nothing to say
+    assert "was trained against" not in caplog.text

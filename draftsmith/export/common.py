@@ -95,24 +95,10 @@ class Checkpoint:
 
 def read_checkpoint(path) -> Checkpoint:
     """The checkpoint at `path`, or one clear error saying why it is not one."""
-    from draftsmith.models import read_drafter_meta, resolve_checkpoint
+    from draftsmith.models import Checkpoint as Opened
 
-    p = resolve_checkpoint(path)  # a run folder: its best/ or final/ (said in one line)
-    if not p.exists():
-        raise DraftsmithError(f"{p}: no such checkpoint folder")
-    if not p.is_dir():
-        raise DraftsmithError(
-            f"{p} is a file; export takes a checkpoint folder written by `draftsmith train` (e.g. runs/NAME/final)"
-        )
-    meta = read_drafter_meta(p)
-    if meta is None:
-        hint = ""
-        if any(c.is_dir() and (c / "drafter.json").is_file() for c in p.iterdir()):
-            hint = " (it holds checkpoints: pass one of its final/ or step-* folders)"
-        raise DraftsmithError(
-            f"{p}: not a draftsmith checkpoint (no drafter.json){hint}; export takes a folder "
-            "written by `draftsmith train`"
-        )
+    opened = Opened.open(path)  # a run folder: its best/ or final/ (said in one line)
+    p, meta = opened.path, opened.meta
     config = {}
     cfg = p / "config.json"
     if cfg.is_file():  # required by export and publish (hf.check_complete), not by naming a repo

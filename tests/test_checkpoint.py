@@ -1,0 +1,112 @@
+"""models/checkpoint.py: the one reader of a checkpoint folder (drafter.json, run folders, identity).
+
+Folders here are written by hand (drafter.json and a few bytes of weights): no model is loaded.
+"""
+
+import json
+import logging
+
+import pytest
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.models.checkpoint import (
+    DRAFTER_META,
+    Checkpoint,
+    checkpoint_identity,
+    read_drafter_meta,
+    resolve_checkpoint,
+    write_drafter_meta,
+)
+
+
+def _ckpt(folder, kind="eagle", target="tiny-random", **extra):
+    folder.mkdir(parents=True, exist_ok=True)
+    write_drafter_meta(folder, kind, target, **extra)
+    (folder / "model.safetensors").write_bytes(b"weights of " + str(folder).encode())
+    return folder
+
+
+def test_drafter_meta_round_trips_byte_for_byte(tmp_path):
+    write_drafter_meta(tmp_path, "medusa", "tiny-random", step=7)
+    text = (tmp_path / DRAFTER_META).read_text()
+    assert text == json.dumps({"format": 1, "kind": "medusa", "target": "tiny-random", "step": 7}, indent=2) + "\n"
+    assert read_drafter_meta(tmp_path)["step"] == 7
+    assert [p.name for p in tmp_path.iterdir()] == [DRAFTER_META]  # no temporary file left behind
+
+
+def test_a_run_folder_is_its_best_then_its_final(tmp_path, caplog):
+    run = tmp_path / "run"
+    _ckpt(run / "final", step=4)
+    caplog.set_level(logging.INFO)
+    assert Checkpoint.open(run).path == run / "final"
+    assert "is a training run: using its final/ checkpoint" in caplog.text
+    _ckpt(run / "best", step=2)
+    opened = Checkpoint.open(run)
+    assert (opened.path, opened.step, opened.kind, opened.target) == (run / "best", 2, "eagle", "tiny-random")
+
+
+def test_an_incomplete_best_is_said_before_final_is_taken(tmp_path, caplog):
+    run = tmp_path / "run"
+    _ckpt(run / "final", step=4)
+    (run / "best").mkdir()
+    (run / "best" / "config.json").write_text("{}")  # a copy interrupted before drafter.json
+    with caplog.at_level(logging.WARNING):
+        assert resolve_checkpoint(run, "--draft") == run / "final"
+    assert f"--draft {run}: its best/ is incomplete (no drafter.json): using its final/ checkpoint instead" in (
+        caplog.text
+    )
+    caplog.clear()
+    (
+        run / "final" / DRAFTER_META
+    ).unlink()  # neither is whole: open names the incomplete checkpoints instead of guessing
+    with pytest.raises(DraftsmithError, match=r"not a draftsmith checkpoint \(no drafter.json\) \(its best/, final/"):
+        Checkpoint.open(run)
+
+
+def test_open_names_what_is_not_a_checkpoint(tmp_path):
+    with pytest.raises(DraftsmithError, match="no such checkpoint folder"):
+        Checkpoint.open(tmp_path / "missing")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(DraftsmithError, match="is a file"):
+        Checkpoint.open(tmp_path / "afile")
+    _ckpt(tmp_path / "many" / "step-1")
+    with pytest.raises(DraftsmithError, match="it holds checkpoints"):
+        Checkpoint.open(tmp_path / "many")
+
+
+def test_find_passes_over_model_names_and_refuses_damaged_checkpoints(tmp_path):
+    assert Checkpoint.find("smollm2-135m-instruct", "--draft") is None  # a model name: the caller loads it
+    assert Checkpoint.find("truncated:2", "--draft") is None
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "config.json").write_text(json.dumps({"model_type": "draftsmith_eagle"}))
+    with pytest.raises(DraftsmithError, match="a damaged eagle checkpoint: drafter.json is missing"):
+        Checkpoint.find(damaged, "--draft")
+    assert Checkpoint.find(_ckpt(tmp_path / "ok"), "--draft").path == tmp_path / "ok"
+
+
+def test_the_target_to_load_and_whether_another_matches(tmp_path, caplog):
+    plain = Checkpoint.open(_ckpt(tmp_path / "plain"))
+    assert plain.target_to_load() == ("tiny-random", None)
+    assert plain.matches_target("tiny-random") and not plain.matches_target("smollm2-135m-instruct")
+    # Medusa-2 carries its own fine-tuned target: that is the one to load, and the one that matches
+    joint = Checkpoint.open(_ckpt(tmp_path / "joint", "medusa", "tiny-random", target_path="target"))
+    (joint.path / "target").mkdir()
+    own, note = joint.target_to_load()
+    assert own == str(joint.path / "target") and "fine-tuned with the drafter (Medusa-2) from tiny-random" in note
+    assert joint.matches_target(own) and not joint.matches_target("tiny-random")
+    with caplog.at_level(logging.WARNING):
+        assert not joint.check_target("tiny-random", "--target")
+    assert f"{joint.path} was trained together with its own target {own}; decoding with --target tiny-random" in (
+        caplog.text
+    )
+
+
+def test_identity_follows_drafter_json_and_weights(tmp_path):
+    ckpt = _ckpt(tmp_path / "c", step=3)
+    first = checkpoint_identity(ckpt)
+    assert first == Checkpoint.open(ckpt).identity()
+    assert (first["kind"], first["target"], first["step"], first["path"]) == ("eagle", "tiny-random", 3, str(ckpt))
+    (ckpt / "model.safetensors").write_bytes(b"other weights")
+    assert checkpoint_identity(ckpt)["sha256"] != first["sha256"]
+    assert checkpoint_identity(tmp_path / "nothing") is None and checkpoint_identity(None) is None
