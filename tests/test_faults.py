@@ -10,6 +10,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -285,6 +286,196 @@ def test_heartbeat_names_the_process_that_stopped(monkeypatch):
         for b in beats:
             b.stop()
     del server
+
+
+class _RecordingStore:
+    """A stand-in for the heartbeat's store connection: which thread opens it, calls it and closes it."""
+
+    def __init__(self, log: list, on_add=None):
+        self.log, self.on_add = log, on_add
+        log.append(("open", threading.current_thread().name))
+
+    def add(self, key, n):
+        self.log.append(("add", threading.current_thread().name))
+        if self.on_add is not None:
+            self.on_add(sum(op == "add" for op, _ in self.log))
+        return 1
+
+    def __del__(self):
+        self.log.append(("close", threading.current_thread().name))
+
+
+@pytest.mark.parametrize("stopped", ["between beats", "inside a store call"])
+def test_heartbeat_store_lives_and_dies_in_its_thread(monkeypatch, stopped):
+    """The heartbeat's store connection is opened, used and closed by its own thread, never by the
+    caller's, and stop() returns after the close, wherever the thread was: a c10d store used by
+    two threads, or left inside a call at interpreter exit, aborts the process (SIGABRT)."""
+    from draftsmith.train.faults import Heartbeat
+
+    log, beating = [], threading.Event()
+    beat = Heartbeat(0, 2, interval=0.01)
+
+    def on_add(n):
+        if n == 3:
+            beating.set()
+            if stopped == "inside a store call":
+                beat._stop.wait()  # this call returns only once stop() was asked for
+
+    monkeypatch.setattr(Heartbeat, "_connect", lambda self: _RecordingStore(log, on_add))
+    beat.start()
+    assert not beat._thread.daemon  # the interpreter waits for it before finalising
+    beating.wait()
+    beat.stop()
+    assert not beat._thread.is_alive()
+    assert log[0][0] == "open" and log[-1][0] == "close" and [op for op, _ in log].count("close") == 1, log
+    assert {name for _, name in log} == {"draftsmith-heartbeat"}, log
+
+
+def test_heartbeat_start_raises_what_connecting_raised(monkeypatch):
+    from draftsmith.train.faults import Heartbeat
+
+    def refused(self):
+        raise RuntimeError("Connection refused")
+
+    monkeypatch.setattr(Heartbeat, "_connect", refused)
+    beat = Heartbeat(1, 2)
+    with pytest.raises(RuntimeError, match="Connection refused"):
+        beat.start()
+    assert not beat._thread.is_alive()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "1")
+    assert Heartbeat.from_env() is None  # no heartbeat: the run goes on without it
+
+
+# The main thread ends (no stop()) while the heartbeat's thread is inside a real c10d store call;
+# the call returns only once the interpreter has begun to shut down (threading's exit hooks run
+# after the main thread has finished, before the interpreter joins the remaining threads).
+EXIT_RACE = r"""
+import datetime, os, threading
+import torch.distributed as dist
+from draftsmith.train.faults import Heartbeat
+server = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=60))
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(server.port))
+inside = threading.Event()
+class Beat(Heartbeat):
+    def _bump(self, store):
+        if self._started.is_set():
+            inside.set()
+            store.wait(["released"])
+            print("store call returned in", threading.current_thread().name, flush=True)
+        super()._bump(store)
+Beat(0, 2, interval=0.01).start()
+inside.wait()
+threading._register_atexit(lambda: server.set("released", "1"))
+print("main thread done", flush=True)
+"""
+
+
+def test_interpreter_exit_waits_for_the_heartbeats_store_call():
+    """A daemon thread inside a store call at interpreter exit aborted a finished rank ('terminate
+    called without an active exception', exit -6): the heartbeat's thread is waited for, ends by
+    itself once the main thread has, and the process exits 0."""
+    out = subprocess.run([sys.executable, "-c", EXIT_RACE], capture_output=True, text=True, timeout=300, env=_env())
+    assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
+    assert "terminate called" not in out.stderr
+    assert out.stdout.splitlines() == ["main thread done", "store call returned in draftsmith-heartbeat"], out.stdout
+
+
+def test_a_process_lost_after_the_last_collective_is_named_not_waited_for(monkeypatch):
+    """finish(): every process marks itself finished and waits for the others; one that stopped
+    beating without finishing (lost after the last collective, where no collective fails) is
+    named, instead of the survivors' launchers waiting 300 s for it at their exit barrier."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from draftsmith.train.faults import Heartbeat, lost_at_end_message
+
+    def launch(world):  # a fresh rendezvous store and `world` processes' heartbeats (threads here)
+        port = _free_port()
+        server = dist.TCPStore("127.0.0.1", port, is_master=True, timeout=datetime.timedelta(seconds=10))
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", str(port))
+        beats = [Heartbeat(rank, world, interval=0.05) for rank in range(world)]
+        for b in beats:
+            b.start()
+        return server, beats
+
+    # every process finishes, in whatever order they get there: none is named
+    server, beats = launch(3)
+    found = {}
+    try:
+        finishers = [
+            threading.Thread(target=lambda r=r: found.update({r: beats[r].finish(patience=60.0)})) for r in (1, 2)
+        ]
+        for t in finishers:
+            t.start()
+        found[0] = beats[0].finish(patience=60.0)
+        for t in finishers:
+            t.join()
+    finally:
+        for b in beats:
+            b.stop()
+    assert found == {0: [], 1: [], 2: []}
+    del server
+
+    # rank 1 lost after the last collective (it stops beating and never finishes): rank 0 names it
+    server, beats = launch(2)
+    try:
+        beats[1].stop()
+        assert beats[0].finish(patience=0.5) == [1]
+    finally:
+        for b in beats:
+            b.stop()
+    del server
+    line = lost_at_end_message([1], 3, 6)
+    assert line.startswith("process rank 1 of 3 was lost after the last collective") and "at step 6" in line
+
+
+def test_train_stops_with_one_line_when_a_process_is_lost_at_the_end(monkeypatch):
+    """train() asks the heartbeat whether every process finished before it returns: a lost one is
+    one DraftsmithError line, and the heartbeat is stopped either way; tqdm starts no monitor thread."""
+    import tqdm
+
+    from draftsmith.errors import DraftsmithError
+    from draftsmith.train import trainer as T
+    from draftsmith.train.config import load_recipe
+
+    calls = []
+
+    class Beat:
+        world = 2
+
+        def finish(self):
+            calls.append("finish")
+            return [1]
+
+        def stop(self):
+            calls.append("stop")
+
+    class Finished:  # a run whose training returned on this process
+        step = 6
+
+        def __init__(self, recipe, resume=None):
+            pass
+
+        def train(self):
+            calls.append("train")
+            return {"steps": 6}
+
+        def close(self):
+            calls.append("close")
+
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", tqdm.tqdm.monitor_interval)  # restored afterwards
+    monkeypatch.setattr(T.faults.Heartbeat, "from_env", classmethod(lambda cls: Beat()))
+    monkeypatch.setattr(T, "Trainer", Finished)
+    monkeypatch.setattr(T, "shutdown", lambda: calls.append("shutdown"))
+    with pytest.raises(DraftsmithError, match=r"^process rank 1 of 2 was lost after the last collective") as e:
+        T.train(load_recipe(TINY, []))
+    assert "at step 6" in str(e.value) and "\n" not in str(e.value)
+    assert calls == ["train", "close", "finish", "stop", "shutdown"]
+    assert tqdm.tqdm.monitor_interval == 0
 
 
 def test_collective_timeout_reaches_the_process_group(monkeypatch):

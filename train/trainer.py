@@ -614,14 +614,24 @@ def _tracker_kwargs(r: Recipe) -> dict:
 
 
 def train(recipe: Recipe, resume: bool | None = None) -> dict:
+    import tqdm as tqdm_module
+
+    # tqdm's monitor is a daemon thread that nothing joins (a disabled bar starts it too): none at
+    # interpreter exit. The bars here redraw on their own updates.
+    tqdm_module.tqdm.monitor_interval = 0
     beat = faults.Heartbeat.from_env()  # multi-process runs: names a lost process (train/faults.py)
     trainer = None
     try:
         trainer = Trainer(recipe, resume=resume)
         try:
-            return trainer.train()
+            summary = trainer.train()
         finally:
             trainer.close()
+        # A process lost after the last collective: named now, not waited for at the launcher's exit barrier.
+        lost = beat.finish() if beat is not None else []
+        if lost:
+            raise DraftsmithError(faults.lost_at_end_message(lost, beat.world, trainer.step))
+        return summary
     except Exception as e:
         # Another process died or hangs: one line naming it instead of a collective's traceback.
         if beat is None or isinstance(e, DraftsmithError) or not faults.is_comm_failure(e):
