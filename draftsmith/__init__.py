@@ -5,7 +5,7 @@ The documented Python API (docs/python-api.md)::
     from draftsmith import Target, load_drafter, Engine, SamplingConfig
     target = Target.load("smollm2-135m-instruct")
     drafter = load_drafter("runs/eagle3/final", target)
-    result = Engine(target, drafter, num_speculative_tokens=3).generate(ids, 64)
+    result = Engine(target, drafter).generate(ids, 64)  # K: the drafter's kind's default_k
     result.metrics.mean_acceptance_length
     summary = draftsmith.train(draftsmith.load_recipe("configs/tiny/draft_lm.yaml"))
     draftsmith.export.export(summary["final_checkpoint"], "vllm", "out/draft-vllm")

@@ -334,7 +334,7 @@ class Method:
 
     name: str
     drafter: object
-    k: int = 4
+    k: int | None = None  # None: the drafter's default K (its kind's default_k)
     tree: TreeConfig | None = None
     verification: str = "lossless"
 

@@ -33,8 +33,8 @@ def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
         "-k",
         type=int,
         default=None,
-        help="tokens drafted per step (K): chain depth (medusa: heads used); default 4, or all of a medusa's heads if "
-        "fewer",
+        help="tokens drafted per step (K): chain depth (medusa: heads used); default: the drafter kind's default K "
+        "(default_k, 4 for the built-in kinds), or all a capped drafter drafts (a medusa's heads) if fewer",
     )
     tree = p.add_argument_group(
         "trees (medusa, eagle): opt in with choices or any of topk/depth/num-draft-tokens (named as SGLang's)"
@@ -304,11 +304,11 @@ def _setup(args):
         sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     except ValueError as e:
         raise DraftsmithError(str(e)) from None
-    from draftsmith.infer.proposal import check_num_speculative_tokens, speculative_cap
+    from draftsmith.infer.proposal import check_num_speculative_tokens, default_num_speculative_tokens, speculative_cap
 
     cap = speculative_cap(drafter)
-    if args.num_speculative_tokens is None:
-        args.num_speculative_tokens = min(4, cap or 4)
+    if args.num_speculative_tokens is None:  # the drafter's kind's default_k (draftsmith/kinds.py), within its cap
+        args.num_speculative_tokens = default_num_speculative_tokens(drafter)
     elif drafter is not None and args.tree is None:  # a tree's size comes from the tree flags, not -k
         from draftsmith.export.common import article
 

@@ -78,7 +78,7 @@ def _trim(per_pos: list[int]) -> tuple:
 class OurRuntime:
     """Our engine as a runtime of the cross-check (plain when drafter is None)."""
 
-    def __init__(self, target, drafter=None, k: int = 3, draft_first: bool = False):
+    def __init__(self, target, drafter=None, k: int | None = None, draft_first: bool = False):
         from draftsmith.infer import Engine
 
         self.engine = Engine(target, drafter, k, draft_first=draft_first)
@@ -298,7 +298,7 @@ def crosscheck(
     checkpoint,
     engines: list[str],
     prompts_spec: str = "chat,code",
-    k: int = 3,
+    k: int | None = None,
     max_new_tokens: int = 64,
     num_prompts: int | None = None,
     workdir=None,
@@ -328,6 +328,10 @@ def crosscheck(
     workdir.mkdir(parents=True, exist_ok=True)
     target = Target.load(meta["target"], dtype=dtype, device="cpu")
     drafter = load_drafter(opened, target)
+    if k is None:  # the drafter's default K (its kind's default_k within its cap), as generate/eval draft
+        from draftsmith.infer.proposal import default_num_speculative_tokens
+
+        k = default_num_speculative_tokens(drafter)
     prompts = load_prompt_sets(
         prompts_spec, target.tokenizer, num_prompts, target=target, max_new_tokens=max_new_tokens, progress=progress
     )
@@ -517,7 +521,13 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--prompts", default="chat,code", help="prompt sets, as for bench (default chat,code)")
     parser.add_argument("--num-prompts", type=int, default=None, help="the first N prompts of each set")
-    parser.add_argument("--num-speculative-tokens", "-k", type=int, default=3, help="chain length K (default 3)")
+    parser.add_argument(
+        "--num-speculative-tokens",
+        "-k",
+        type=int,
+        default=None,
+        help="chain length K (default: the kind's default K, as generate and eval draft)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument(
         "--dtype",
@@ -533,7 +543,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from draftsmith.bench import check_output_path, write_json
 
-    if args.num_speculative_tokens < 1:
+    if args.num_speculative_tokens is not None and args.num_speculative_tokens < 1:
         raise DraftsmithError("--num-speculative-tokens must be >= 1")
     if args.max_new_tokens < 1:
         raise DraftsmithError("--max-new-tokens must be >= 1")

@@ -339,7 +339,10 @@ def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None, prove
             lines += [f"Note: {e['note']}.", ""]
         lines += [f"The engine sources `drafter/{fmt}/` was checked against are in its draftsmith_export.json.", ""]
         lines += [_proven_line(f, (proven or {}).get(fmt), kind), ""]
-    k = next((e["num_speculative_tokens"] for e in (exports or {}).values() if e.get("num_speculative_tokens")), 3)
+    k = next(
+        (e["num_speculative_tokens"] for e in (exports or {}).values() if e.get("num_speculative_tokens")),
+        KINDS[kind].default_k,
+    )
     lines += ["### transformers", ""]
     if KINDS[kind].causal_lm:
         lines += [

@@ -50,6 +50,8 @@ class Kind:
               a parallel drafter: its block), or None. The loaded drafter reports the same cap as
               `max_speculative_tokens`.
     crosscheck: the real engines `draftsmith crosscheck` decodes its exports in (vllm, llamacpp).
+    default_k: the tokens drafted per step (K) when a command or the Python API is given none; a
+              capped kind drafts at most its cap (`max_speculative_tokens`) by default.
     card_note: a line the model card adds under its transformers usage.
     """
 
@@ -65,6 +67,7 @@ class Kind:
     causal_lm: bool = False
     k_limit: str | None = None
     crosscheck: tuple[str, ...] = ()
+    default_k: int = 4
     card_note: str = ""
 
     @property

@@ -32,7 +32,7 @@ import torch
 from draftsmith.errors import DraftsmithError
 
 from .metrics import SpecMetrics
-from .proposal import Drafter, check_num_speculative_tokens, speculative_cap
+from .proposal import Drafter, check_num_speculative_tokens, default_num_speculative_tokens, speculative_cap
 from .sampling import GREEDY, SamplingConfig, logits_to_probs, sample
 from .stopping import StopCriteria
 from .tree import Tree, TreeConfig
@@ -76,14 +76,15 @@ class Engine:
     """Decodes with `target`, optionally speculating with `drafter` (any object behind `Drafter`).
 
     tree: a TreeConfig for drafters that draft trees (`supports_trees`); None drafts chains of
-    `num_speculative_tokens`. verification: one of VERIFICATIONS.
+    `num_speculative_tokens` (None: the drafter's default, its kind's `default_k` within its cap).
+    verification: one of VERIFICATIONS.
     """
 
     def __init__(
         self,
         target,
         drafter: Drafter | None = None,
-        num_speculative_tokens: int = 4,
+        num_speculative_tokens: int | None = None,
         tree: TreeConfig | None = None,
         verification: str = "lossless",
         draft_first: bool = False,
@@ -93,6 +94,8 @@ class Engine:
                 f"Engine: the drafter must be a loaded drafter (load_drafter({os.fspath(drafter)!r}, target)), "
                 f"not its name {drafter!r}"
             )
+        if num_speculative_tokens is None:  # the drafter's kind's default K, within its cap
+            num_speculative_tokens = default_num_speculative_tokens(drafter) if drafter is not None else 0
         if drafter is not None and num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens must be >= 1 with a drafter")
         if verification not in VERIFICATIONS:

@@ -90,6 +90,19 @@ def speculative_cap(drafter) -> int | None:
     return int(cap) if cap else None
 
 
+def default_num_speculative_tokens(drafter) -> int:
+    """The K drafted per step when none is given: the drafter's own default (a trained drafter's
+    kind's `default_k` in draftsmith/kinds.py, within its cap), else the registry's default
+    within `speculative_cap`."""
+    k = getattr(drafter, "default_num_speculative_tokens", None)
+    if k is None:
+        from draftsmith.kinds import Kind
+
+        cap = speculative_cap(drafter)
+        k = Kind.default_k if cap is None else min(Kind.default_k, cap)
+    return int(k)
+
+
 def check_num_speculative_tokens(k: int, cap: int | None, what: str = "this drafter") -> int:
     """The one check of a requested K (every command and the engine call it): refused in one
     line, naming the flag and the cap, instead of drafting fewer tokens without a word. -> k"""

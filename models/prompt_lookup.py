@@ -25,6 +25,12 @@ class PromptLookup:
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.name = f"prompt_lookup:{max_ngram}"
 
+    @property
+    def default_num_speculative_tokens(self) -> int:
+        from .base import default_num_speculative_tokens
+
+        return default_num_speculative_tokens(self.kind, None)
+
     def start(self, prompt: torch.Tensor, max_length: int, hidden=None) -> None:
         pass  # stateless
 

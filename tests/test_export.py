@@ -164,7 +164,7 @@ def test_config_has_the_engines_keys(exports, ckpts, kind, fmt):
         assert set(md["proposal_method"]) <= set(spec["proposal_methods"][0])
         assert set(md["verifier"]) <= set(spec["verifier"])
         assert spec["algorithm"] == config["speculators_model_type"] == "eagle3"
-        assert spec["proposal_methods"][0]["speculative_tokens"] == 3
+        assert spec["proposal_methods"][0]["speculative_tokens"] == REGISTRY[kind].default_k
         assert spec["verifier"]["name_or_path"] == TINY_FOLDER()  # no Hub id: draftsmith's local copy
         assert spec["verifier"]["architectures"] == ["LlamaForCausalLM"]
         assert "model_type" not in config  # else vLLM parses it with AutoConfig, not SpeculatorsConfig
@@ -180,9 +180,10 @@ def test_config_has_the_engines_keys(exports, ckpts, kind, fmt):
         assert (
             TINY_FOLDER() in commands and "serve tiny-random" not in commands and "--model tiny-random" not in commands
         )
-    cap = REGISTRY[kind].k_limit  # a capped kind (Medusa: its 4 heads) exports all it drafts, else 3
+    cap = REGISTRY[kind].k_limit  # the kind's default K, at most a capped kind's cap (Medusa: its 4 heads)
     limit = (_config(ckpts[kind]).get(cap) or read_drafter_meta(ckpts[kind]).get(cap)) if cap else None
-    assert meta["num_speculative_tokens"] == (int(limit) if limit else 3)
+    default = REGISTRY[kind].default_k
+    assert meta["num_speculative_tokens"] == (min(default, int(limit)) if limit else default)
     if kind == "medusa":
         assert meta["num_speculative_tokens"] == 4
 

@@ -25,7 +25,7 @@ import tempfile
 from draftsmith.errors import DraftsmithError
 from draftsmith.kinds import KINDS
 
-from .common import DEFAULT_NUM_SPECULATIVE_TOKENS, article, hub_id, read_checkpoint
+from .common import article, hub_id, read_checkpoint
 from .format import Format, formats_of, get_format, kinds_of, names
 from .hf import check_complete
 
@@ -85,7 +85,8 @@ def export(
     """Write the checkpoint as format `fmt` into `output_dir` (absent or empty). -> output_dir.
 
     num_speculative_tokens: tokens drafted per step recorded for the engine (vLLM's
-    speculative_tokens, SGLang's num-steps); default 3, for a kind with a k_limit (Medusa: its heads) all it drafts
+    speculative_tokens, SGLang's num-steps); default the kind's `default_k` (draftsmith/kinds.py, as generate and
+    eval draft), at most a capped kind's k_limit (Medusa: its heads)
     (vllm: only    the first k heads are exported). verifier: the target the engine pairs the draft with;
     default the target's Hub id, else the target as the checkpoint names it. options: the
     format's own (gguf: gguf_type, default f16); another format's option is ignored.
@@ -226,8 +227,10 @@ def _num_tokens(ckpt, k: int | None) -> int:
 
     key = KINDS[ckpt.kind].k_limit  # Medusa: its heads, a block drafter: its block
     limit = int(ckpt.config.get(key) or ckpt.meta.get(key) or 0) if key else None
-    if k is None:
-        return limit or DEFAULT_NUM_SPECULATIVE_TOKENS  # a capped kind: all it drafts in its one pass
+    if k is None:  # the kind's default K (draftsmith/kinds.py), within its cap: what generate/eval draft
+        from draftsmith.models.base import default_num_speculative_tokens
+
+        return default_num_speculative_tokens(ckpt.kind, limit)
     return check_num_speculative_tokens(k, limit, f"this {ckpt.kind} checkpoint ({key}={limit})")
 
 
@@ -258,8 +261,9 @@ def add_arguments(parser) -> None:
         "-k",
         type=int,
         default=None,
-        help=f"tokens drafted per step recorded for the engine (default {DEFAULT_NUM_SPECULATIVE_TOKENS}; a kind "
-        f"with a cap ({', '.join(k.name for k in KINDS.values() if k.k_limit)}): all it drafts, more is refused)",
+        help="tokens drafted per step recorded for the engine (default: the kind's default K, "
+        f"{'/'.join(sorted({str(k.default_k) for k in KINDS.values()}))}, the generate/eval default; a kind with a cap "
+        f"({', '.join(k.name for k in KINDS.values() if k.k_limit)}): at most its cap, more is refused)",
     )
     for fmt in names():  # each format's own options (gguf: --gguf-type), declared in its module
         for o in get_format(fmt).options:

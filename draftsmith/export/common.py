@@ -35,8 +35,6 @@ TRAINING_ONLY = ("training_state", "trainer_state.json")
 # What `draftsmith crosscheck` writes into a checkpoint it passed: the engines that decoded its exports.
 CROSSCHECK_RECORD = "crosscheck.json"
 
-DEFAULT_NUM_SPECULATIVE_TOKENS = 3  # chain depth for draft_lm / eagle / eagle3 (medusa: all of its heads)
-
 
 @dataclass(frozen=True)
 class Layout:
