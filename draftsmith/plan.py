@@ -43,7 +43,7 @@ ACCELERATE_CONFIGS = {"ddp": "ddp.yaml", "zero2": "zero2.yaml", "zero3": "zero3.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Tokens in one epoch of the built-in corpora (chat template applied; packed rows use them all): sharegpt
 # measured with SmolLM2's tokenizer on 1,500 of its 17,390 usable conversations (mean 1,470 tokens;
-# Llama's and Qwen's larger vocabularies give some 10-20% fewer); chitchat from shared/OFFLINE.md.
+# Llama's and Qwen's larger vocabularies give some 10-20% fewer); chitchat: its 7,168 conversations, ~3.0M tokens.
 CORPUS_TOKENS = {"sharegpt": 25.6e6, "chitchat": 3.0e6}
 DEFAULT_SCORED = 0.5  # share of a row's tokens the loss scores (the replies): the LM heads run there only
 

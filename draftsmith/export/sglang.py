@@ -16,8 +16,8 @@ Checked against SGLang main as stored in late 2026:
   given ids -> +1 each, and since sgl-project/sglang#25454 (May 2026) +1 only when the first id
   is 1; the capture loop records hidden_states + residual *before* layer i).
 
-Where ../shared/FORMATS.md and the sources disagree or say less, the sources win:
-- FORMATS.md names `eagle_config.eagle_aux_hidden_state_layer_ids` for vLLM as well; the two
+Where the engines' published format notes and the sources disagree or say less, the sources win:
+- the notes name `eagle_config.eagle_aux_hidden_state_layer_ids` for vLLM as well; the two
   engines read that key differently (vLLM: the id is the layer whose input is captured, SGLang:
   the id is the layer whose output is captured). This export writes SGLang's reading there and
   vLLM's at the top level, which vLLM reads first, so the folder means the same layers in both.

@@ -24,11 +24,11 @@ Checked against vLLM main as stored in late 2026 (the V1 engine):
 - vllm/config/speculative.py (method guessed from the draft's name: "eagle-" -> eagle, "eagle3" ->
   eagle3, model_type medusa -> medusa).
 
-Where ../shared/FORMATS.md and these sources disagree, the sources win:
-- FORMATS.md lists speculators types "eagle, eagle3, ..."; vLLM's speculators path registers only
+Where the engines' published format notes and these sources disagree, the sources win:
+- the notes list speculators types "eagle, eagle3, ..."; vLLM's speculators path registers only
   eagle3 (and peagle, dflash) now, so EAGLE-1 goes out in vLLM's native EAGLE-1 layout
-  (LlamaForCausalLM, num_hidden_layers 1), which FORMATS.md also lists.
-- FORMATS.md gives `norm_before_residual` as an optional key; vLLM's algos.py defaults it to
+  (LlamaForCausalLM, num_hidden_layers 1), which the notes also list.
+- the notes give `norm_before_residual` as an optional key; vLLM's algos.py defaults it to
   True when absent (speculators' own default is False). Our drafts normalise after taking the
   residual (models/eagle3.py), so it is written, false, always.
 """
@@ -66,7 +66,7 @@ CHECKED_AGAINST = (
     "transformers_utils/configs/speculators/{base,algos}.py, v1/worker/gpu_model_runner.py, "
     "config/speculative.py, v1/spec_decode/{draft_model,llm_base_proposer,utils}.py"
 )
-SPECULATORS_VERSION = "0.9.0"  # the speculators release FORMATS.md describes; vLLM does not read it
+SPECULATORS_VERSION = "0.9.0"  # the speculators release this layout follows; vLLM does not read it
 
 
 @dataclass(frozen=True)
