@@ -25,6 +25,8 @@ import time
 
 import torch
 
+from draftsmith.fileio import write_atomic
+
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")  # what decides bf16 speed and verify cost
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # oneDNN's native bf16 matmul kernels
 BF16_MIN_GAIN = 0.9  # bf16 must take at most this fraction of fp32's time to be chosen
@@ -120,9 +122,7 @@ def measurement_cache(name: str):
     if json.dumps(cached, sort_keys=True) != before:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(cached, indent=1))
-            os.replace(tmp, path)
+            write_atomic(path, json.dumps(cached, indent=1))
         except OSError:
             pass
 

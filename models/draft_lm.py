@@ -14,6 +14,7 @@ import copy
 import torch
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.fileio import first_line
 from draftsmith.infer.cache import KVCache
 from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
@@ -52,7 +53,7 @@ def load_draft_model(name_or_path: str, target):
         raise
     except Exception as e:  # noqa: BLE001 -- corrupt weights raise safetensors' own error type, among others
         raise DraftsmithError(
-            f"draft {name_or_path}: could not load the model ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+            f"draft {name_or_path}: could not load the model ({type(e).__name__}: {first_line(e)})"
         ) from e
 
 

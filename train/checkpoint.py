@@ -408,9 +408,9 @@ def _write_synced(path: pathlib.Path, text: str) -> None:
 
 def write_atomic(path: pathlib.Path, text: str) -> None:
     """Replace `path` with `text` in one rename: a reader (or a kill) sees the old or the new file."""
-    tmp = path.with_name(f".tmp-{path.name}")
-    _write_synced(tmp, text)
-    os.replace(tmp, path)
+    from draftsmith.fileio import write_atomic as write
+
+    write(path, text, sync=True)
 
 
 def _fsync_dir(path: pathlib.Path) -> None:
