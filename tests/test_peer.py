@@ -59,3 +59,38 @@ def test_the_race_table(tmp_path):
     table = (tmp_path / "race.md").read_text().splitlines()
     assert table[0].startswith("| trainer |") and "τ equal tokens (20480)" in table[0] and "coding" in table[0]
     assert table[2].startswith("| draftsmith | 20 | 40960 |") and "| 1.4 | 1.3 |" in table[2]
+
+
+def test_measure_tau_pools_acceptance_over_prompts_and_domains():
+    """measure_tau's tally (vLLM itself is replaced by engines with known counts)."""
+    import argparse
+    import runpy
+    from types import SimpleNamespace
+
+    tau = runpy.run_path(str(ROOT / "scripts" / "peer" / "measure_tau.py"))
+
+    class Engine:
+        def __init__(self, outs):
+            self.outs = iter(outs)
+
+        def generate(self, ids, max_new_tokens, stop):
+            return next(self.outs)
+
+    def out(ids, drafts, accepted, per_pos):
+        return SimpleNamespace(
+            output_ids=ids, drafts=drafts, draft_tokens=2 * drafts, accepted_tokens=accepted,
+            accepted_per_pos=per_pos, elapsed_s=1.0,
+        )  # fmt: skip
+
+    spec = Engine([out([1, 2, 3], 2, 3, [2, 1]), out([4, 5], 1, 0, [0, 0])])
+    plain = Engine([out([1, 2, 3], 0, 0, []), out([4, 6], 0, 0, [])])
+    prompts = [SimpleNamespace(ids=[7], domain="coding"), SimpleNamespace(ids=[8, 9], domain="humaneval")]
+    args = argparse.Namespace(k=2, max_new_tokens=4)
+    result = {"per_prompt": []}
+    totals = tau["decode"]({"spec": spec, "plain": plain}, prompts, args, [0], result["per_prompt"])
+    tau["summarise"](result, totals, len(prompts), True)
+    assert result["tau"] == 2.0 and result["accepted_per_pos"] == [2, 1] and result["drafts"] == 3
+    assert result["acceptance_rate_per_pos"] == [round(2 / 3, 4), round(1 / 3, 4)]
+    assert result["agree"] == "1/2" and [r["agrees_with_plain"] for r in result["per_prompt"]] == [True, False]
+    assert result["by_domain"]["coding"]["tau"] == 2.5 and result["by_domain"]["humaneval"]["tau"] == 1.0
+    assert result["tokens_per_s"] == 2.5 and result["speedup"] == 1.0

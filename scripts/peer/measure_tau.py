@@ -59,6 +59,86 @@ def vllm_folder(draft: pathlib.Path, k: int, work: pathlib.Path) -> pathlib.Path
     return out
 
 
+def decode(engines: dict, prompts, args, stop, per_prompt: list) -> dict:
+    """Every prompt through the draft's engine (and plain decoding with --plain): one row per prompt
+    appended to `per_prompt`, and the totals."""
+    tot = {
+        "drafts": 0,
+        "draft_tokens": 0,
+        "accepted": 0,
+        "per_pos": [0] * args.k,
+        "tokens": 0,
+        "s": 0.0,
+        "plain_tokens": 0,
+        "plain_s": 0.0,
+        "agree": 0,
+    }
+    for i, p in enumerate(prompts):
+        o = engines["spec"].generate(p.ids, args.max_new_tokens, stop)
+        row = {
+            "i": i,
+            "domain": p.domain,
+            "prompt_tokens": len(p.ids),
+            "new_tokens": len(o.output_ids),
+            "drafts": o.drafts,
+            "draft_tokens": o.draft_tokens,
+            "accepted": o.accepted_tokens,
+            "per_pos": o.accepted_per_pos,
+            "elapsed_s": round(o.elapsed_s, 3),
+            "tau": round(1 + o.accepted_tokens / o.drafts, 4) if o.drafts else None,
+        }
+        tot["drafts"] += o.drafts
+        tot["draft_tokens"] += o.draft_tokens
+        tot["accepted"] += o.accepted_tokens
+        for j, v in enumerate(o.accepted_per_pos[: args.k]):
+            tot["per_pos"][j] += v
+        tot["tokens"] += len(o.output_ids)
+        tot["s"] += o.elapsed_s
+        if "plain" in engines:
+            q = engines["plain"].generate(p.ids, args.max_new_tokens, stop)
+            row["agrees_with_plain"] = q.output_ids == o.output_ids
+            tot["agree"] += int(row["agrees_with_plain"])
+            tot["plain_tokens"] += len(q.output_ids)
+            tot["plain_s"] += q.elapsed_s
+        per_prompt.append(row)
+        print(
+            f"prompt {i} ({p.domain}): {row['new_tokens']} tokens, drafts {o.drafts}, "
+            f"accepted {o.accepted_tokens}, per pos {o.accepted_per_pos}, tau {row['tau']}",
+            flush=True,
+        )
+    return tot
+
+
+def summarise(result: dict, tot: dict, num_prompts: int, plain: bool) -> None:
+    """τ, acceptance per position, speed (and agreement with plain decoding) over all prompts, and τ
+    per domain, into `result`."""
+    d = tot["drafts"]
+    result.update(
+        num_prompts=num_prompts,
+        drafts=d,
+        draft_tokens=tot["draft_tokens"],
+        accepted_tokens=tot["accepted"],
+        accepted_per_pos=tot["per_pos"],
+        acceptance_rate_per_pos=[round(v / d, 4) if d else None for v in tot["per_pos"]],
+        tau=round(1 + tot["accepted"] / d, 4) if d else None,
+        tokens_per_s=round(tot["tokens"] / tot["s"], 2) if tot["s"] else None,
+    )
+    if plain:
+        result["agree"] = f"{tot['agree']}/{num_prompts}"
+        result["plain_tokens_per_s"] = round(tot["plain_tokens"] / tot["plain_s"], 2) if tot["plain_s"] else None
+        if result["tokens_per_s"] and result["plain_tokens_per_s"]:
+            result["speedup"] = round(result["tokens_per_s"] / result["plain_tokens_per_s"], 3)
+    by_domain = {}  # tau per MT-Bench category / prompt set, pooled over its prompts (1 + sum accepted / sum drafts)
+    for row in result["per_prompt"]:
+        g = by_domain.setdefault(row["domain"], {"drafts": 0, "accepted": 0, "prompts": 0})
+        g["drafts"] += row["drafts"]
+        g["accepted"] += row["accepted"]
+        g["prompts"] += 1
+    for g in by_domain.values():
+        g["tau"] = round(1 + g["accepted"] / g["drafts"], 4) if g["drafts"] else None
+    result["by_domain"] = by_domain
+
+
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("draft")
@@ -137,78 +217,11 @@ def main() -> int:
         engines["spec"].generate(prompts[0].ids, 8, stop)
         if "plain" in engines:
             engines["plain"].generate(prompts[0].ids, 8, stop)
-        tot = {
-            "drafts": 0,
-            "draft_tokens": 0,
-            "accepted": 0,
-            "per_pos": [0] * args.k,
-            "tokens": 0,
-            "s": 0.0,
-            "plain_tokens": 0,
-            "plain_s": 0.0,
-            "agree": 0,
-        }
-        for i, p in enumerate(prompts):
-            o = engines["spec"].generate(p.ids, args.max_new_tokens, stop)
-            row = {
-                "i": i,
-                "domain": p.domain,
-                "prompt_tokens": len(p.ids),
-                "new_tokens": len(o.output_ids),
-                "drafts": o.drafts,
-                "draft_tokens": o.draft_tokens,
-                "accepted": o.accepted_tokens,
-                "per_pos": o.accepted_per_pos,
-                "elapsed_s": round(o.elapsed_s, 3),
-                "tau": round(1 + o.accepted_tokens / o.drafts, 4) if o.drafts else None,
-            }
-            tot["drafts"] += o.drafts
-            tot["draft_tokens"] += o.draft_tokens
-            tot["accepted"] += o.accepted_tokens
-            for j, v in enumerate(o.accepted_per_pos[: args.k]):
-                tot["per_pos"][j] += v
-            tot["tokens"] += len(o.output_ids)
-            tot["s"] += o.elapsed_s
-            if "plain" in engines:
-                q = engines["plain"].generate(p.ids, args.max_new_tokens, stop)
-                row["agrees_with_plain"] = q.output_ids == o.output_ids
-                tot["agree"] += int(row["agrees_with_plain"])
-                tot["plain_tokens"] += len(q.output_ids)
-                tot["plain_s"] += q.elapsed_s
-            result["per_prompt"].append(row)
-            print(
-                f"prompt {i} ({p.domain}): {row['new_tokens']} tokens, drafts {o.drafts}, "
-                f"accepted {o.accepted_tokens}, per pos {o.accepted_per_pos}, tau {row['tau']}",
-                flush=True,
-            )
+        tot = decode(engines, prompts, args, stop, result["per_prompt"])
     finally:
         for e in engines.values():
             e.close()
-    d = tot["drafts"]
-    result.update(
-        num_prompts=len(prompts),
-        drafts=d,
-        draft_tokens=tot["draft_tokens"],
-        accepted_tokens=tot["accepted"],
-        accepted_per_pos=tot["per_pos"],
-        acceptance_rate_per_pos=[round(v / d, 4) if d else None for v in tot["per_pos"]],
-        tau=round(1 + tot["accepted"] / d, 4) if d else None,
-        tokens_per_s=round(tot["tokens"] / tot["s"], 2) if tot["s"] else None,
-    )
-    if args.plain:
-        result["agree"] = f"{tot['agree']}/{len(prompts)}"
-        result["plain_tokens_per_s"] = round(tot["plain_tokens"] / tot["plain_s"], 2) if tot["plain_s"] else None
-        if result["tokens_per_s"] and result["plain_tokens_per_s"]:
-            result["speedup"] = round(result["tokens_per_s"] / result["plain_tokens_per_s"], 3)
-    by_domain = {}  # tau per MT-Bench category / prompt set, pooled over its prompts (1 + sum accepted / sum drafts)
-    for row in result["per_prompt"]:
-        g = by_domain.setdefault(row["domain"], {"drafts": 0, "accepted": 0, "prompts": 0})
-        g["drafts"] += row["drafts"]
-        g["accepted"] += row["accepted"]
-        g["prompts"] += 1
-    for g in by_domain.values():
-        g["tau"] = round(1 + g["accepted"] / g["drafts"], 4) if g["drafts"] else None
-    result["by_domain"] = by_domain
+    summarise(result, tot, len(prompts), args.plain)
     summary = {
         k: result[k] for k in ("tau", "drafts", "accepted_tokens", "accepted_per_pos", "tokens_per_s") if k in result
     }
