@@ -27,6 +27,24 @@ from draftsmith.models import Target
 MATMUL = ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear", "aten::matmul", "mkldnn", "onednn")
 
 
+def print_report(result: dict) -> None:
+    """One step's split (forward, engine), then the operators by self CPU time."""
+    print(
+        f"{result['target']} {result['dtype']}, context {result['context']}, {result['steps']} steps on "
+        f"{format_cpu(result['cpu'])}"
+    )
+    print(
+        f"one step {result['ms_per_step']:.1f} ms = forward {result['ms_forward']:.1f} ms + engine "
+        f"{result['ms_engine']:.1f} ms; "
+        f"matrix multiplications {100 * result['matmul_share_of_op_time']:.0f}% of operator time"
+    )
+    print(f"{'operator':<40}{'ms/step':>9}{'calls/step':>12}{'share':>8}")
+    for op in result["ops"]:
+        print(
+            f"{op['op'][:39]:<40}{op['self_ms_per_step']:>9.2f}{op['calls_per_step']:>12.1f}{100 * op['share']:>7.1f}%"
+        )
+
+
 def main() -> int:
     ap = parser(
         __doc__, target="smollm2-135m-instruct", dtype={"default": "float32", "choices": ["float32", "bfloat16"]}
@@ -84,17 +102,7 @@ def main() -> int:
             for e in top
         ],
     }
-    print(f"{args.target} {args.dtype}, context {args.context}, {len(steps)} steps on {format_cpu(result['cpu'])}")
-    print(
-        f"one step {result['ms_per_step']:.1f} ms = forward {result['ms_forward']:.1f} ms + engine "
-        f"{result['ms_engine']:.1f} ms; "
-        f"matrix multiplications {100 * result['matmul_share_of_op_time']:.0f}% of operator time"
-    )
-    print(f"{'operator':<40}{'ms/step':>9}{'calls/step':>12}{'share':>8}")
-    for op in result["ops"]:
-        print(
-            f"{op['op'][:39]:<40}{op['self_ms_per_step']:>9.2f}{op['calls_per_step']:>12.1f}{100 * op['share']:>7.1f}%"
-        )
+    print_report(result)
     save(result, args.json, quiet=True)
     return 0
 
