@@ -38,7 +38,7 @@ class Kind:
     drafter_ref: the runtime drafter (infer/proposal.py's Drafter); `from_pretrained(folder, target)`
               loads a checkpoint of this kind.
     config_ref: the recipe's `drafter:` dataclass (None: nothing to train, e.g. prompt lookup).
-    task_ref: the training task the trainer drives (train/task.py's TrainingTask protocol).
+    task_ref: the training task the trainer drives (a subclass of train/task.py's TrainingTask).
     exports:  format -> the layout it writes, a reference to a Layout object in that format's
               export module (draftsmith/export/<format>.py); "hf" (our own checkpoint layout) may
               be None: the checkpoint as it is, checked for its config.json and intact weights.
@@ -103,7 +103,7 @@ KINDS: dict[str, Kind] = {
         Kind(
             "draft_lm",
             f"{_M}.draft_lm:DraftLM",
-            f"{_T}.config:DraftLMConfig",
+            f"{_T}.draft_lm:DraftLMTrainConfig",
             f"{_T}.draft_lm:DraftLMTask",
             exports={"hf": f"{_H}:DRAFT_LM", "vllm": f"{_V}:DRAFT_LM", "gguf": f"{_G}:DRAFT_LM"},
             repo_suffix="draft",
@@ -117,7 +117,7 @@ KINDS: dict[str, Kind] = {
         Kind(
             "medusa",
             f"{_M}.medusa:Medusa",
-            f"{_T}.config:MedusaTrainConfig",
+            f"{_T}.medusa:MedusaTrainConfig",
             f"{_T}.medusa:MedusaTask",
             exports={"hf": f"{_H}:MEDUSA", "vllm": f"{_V}:MEDUSA"},
             repo_suffix="medusa",
@@ -131,7 +131,7 @@ KINDS: dict[str, Kind] = {
         Kind(
             "eagle",
             f"{_M}.eagle:Eagle",
-            f"{_T}.config:EagleTrainConfig",
+            f"{_T}.eagle:EagleTrainConfig",
             f"{_T}.eagle:EagleTask",
             exports={"hf": f"{_H}:EAGLE", "vllm": f"{_V}:EAGLE"},
             repo_suffix="eagle-draft",
@@ -143,8 +143,8 @@ KINDS: dict[str, Kind] = {
         Kind(
             "eagle3",
             f"{_M}.eagle3:Eagle3",
-            f"{_T}.config:Eagle3TrainConfig",
-            f"{_T}.eagle:Eagle3Task",
+            f"{_T}.eagle3:Eagle3TrainConfig",
+            f"{_T}.eagle3:Eagle3Task",
             exports={"hf": f"{_H}:EAGLE3", "vllm": f"{_V}:EAGLE3", "sglang": f"{_S}:EAGLE3", "gguf": f"{_G}:EAGLE3"},
             repo_suffix="eagle3",
             title="an EAGLE-3 drafter",

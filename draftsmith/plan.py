@@ -266,11 +266,8 @@ def build_meta(recipe, device: str = "cuda", scored: float = DEFAULT_SCORED) -> 
     with meta_build(), torch.device("meta"):
         task = KINDS[recipe.drafter.kind].task(recipe.drafter, target, seed=recipe.optim.seed)
     trained = _count(task.trainable_parameters())
-    layers = getattr(task, "layers", ())
-    steps = int(getattr(task, "train_steps", 1))
-    draft_scored = scored
-    if hasattr(task, "draft_positions"):  # DFlash: blocks at anchors, every block position scored
-        steps, draft_scored = task.draft_positions(recipe.data.max_length, scored) / recipe.data.max_length, 1.0
+    layers = task.layers
+    steps, draft_scored = task.draft_passes(recipe.data.max_length, scored)  # DFlash: its anchors' blocks
     T = recipe.data.max_length
     drafter = task.model
     vocabs = tuple({target.vocab_size, getattr(getattr(drafter, "config", None), "draft_vocab_size", 0)} - {0})
@@ -446,7 +443,7 @@ def smallest_change(recipe, built, world, gpu_memory, T, b, strategy: str | None
                 return f"use {s} with --optim.batch_size={bb} --optim.grad_accum={accum} (the same tokens per step)" + (
                     "" if s == "ddp" else f" ({accel.format(ACCELERATE_CONFIGS[s])})"
                 )
-    if not readers_now and hasattr(recipe.drafter, "features"):
+    if not readers_now and built.feature_layers:  # the drafter reads target features: a cache can hold them
         readers = "--model.target_parts=readers --logging.eval_every=0 --logging.acceptance_prompts=0"
         for s in STRATEGIES:
             if fits(s, T, b, True):

@@ -25,7 +25,8 @@ from draftsmith.models.eagle3 import (
     vocab_maps,
 )
 from draftsmith.train.config import load_recipe
-from draftsmith.train.eagle import Eagle3Task, simulated_acceptance_length
+from draftsmith.train.eagle import simulated_acceptance_length
+from draftsmith.train.eagle3 import Eagle3Task
 from draftsmith.train.features import target_hidden_states
 
 

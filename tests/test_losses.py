@@ -278,11 +278,11 @@ def test_training_a_tiny_draft_reduces_loss(kind: str) -> None:
 def test_heads_on_counted_rows_only_give_the_full_logits_loss_and_gradients(tiny_target):
     """Issue 17 (training throughput): the draft LM task runs both LM heads on the counted rows
     only (head_on_rows); loss, stats and gradients equal distillation_loss over full logits."""
-    from draftsmith.train.config import DraftLMConfig
+    from draftsmith.train.draft_lm import DraftLMTrainConfig
     from draftsmith.train.draft_lm import DraftLMTask
     from draftsmith.train.losses import head_on_rows
 
-    task = DraftLMTask(DraftLMConfig(init="truncated:1", loss="fkl"), tiny_target)
+    task = DraftLMTask(DraftLMTrainConfig(init="truncated:1", loss="fkl"), tiny_target)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 200, (3, 16), generator=g)
     mask = (torch.rand(3, 16, generator=g) < 0.6).long()

@@ -11,15 +11,18 @@ something off (the note says what 0 means, and the trainer honours it), interval
     recipe = load_recipe("configs/tiny/draft_lm.yaml", ["--optim.lr=3e-4", "--data.max_length", "256"])
 
 The `drafter` section is polymorphic: its `kind` picks the dataclass from the table of kinds
-(draftsmith/kinds.py, resolved lazily here), so each drafter declares exactly the
-knobs it has. A drafter dataclass may define `checks() -> [(ok, message)]` for rules that span
-several of its keys.
+(draftsmith/kinds.py, resolved lazily here), so each drafter declares exactly the knobs it has.
+That dataclass, `<Kind>TrainConfig`, lives in the kind's task file (train/<kind>.py); what the
+kinds share stays here (LoraConfig, the divergences, the range checking). A drafter dataclass may
+define `checks() -> [(ok, message)]` for rules that span several of its keys, and `CHOICES` for
+the allowed values of its string knobs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import math
 import pathlib
 import types
@@ -123,145 +126,6 @@ class LoraConfig:
     merge: bool = True  # merge adapters into the weights when saving: checkpoints load as plain LMs
 
     RANGES: typing.ClassVar[dict[str, str]] = {"r": ">=0 (0: full fine-tuning)", "alpha": ">0", "dropout": "[0, 1)"}
-
-
-@dataclass
-class DraftLMConfig:
-    """An independent draft LM distilled from the target (DistillSpec, Zhou et al. 2023)."""
-
-    kind: str = "draft_lm"
-    init: str = "truncated:8"  # truncated:N (target's first N layers) or any causal LM with its tokenizer
-    lora: LoraConfig = field(default_factory=LoraConfig)
-    divergence: str = "fkl"  # fkl | rkl | jsd | tvd | ce (see DIVERGENCES above: what each optimises)
-    loss: str | None = None  # deprecated spelling of divergence, still read
-    temperature: float = 1.0
-    jsd_beta: float = 0.5
-    on_policy_fraction: float = 0.0  # share of steps trained on the draft's own samples (data.source on_policy: 1)
-    on_policy_tokens: int = 32  # tokens the draft samples per on-policy sequence
-    on_policy_temperature: float = 1.0  # > 0: the draft samples (0 would be greedy, not a distribution)
-
-    RANGES: typing.ClassVar[dict[str, str]] = {
-        "temperature": ">0",
-        "jsd_beta": "(0, 1)",
-        "on_policy_fraction": "[0, 1] (0: off-policy only)",
-        "on_policy_tokens": ">=1",
-        "on_policy_temperature": ">0",
-    }
-
-    def __post_init__(self):
-        take_old_loss_key(self)
-
-    def checks(self) -> list[tuple[bool, str]]:
-        return divergence_checks(self, ce=True)
-
-
-@dataclass
-class MedusaTrainConfig:
-    """Medusa heads on the target's last hidden state (Cai et al. 2024): Medusa-1 trains the heads
-    on a frozen target; Medusa-2 trains them jointly with the target through LoRA."""
-
-    kind: str = "medusa"
-    num_heads: int = 4  # K: head k predicts the token k+1 places after the target's own next token
-    num_layers: int = 1  # ResBlocks per head
-    share_lm_head: bool = False  # heads use the target's LM head itself (fewer weights, untrained)
-    decay: float = 0.8  # λ: head k's loss weight is λ^k
-    labels: str = "tokens"  # tokens: CE on the data's tokens; distill: `divergence` to the target's distribution
-    divergence: str = "fkl"  # labels distill: fkl | rkl | jsd | tvd (see DIVERGENCES above)
-    jsd_beta: float = 0.5
-    mode: str = "medusa1"  # medusa1 | medusa2
-    heads_loss_weight: float = 0.2  # medusa2: L = L_LM + heads_loss_weight * Σ_k λ^k L_k
-    heads_lr_multiplier: float = 4.0  # medusa2: the heads learn at optim.lr * this, LoRA at optim.lr
-    lm_loss: str = "ce"  # medusa2: ce on the data's tokens | kl to the original target (self-distillation)
-    lora: LoraConfig = field(default_factory=lambda: LoraConfig(r=16))  # medusa2 only
-    init: str | None = None  # an existing medusa checkpoint folder to start the heads from
-
-    RANGES: typing.ClassVar[dict[str, str]] = {
-        "num_heads": ">=1",
-        "num_layers": ">=0 (0: no ResBlock, the LM head alone)",
-        "decay": "(0, 1]",
-        "heads_loss_weight": ">0",
-        "heads_lr_multiplier": ">0",
-        "jsd_beta": "(0, 1)",
-    }
-
-    def checks(self) -> list[tuple[bool, str]]:
-        return [
-            (
-                self.mode != "medusa2" or self.lora.r > 0,
-                "drafter.mode medusa2 trains the target through LoRA: drafter.lora.r must be > 0",
-            ),
-            *divergence_checks(self, soft=self.labels == "distill"),
-        ]
-
-
-@dataclass
-class EagleTrainConfig:
-    """EAGLE-1 (Li et al. 2024): one decoder layer predicting the target's next feature (its last
-    hidden state after the final norm) from [embedding of the next token; feature]."""
-
-    kind: str = "eagle"
-    features: str = "online"  # online | a feature cache folder (python -m draftsmith.train.features)
-    noise: float = 0.1  # uniform noise U(-noise, noise) on the input features (paper, sec. 4.2)
-    feature_loss_weight: float = 1.0  # smooth-L1 on the predicted feature
-    cls_loss_weight: float = 0.1  # the divergence to the target's distribution (paper: 0.1, cross-entropy)
-    divergence: str = "fkl"  # fkl (the paper's cross-entropy, less the target's entropy) | rkl | jsd | tvd
-    jsd_beta: float = 0.5
-    intermediate_size: int | None = None  # the draft layer's MLP width (None: the target's)
-    init: str | None = None  # an existing eagle checkpoint folder to start from
-
-    RANGES: typing.ClassVar[dict[str, str]] = {
-        "noise": ">=0 (0: no noise)",
-        "feature_loss_weight": ">=0 (0: no feature loss)",
-        "cls_loss_weight": ">=0 (0: no cross-entropy)",
-        "intermediate_size": ">=1",
-        "jsd_beta": "(0, 1)",
-    }
-
-    def checks(self) -> list[tuple[bool, str]]:
-        return [
-            (
-                self.feature_loss_weight + self.cls_loss_weight > 0,
-                "drafter.feature_loss_weight and drafter.cls_loss_weight must not both be 0",
-            ),
-            *divergence_checks(self),
-        ]
-
-
-@dataclass
-class Eagle3TrainConfig:
-    """EAGLE-3 (Li et al. 2025): fused low/mid/high target features, training-time test over
-    `ttt_steps` unrolled steps, a reduced draft vocabulary (d2t/t2d)."""
-
-    kind: str = "eagle3"
-    features: str = "online"  # online | a feature cache folder (python -m draftsmith.train.features)
-    aux_layers: list[int] | None = None  # indices into the target's hidden_states; None: [2, L//2, L-3]
-    draft_vocab_size: int = 32000  # most frequent target tokens in the training data (capped at the target's vocab)
-    ttt_steps: int = 7  # n: steps unrolled on the draft's own hidden states
-    ttt_decay: float = 0.8  # step j's loss weight is ttt_decay^j
-    divergence: str = "fkl"  # fkl (the paper's cross-entropy, less the target's entropy) | rkl | jsd | tvd
-    jsd_beta: float = 0.5
-    noise: float = 0.0  # uniform noise on the input features
-    intermediate_size: int | None = None  # the draft layer's MLP width (None: the target's)
-    init: str | None = None  # an existing eagle3 checkpoint folder to start from
-
-    RANGES: typing.ClassVar[dict[str, str]] = {
-        "aux_layers": "any",
-        "draft_vocab_size": ">=2",
-        "ttt_steps": ">=1",
-        "ttt_decay": "(0, 1]",
-        "noise": ">=0 (0: no noise)",
-        "intermediate_size": ">=1",
-        "jsd_beta": "(0, 1)",
-    }
-
-    def checks(self) -> list[tuple[bool, str]]:
-        return [
-            (
-                self.aux_layers is None or len(self.aux_layers) >= 1,
-                "drafter.aux_layers: give at least one layer (or null for the default)",
-            ),
-            *divergence_checks(self),
-        ]
 
 
 @dataclass
@@ -414,7 +278,7 @@ class LoggingConfig:
 @dataclass
 class Recipe:
     model: ModelConfig = field(default_factory=ModelConfig)
-    drafter: typing.Any = field(default_factory=DraftLMConfig)  # the kind's dataclass (draftsmith/kinds.py)
+    drafter: typing.Any = field(default_factory=lambda: _kind_config(DEFAULT_KIND)())  # the kind's dataclass
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -424,7 +288,9 @@ class Recipe:
         return dataclasses.asdict(self)
 
 
-CHOICES = {
+# The allowed values of the sections' string knobs. A kind's own (`drafter.labels`, `drafter.mode`, ...)
+# are its dataclass's `CHOICES`; `choices()` joins them, and `CHOICES` is that table over every kind.
+_CHOICES = {
     "model.target_dtype": ("auto", "float32", "bfloat16", "float16"),
     "model.target_parts": ("whole", "readers"),
     "data.format": ("auto", "chat", "text"),
@@ -432,10 +298,54 @@ CHOICES = {
     "data.source": ("corpus", "regenerated", "on_policy"),
     "optim.mixed_precision": ("no", "bf16", "fp16"),
     "drafter.divergence": (*DIVERGENCES, "ce"),  # which kinds take ce: their checks()
-    "drafter.labels": ("tokens", "distill"),
-    "drafter.mode": ("medusa1", "medusa2"),
-    "drafter.lm_loss": ("ce", "kl"),
 }
+
+
+def choices(drafter_configs=None) -> dict[str, tuple[str, ...]]:
+    """key -> allowed values: the sections' own, then those the `drafter:` dataclasses declare in
+    their `CHOICES` (`drafter_configs`: those dataclasses; every trainable kind's by default)."""
+    if drafter_configs is None:
+        from draftsmith.kinds import drafter_configs as registered
+
+        drafter_configs = registered().values()
+    table = dict(_CHOICES)
+    for cls in drafter_configs:
+        for name, allowed in getattr(cls, "CHOICES", {}).items():
+            key = f"drafter.{name}"
+            table[key] = tuple(dict.fromkeys(table.get(key, ()) + tuple(allowed)))
+    return table
+
+
+DEFAULT_KIND = "draft_lm"  # a recipe without drafter.kind
+
+
+def _kind_config(kind: str) -> type:
+    from draftsmith.kinds import KINDS
+
+    return KINDS[kind].config
+
+
+# The drafter dataclasses moved to their kind's task file (train/<kind>.py), named <Kind>TrainConfig;
+# the old names here still work for one release, with a DeprecationWarning. Resolved on use: the
+# task modules import this one.
+_MOVED = {
+    "DraftLMConfig": ("draftsmith.train.draft_lm", "DraftLMTrainConfig"),
+    "MedusaTrainConfig": ("draftsmith.train.medusa", "MedusaTrainConfig"),
+    "EagleTrainConfig": ("draftsmith.train.eagle", "EagleTrainConfig"),
+    "Eagle3TrainConfig": ("draftsmith.train.eagle3", "Eagle3TrainConfig"),
+}
+
+
+def __getattr__(name: str):
+    if name == "CHOICES":
+        return choices()
+    if name in _MOVED:
+        module, new = _MOVED[name]
+        warnings.warn(
+            f"draftsmith.train.config.{name} is deprecated: use {module}.{new}", DeprecationWarning, stacklevel=2
+        )
+        return getattr(importlib.import_module(module), new)
+    raise AttributeError(f"module 'draftsmith.train.config' has no attribute {name!r}")
 
 
 # --- building dataclasses from plain dicts, strictly ------------------------------------------
@@ -512,7 +422,7 @@ def recipe_from_dict(data: dict, *, drafter_configs: dict[str, type] | None = No
 
     data = dict(data or {})
     drafter = dict(data.pop("drafter", None) or {})
-    kind = drafter.get("kind", "draft_lm")
+    kind = drafter.get("kind", DEFAULT_KIND)
     if drafter_configs is None:
         trainable = [k.name for k in KINDS.values() if k.config_ref is not None]
         drafter_configs = {kind: KINDS[kind].config} if kind in trainable else dict.fromkeys(trainable)
@@ -520,9 +430,9 @@ def recipe_from_dict(data: dict, *, drafter_configs: dict[str, type] | None = No
         raise DraftsmithError(
             f"config key 'drafter.kind': unknown drafter {kind!r}; trainable kinds: {', '.join(drafter_configs)}"
         )
-    recipe = _build(Recipe, data, "")
+    recipe = _build(Recipe, {**data, "drafter": None}, "")  # the sections first, as they are listed
     recipe.drafter = _build(drafter_configs[kind], drafter, "drafter")
-    for key, allowed in CHOICES.items():
+    for key, allowed in choices([type(recipe.drafter)]).items():
         section, name = key.split(".")
         obj = getattr(recipe, section)
         if hasattr(obj, name) and getattr(obj, name) not in allowed:

@@ -29,20 +29,20 @@ logging.acceptance_k, whose argmax matches: greedy chain acceptance on the data'
 
 from __future__ import annotations
 
-import pathlib
 import typing
 from dataclasses import dataclass
 
 import torch
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.models import require_drafter_kind, write_drafter_meta
+from draftsmith.models import require_drafter_kind
 from draftsmith.models.dflash import DFlash, DFlashConfig, DFlashModel, default_target_layers, resolve_mask_token
 from draftsmith.models.eagle import EagleConfig
 
 from . import losses
 from .config import divergence_checks
 from .features import OfflineFeatures, OnlineFeatures
+from .task import TrainingTask, unwrap
 
 
 @dataclass
@@ -75,6 +75,7 @@ class DFlashTrainConfig:
         "intermediate_size": ">=1",
         "jsd_beta": "(0, 1)",
     }
+    CHOICES: typing.ClassVar[dict[str, tuple[str, ...]]] = {"labels": ("tokens", "distill")}
 
     def checks(self) -> list[tuple[bool, str]]:
         return divergence_checks(self, soft=self.labels == "distill")
@@ -127,17 +128,16 @@ def training_mask(anchors, keep, attention_mask, block_size: int, causal: bool) 
     return torch.cat([context, own.expand(B, Q, Q)], -1).unsqueeze(1)
 
 
-class DFlashTask:
+class DFlashTask(TrainingTask):
     kind = "dflash"
     drafter_class = DFlash
 
     def __init__(self, cfg: DFlashTrainConfig, target, seed: int = 0):
-        self.cfg, self.target, self.seed = cfg, target, seed
+        super().__init__(cfg, target, seed)
         self._aux = target_layers(cfg, target.config)
         self.layers = self.feature_layers(cfg, target.config)
         self.model = self._init_model()
         self.online = self.features = OnlineFeatures(target, self.layers)
-        self.acceptance_k = 4  # the trainer sets logging.acceptance_k
 
     @classmethod
     def feature_layers(cls, cfg, target_config) -> tuple[int, ...]:
@@ -151,8 +151,12 @@ class DFlashTask:
         positions (sample_anchors), not one per row token as for the other kinds."""
         return min(self.cfg.num_blocks, max(1, int(scored * T))) * self.cfg.block_size
 
+    def draft_passes(self, T: int, scored: float) -> tuple[float, float]:
+        # Every block position is scored: the share of the row that is trained picks the anchors.
+        return self.draft_positions(T, scored) / T, 1.0
+
     def bind_data(self, data, data_cfg) -> None:
-        """Called by the trainer once the data is built: open the offline feature cache."""
+        """Open the offline feature cache, where the recipe names one."""
         if self.cfg.features != "online":
             self.features = OfflineFeatures(
                 self.cfg.features, self.target, self.layers, data_cfg.max_length, data.train
@@ -195,9 +199,6 @@ class DFlashTask:
         model.attach_target(self.target.model)
         return model.float().train().requires_grad_(True)
 
-    def trainable_parameters(self):
-        return [p for p in self.model.parameters() if p.requires_grad]
-
     # --- the loss --------------------------------------------------------------------------------
 
     def loss(self, model, batch: dict, step: int | None = None):
@@ -205,7 +206,7 @@ class DFlashTask:
         ids, loss_mask, attn = batch["input_ids"], batch["loss_mask"], batch["attention_mask"]
         feats = (self.features if training else self.online)(batch, want_logits=True)
         context = feats.hidden[..., : len(self._aux) * self.target.config.hidden_size]
-        unwrapped = getattr(model, "module", model)
+        unwrapped = unwrap(model)
         c = unwrapped.config
         Bs, (B, T), device = c.block_size, ids.shape, ids.device
         # Fresh anchors every step, reproducible from (seed, step); evaluation always draws the same.
@@ -261,33 +262,21 @@ class DFlashTask:
             )
         return stats
 
-    # --- saving and running --------------------------------------------------------------------
+    # --- saving: the draft's own weights, never the target's embedding or LM head -------------
 
-    def save(self, model, state_dict, folder: pathlib.Path, extra: dict) -> None:
-        """The draft's own weights (never the target's embedding or LM head), its config, the
-        target's tokenizer and drafter.json."""
-        folder = pathlib.Path(folder)
-        extra = {k: v for k, v in extra.items() if k != "eval"}
+    def config_updates(self, model) -> dict:
+        return {"target": self.target.name}
+
+    def meta(self, model) -> dict:
         c = model.config
-        c.target = self.target.name
-        model.save_pretrained(folder, state_dict=state_dict)
-        self.target.tokenizer.save_pretrained(folder)
-        write_drafter_meta(
-            folder,
-            self.kind,
-            self.target.name,
-            hidden_layers=list(c.hidden_layers),
-            block_size=c.block_size,
-            num_speculative_tokens=c.num_speculative_tokens,
-            mask_token_id=c.mask_token_id,
-            features="online" if self.cfg.features == "online" else "offline",
-            init=self.cfg.init,
-            **extra,
-        )
-
-    def runtime_drafter(self, model):
-        """The live draft as an engine drafter (not frozen: training continues afterwards)."""
-        return self.drafter_class(model, self.target, f"{self.kind}@training", freeze=False)
+        return {
+            "hidden_layers": list(c.hidden_layers),
+            "block_size": c.block_size,
+            "num_speculative_tokens": c.num_speculative_tokens,
+            "mask_token_id": c.mask_token_id,
+            "features": "online" if self.cfg.features == "online" else "offline",
+            "init": self.cfg.init,
+        }
 
 
 __all__ = ["DFlashTask", "DFlashTrainConfig", "sample_anchors", "target_layers", "training_mask"]

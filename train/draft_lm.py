@@ -7,9 +7,6 @@ on the decoding temperature, and that training on the draft's own samples (on-po
 scored by the target) aligns the two where it matters at inference: `data.source: on_policy`
 (GKD, Agarwal et al. 2024), on `on_policy_fraction` of the optimizer steps (1 unless set). The
 divergence is `drafter.divergence` (train/config.py's DIVERGENCES says what each optimises).
-
-A task is the trainer's only view of a drafter kind: the trainable module, a loss over a
-batch, how to save a loadable drafter, and how to run it in the inference engine.
 """
 
 from __future__ import annotations
@@ -17,27 +14,59 @@ from __future__ import annotations
 import copy
 import pathlib
 import random
+import typing
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.models import DraftLM, read_drafter_meta, write_drafter_meta
+from draftsmith.models import DraftLM, read_drafter_meta
 from draftsmith.models.draft_lm import truncate_model
 from draftsmith.models.sources import check_same_tokenizer, load_causal_lm, load_tokenizer
 
 from . import losses
-from .config import DraftLMConfig
+from .config import LoraConfig, divergence_checks, take_old_loss_key
 from .lora import wrap_lora
+from .task import TrainingTask, unwrap
 
 
-class DraftLMTask:
+@dataclass
+class DraftLMTrainConfig:
+    """An independent draft LM distilled from the target (DistillSpec, Zhou et al. 2023)."""
+
+    kind: str = "draft_lm"
+    init: str = "truncated:8"  # truncated:N (target's first N layers) or any causal LM with its tokenizer
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    divergence: str = "fkl"  # fkl | rkl | jsd | tvd | ce (train/config.py's DIVERGENCES: what each optimises)
+    loss: str | None = None  # deprecated spelling of divergence, still read
+    temperature: float = 1.0
+    jsd_beta: float = 0.5
+    on_policy_fraction: float = 0.0  # share of steps trained on the draft's own samples (data.source on_policy: 1)
+    on_policy_tokens: int = 32  # tokens the draft samples per on-policy sequence
+    on_policy_temperature: float = 1.0  # > 0: the draft samples (0 would be greedy, not a distribution)
+
+    RANGES: typing.ClassVar[dict[str, str]] = {
+        "temperature": ">0",
+        "jsd_beta": "(0, 1)",
+        "on_policy_fraction": "[0, 1] (0: off-policy only)",
+        "on_policy_tokens": ">=1",
+        "on_policy_temperature": ">0",
+    }
+
+    def __post_init__(self):
+        take_old_loss_key(self)
+
+    def checks(self) -> list[tuple[bool, str]]:
+        return divergence_checks(self, ce=True)
+
+
+class DraftLMTask(TrainingTask):
     kind = "draft_lm"
+    drafter_class = DraftLM
 
-    def __init__(self, cfg: DraftLMConfig, target, seed: int = 0):
-        self.cfg = cfg
-        self.target = target
-        self.seed = seed
+    def __init__(self, cfg: DraftLMTrainConfig, target, seed: int = 0):
+        super().__init__(cfg, target, seed)
         self.model = self._init_model()
         self.is_lora = cfg.lora.r > 0
         if self.is_lora:
@@ -49,9 +78,6 @@ class DraftLMTask:
         return init_causal_lm(
             self.cfg.init, self.target, accepts=(self.kind,), what=f"but this recipe trains a {self.kind!r} drafter"
         )
-
-    def trainable_parameters(self):
-        return [p for p in self.model.parameters() if p.requires_grad]
 
     # --- the loss --------------------------------------------------------------------------------
 
@@ -94,7 +120,7 @@ class DraftLMTask:
         rng = random.Random(self.seed * 7919 + step)
         cut = rng.randint(max(1, length // 4), max(1, length - 1))
         prefix = input_ids[:, :cut]
-        unwrapped = getattr(model, "module", model)
+        unwrapped = unwrap(model)
         was_training = unwrapped.training
         unwrapped.eval()
         tok = self.target.tokenizer
@@ -121,25 +147,16 @@ class DraftLMTask:
         loss_mask = torch.cat([torch.zeros_like(prefix), gen_mask], 1)
         return out, loss_mask, torch.cat([torch.ones_like(prefix), gen_mask], 1)
 
-    # --- saving and running --------------------------------------------------------------------
+    # --- saving: a plain causal-LM folder (LoRA merged; the adapter beside it in adapter/) ---------
 
-    def save(self, model, state_dict, folder: pathlib.Path, extra: dict) -> None:
-        """Write a loadable drafter: a plain causal-LM folder (LoRA merged; the adapter beside it
-        in adapter/), the target's tokenizer, and drafter.json naming the kind and the target."""
-        folder = pathlib.Path(folder)
-        if self.is_lora:
-            model.save_pretrained(folder / "adapter")
-            merged = copy.deepcopy(model).merge_and_unload()
-            merged.save_pretrained(folder)
-        else:
-            model.save_pretrained(folder, state_dict=state_dict)
-        self.target.tokenizer.save_pretrained(folder)
-        meta = {k: v for k, v in extra.items() if k != "eval"}  # the trainer's latest eval metrics: not metadata here
-        write_drafter_meta(folder, self.kind, self.target.name, init=self.cfg.init, lora_r=self.cfg.lora.r, **meta)
+    def save_weights(self, model, state_dict, folder: pathlib.Path, evaluation: dict) -> None:
+        if not self.is_lora:
+            return super().save_weights(model, state_dict, folder, evaluation)
+        model.save_pretrained(folder / "adapter")
+        copy.deepcopy(model).merge_and_unload().save_pretrained(folder)
 
-    def runtime_drafter(self, model):
-        """The live model as an engine drafter (not frozen: training continues afterwards)."""
-        return DraftLM(model, self.target, f"{self.kind}@training", freeze=False)
+    def meta(self, model) -> dict:
+        return {"init": self.cfg.init, "lora_r": self.cfg.lora.r}
 
 
 def _zero3() -> bool:

@@ -1,4 +1,5 @@
-"""Training EAGLE drafters: EAGLE-1 (feature regression + distillation) and EAGLE-3 (training-time test).
+"""Training EAGLE drafters: EAGLE-1 (feature regression + distillation) here; EAGLE-3
+(training-time test) extends it in train/eagle3.py.
 
 Both read the frozen target's hidden states through train/features.py: online (a target forward
 per batch, the default) or from an offline cache written once (`drafter.features: DIR`; held-out
@@ -24,51 +25,79 @@ as context; the trainer adds the real mean_acceptance_length measured by the run
 
 from __future__ import annotations
 
-import pathlib
+import importlib
+import typing
+import warnings
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from draftsmith.errors import DraftsmithError
-from draftsmith.models import require_drafter_kind, write_drafter_meta
+from draftsmith.models import require_drafter_kind
 from draftsmith.models.eagle import Eagle, EagleConfig
-from draftsmith.models.eagle3 import Eagle3, Eagle3Config, default_aux_layers, frequent_tokens
 
 from . import losses
-from .config import Eagle3TrainConfig, EagleTrainConfig
-from .data import collate
+from .config import divergence_checks
 from .features import OfflineFeatures, OnlineFeatures
 from .medusa import label_positions
+from .task import TrainingTask, unwrap
 
 
-class EagleTask:
+@dataclass
+class EagleTrainConfig:
+    """EAGLE-1 (Li et al. 2024): one decoder layer predicting the target's next feature (its last
+    hidden state after the final norm) from [embedding of the next token; feature]."""
+
+    kind: str = "eagle"
+    features: str = "online"  # online | a feature cache folder (python -m draftsmith.train.features)
+    noise: float = 0.1  # uniform noise U(-noise, noise) on the input features (paper, sec. 4.2)
+    feature_loss_weight: float = 1.0  # smooth-L1 on the predicted feature
+    cls_loss_weight: float = 0.1  # the divergence to the target's distribution (paper: 0.1, cross-entropy)
+    divergence: str = "fkl"  # fkl (the paper's cross-entropy, less the target's entropy) | rkl | jsd | tvd
+    jsd_beta: float = 0.5
+    intermediate_size: int | None = None  # the draft layer's MLP width (None: the target's)
+    init: str | None = None  # an existing eagle checkpoint folder to start from
+
+    RANGES: typing.ClassVar[dict[str, str]] = {
+        "noise": ">=0 (0: no noise)",
+        "feature_loss_weight": ">=0 (0: no feature loss)",
+        "cls_loss_weight": ">=0 (0: no cross-entropy)",
+        "intermediate_size": ">=1",
+        "jsd_beta": "(0, 1)",
+    }
+
+    def checks(self) -> list[tuple[bool, str]]:
+        return [
+            (
+                self.feature_loss_weight + self.cls_loss_weight > 0,
+                "drafter.feature_loss_weight and drafter.cls_loss_weight must not both be 0",
+            ),
+            *divergence_checks(self),
+        ]
+
+
+class EagleTask(TrainingTask):
     kind = "eagle"
     drafter_class = Eagle
 
     def __init__(self, cfg: EagleTrainConfig, target, seed: int = 0):
-        self.cfg, self.target, self.seed = cfg, target, seed
+        super().__init__(cfg, target, seed)
         self.layers = self.feature_layers(cfg, target.config)
         self.model = self._init_model()
         self.online = self.features = OnlineFeatures(target, self.layers)
-        self.acceptance_k = 4  # the trainer sets logging.acceptance_k: the chain length evaluation simulates
 
     # --- what the task reads --------------------------------------------------------------------
 
     @classmethod
     def feature_layers(cls, cfg, target_config) -> tuple[int, ...]:
-        """The target layers training reads (what an offline cache stores)."""
         return (-1,)
 
     def bind_data(self, data, data_cfg) -> None:
-        """Called by the trainer once the data is built: open the offline feature cache."""
+        """Open the offline feature cache, where the recipe names one."""
         if self.cfg.features != "online":
             self.features = OfflineFeatures(
                 self.cfg.features, self.target, self.layers, data_cfg.max_length, data.train
             )
-
-    @property
-    def train_steps(self) -> int:
-        return 1
 
     # --- building ------------------------------------------------------------------------------
 
@@ -93,9 +122,6 @@ class EagleTask:
     def _fresh(self, model) -> None:
         """Initialise a new draft from the target where that helps (EAGLE-3: its LM head rows)."""
 
-    def trainable_parameters(self):
-        return [p for p in self.model.parameters() if p.requires_grad]
-
     # --- the loss --------------------------------------------------------------------------------
 
     def loss(self, model, batch: dict, step: int | None = None):
@@ -113,7 +139,7 @@ class EagleTask:
         if training and self.cfg.noise > 0:
             draft_in = draft_in + (torch.rand_like(draft_in) * 2 - 1) * self.cfg.noise
         outs = model(input_ids=ids, features=draft_in, num_steps=steps)
-        unwrapped = getattr(model, "module", model)
+        unwrapped = unwrap(model)
         total = hidden.new_zeros(())
         stats: dict[str, float] = {}
         correct = torch.zeros_like(counted)
@@ -170,119 +196,17 @@ class EagleTask:
             top1 = logits.argmax(-1) == target_top1
         return loss, top1, {"feature_loss": float(reg.detach()), "cls_loss": float(cls.detach())}
 
-    # --- saving and running --------------------------------------------------------------------
+    # --- saving: the draft's own weights, never the target's embedding or LM head -------------
 
-    def save(self, model, state_dict, folder: pathlib.Path, extra: dict) -> None:
-        """The draft's own weights (never the target's embedding or LM head), its config, the
-        target's tokenizer and drafter.json."""
-        folder = pathlib.Path(folder)
-        extra = {k: v for k, v in extra.items() if k != "eval"}
-        model.config.target = self.target.name
-        model.save_pretrained(folder, state_dict=state_dict)
-        self.target.tokenizer.save_pretrained(folder)
-        write_drafter_meta(
-            folder,
-            self.kind,
-            self.target.name,
-            hidden_layers=list(model.config.hidden_layers),
-            features="online" if self.cfg.features == "online" else "offline",
-            init=self.cfg.init,
-            **extra,
-        )
+    def config_updates(self, model) -> dict:
+        return {"target": self.target.name}
 
-    def runtime_drafter(self, model):
-        """The live draft as an engine drafter (not frozen: training continues afterwards)."""
-        return self.drafter_class(model, self.target, f"{self.kind}@training", freeze=False)
-
-
-class Eagle3Task(EagleTask):
-    kind = "eagle3"
-    drafter_class = Eagle3
-
-    def __init__(self, cfg: Eagle3TrainConfig, target, seed: int = 0):
-        self._aux = aux_layers(cfg, target.config)
-        super().__init__(cfg, target, seed)
-
-    @classmethod
-    def feature_layers(cls, cfg, target_config) -> tuple[int, ...]:
-        # The fused layers, then the last (post-norm) one: an offline cache needs it for the
-        # target's logits; online the forward's logits are used directly.
-        return (*aux_layers(cfg, target_config), -1)
-
-    @property
-    def train_steps(self) -> int:
-        return self.cfg.ttt_steps
-
-    def _weight(self, j: int) -> float:
-        return self.cfg.ttt_decay**j
-
-    def _config(self):
-        t = self.target
-        fields = EagleConfig.layer_fields(t.config)
-        if self.cfg.intermediate_size:
-            fields["intermediate_size"] = self.cfg.intermediate_size
-        return Eagle3Config(
-            vocab_size=t.vocab_size,
-            target=t.name,
-            hidden_layers=list(self._aux),
-            draft_vocab_size=min(self.cfg.draft_vocab_size, t.vocab_size),
-            **fields,
-        )
-
-    def _init_model(self):
-        model = super()._init_model()
-        if self.cfg.init is not None and list(model.config.hidden_layers) != list(self._aux):
-            raise DraftsmithError(
-                f"drafter.init {self.cfg.init}: reads target layers {model.config.hidden_layers}, "
-                f"the recipe asks for {list(self._aux)}"
-            )
-        self._vocab_set = self.cfg.init is not None  # a loaded draft keeps its vocabulary and FC
-        return model
-
-    def bind_data(self, data, data_cfg) -> None:
-        super().bind_data(data, data_cfg)
-        if self._vocab_set:
-            return
-        rows = data.train
-        size = self.model.config.draft_vocab_size
-        ids = frequent_tokens(
-            rows.input_ids, rows.loss_mask, self.target.vocab_size, size, always=sorted(self.target.eos_token_ids)
-        )
-        self.model.set_vocab(ids, self.target.model.get_output_embeddings())
-        sample = collate([rows[i] for i in range(min(4, len(rows)))])
-        sample = {k: v.to(self.target.device) for k, v in sample.items()}
-        feats = self.features(sample).hidden
-        real = sample["attention_mask"].bool()
-        self.model.scale_fc_to(self._draft_features(feats)[real].to(self.model.fc.weight.device))
-        self._vocab_set = True
-
-    def _draft_features(self, hidden):
-        return hidden[..., : len(self._aux) * self.target.config.hidden_size]
-
-    def _target_logp(self, model, target_logits):
-        """The target's law restricted to the draft vocabulary and renormalised: [N, draft vocab]."""
-        return losses.log_probs(target_logits[..., model.draft_to_target])
-
-    def _step_loss(self, model, pred, hidden, b, t_next, target_logp, target_top1):
-        n = max(pred.shape[0], 1)
-        logits = model.draft_logits(pred).float()  # [N, draft vocab]
-        loss = self._divergence(logits, target_logp).sum() / n
-        with torch.no_grad():
-            top1 = model.target_ids(logits.argmax(-1)) == target_top1
-        return loss, top1, {}
-
-
-def aux_layers(cfg: Eagle3TrainConfig, target_config) -> tuple[int, ...]:
-    """The recipe's aux_layers (or EAGLE-3's default), checked against the target's depth."""
-    L = target_config.num_hidden_layers
-    layers = list(cfg.aux_layers) if cfg.aux_layers is not None else default_aux_layers(L)
-    bad = [i for i in layers if not 0 <= i <= L]
-    if bad:
-        raise DraftsmithError(
-            f"drafter.aux_layers {layers}: the target has {L} layers, so hidden states 0..{L} "
-            f"(i = the input of decoder layer i); {bad} missing"
-        )
-    return tuple(layers)
+    def meta(self, model) -> dict:
+        return {
+            "hidden_layers": list(model.config.hidden_layers),
+            "features": "online" if self.cfg.features == "online" else "offline",
+            "init": self.cfg.init,
+        }
 
 
 def simulated_acceptance_length(correct: torch.Tensor, rows: torch.Tensor) -> float:
@@ -294,4 +218,19 @@ def simulated_acceptance_length(correct: torch.Tensor, rows: torch.Tensor) -> fl
     return 1.0 + float(leading[rows].float().mean())
 
 
-__all__ = ["Eagle3Task", "EagleTask", "aux_layers", "simulated_acceptance_length"]
+_MOVED = {"Eagle3Task": "draftsmith.train.eagle3", "aux_layers": "draftsmith.train.eagle3"}
+
+
+def __getattr__(name: str):
+    # EAGLE-3's task moved to train/eagle3.py; the old path works for one release.
+    if name in _MOVED:
+        warnings.warn(
+            f"draftsmith.train.eagle.{name} is deprecated: import it from {_MOVED[name]}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module 'draftsmith.train.eagle' has no attribute {name!r}")
+
+
+__all__ = ["EagleTask", "EagleTrainConfig", "simulated_acceptance_length"]

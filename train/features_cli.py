@@ -240,12 +240,12 @@ def _parse_layers(text: str) -> tuple[int, ...]:
 
 
 def _drafter_layers(recipe, target) -> tuple[int, ...]:
-    task = KINDS[recipe.drafter.kind].task
-    if not hasattr(task, "feature_layers"):
+    layers = tuple(KINDS[recipe.drafter.kind].task.feature_layers(recipe.drafter, target.config))
+    if not layers:
         raise DraftsmithError(
             f"drafter kind {recipe.drafter.kind} does not read target hidden states; nothing to extract"
         )
-    return tuple(task.feature_layers(recipe.drafter, target.config))
+    return layers
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .task import unwrap
+
 KINDS = ("fkl", "rkl", "jsd", "tvd", "ce")
 _DIVERGENCES = ("fkl", "rkl", "jsd", "tvd")
 # Floor for log-probabilities: -inf logits (masked or padded vocabulary entries) give
@@ -251,7 +253,7 @@ def head_on_rows(model, rows: torch.Tensor):
     ZeRO-3 expect its parameters to be used (and gathered), and the state dict is unchanged.
     Whatever the model does after the head (Gemma's soft-capping, Cohere's scale) still applies.
     """
-    head = getattr(model, "module", model).get_output_embeddings()
+    head = unwrap(model).get_output_embeddings()
 
     def select(module, args):
         return (args[0][rows].unsqueeze(0), *args[1:])

@@ -22,18 +22,65 @@ from __future__ import annotations
 import copy
 import os
 import pathlib
+import typing
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.models import require_drafter_kind, write_drafter_meta
+from draftsmith.models import require_drafter_kind
 from draftsmith.models.medusa import NUM_RANKS, Medusa, MedusaHeads
 
 from . import losses
-from .config import MedusaTrainConfig
+from .config import LoraConfig, divergence_checks
 from .lora import wrap_lora
+from .task import TrainingTask
+
+
+@dataclass
+class MedusaTrainConfig:
+    """Medusa heads on the target's last hidden state (Cai et al. 2024): Medusa-1 trains the heads
+    on a frozen target; Medusa-2 trains them jointly with the target through LoRA."""
+
+    kind: str = "medusa"
+    num_heads: int = 4  # K: head k predicts the token k+1 places after the target's own next token
+    num_layers: int = 1  # ResBlocks per head
+    share_lm_head: bool = False  # heads use the target's LM head itself (fewer weights, untrained)
+    decay: float = 0.8  # λ: head k's loss weight is λ^k
+    labels: str = "tokens"  # tokens: CE on the data's tokens; distill: `divergence` to the target's distribution
+    divergence: str = "fkl"  # labels distill: fkl | rkl | jsd | tvd (train/config.py's DIVERGENCES)
+    jsd_beta: float = 0.5
+    mode: str = "medusa1"  # medusa1 | medusa2
+    heads_loss_weight: float = 0.2  # medusa2: L = L_LM + heads_loss_weight * Σ_k λ^k L_k
+    heads_lr_multiplier: float = 4.0  # medusa2: the heads learn at optim.lr * this, LoRA at optim.lr
+    lm_loss: str = "ce"  # medusa2: ce on the data's tokens | kl to the original target (self-distillation)
+    lora: LoraConfig = field(default_factory=lambda: LoraConfig(r=16))  # medusa2 only
+    init: str | None = None  # an existing medusa checkpoint folder to start the heads from
+
+    RANGES: typing.ClassVar[dict[str, str]] = {
+        "num_heads": ">=1",
+        "num_layers": ">=0 (0: no ResBlock, the LM head alone)",
+        "decay": "(0, 1]",
+        "heads_loss_weight": ">0",
+        "heads_lr_multiplier": ">0",
+        "jsd_beta": "(0, 1)",
+    }
+    CHOICES: typing.ClassVar[dict[str, tuple[str, ...]]] = {
+        "labels": ("tokens", "distill"),
+        "mode": ("medusa1", "medusa2"),
+        "lm_loss": ("ce", "kl"),
+    }
+
+    def checks(self) -> list[tuple[bool, str]]:
+        return [
+            (
+                self.mode != "medusa2" or self.lora.r > 0,
+                "drafter.mode medusa2 trains the target through LoRA: drafter.lora.r must be > 0",
+            ),
+            *divergence_checks(self, soft=self.labels == "distill"),
+        ]
 
 
 class Medusa2Model(nn.Module):
@@ -52,11 +99,12 @@ class Medusa2Model(nn.Module):
         return out.logits, hidden, self.heads(hidden[select].to(_dtype(self.heads)))
 
 
-class MedusaTask:
+class MedusaTask(TrainingTask):
     kind = "medusa"
+    drafter_class = Medusa
 
     def __init__(self, cfg: MedusaTrainConfig, target, seed: int = 0):
-        self.cfg, self.target, self.seed = cfg, target, seed
+        super().__init__(cfg, target, seed)
         self.version = 2 if cfg.mode == "medusa2" else 1
         self.heads = self._init_heads()
         self.peft_model = None
@@ -145,15 +193,12 @@ class MedusaTask:
             original = self.peft_model(input_ids=ids, attention_mask=attn, use_cache=False).logits
         return losses.distillation_loss(lm_logits, original, ids, loss_mask, "fkl")[0]
 
-    # --- saving and running --------------------------------------------------------------------
+    # --- saving and running: the heads (Medusa-2: beside the fine-tuned target) ------------------
 
-    def save(self, model, state_dict, folder: pathlib.Path, extra: dict) -> None:
-        """Heads only (config with measured head accuracies, weights, the target's tokenizer,
-        drafter.json); Medusa-2 adds the fine-tuned target (target/, merged) and its adapter."""
-        folder = pathlib.Path(folder)
-        extra = dict(extra)
-        evaluation = extra.pop("eval", None) or {}
-        heads = model.heads if self.version == 2 else model
+    def save_weights(self, model, state_dict, folder: pathlib.Path, evaluation: dict) -> None:
+        """The heads, their config carrying the measured head accuracies; Medusa-2 adds the
+        fine-tuned target (target/, merged, with the tokenizer) and its adapter (target_adapter/)."""
+        heads = self._heads(model)
         if state_dict is not None and self.version == 2:
             state_dict = {k[len("heads.") :]: v for k, v in state_dict.items() if k.startswith("heads.")}
         accuracies = accuracies_from_eval(evaluation, heads.config.num_heads)
@@ -161,23 +206,28 @@ class MedusaTask:
             heads.config.head_accuracies = accuracies
         heads.config.target = self.target.name
         heads.save_pretrained(folder, state_dict=state_dict)
-        self.target.tokenizer.save_pretrained(folder)
-        meta = dict(
-            medusa_version=self.version, num_heads=heads.config.num_heads, labels=self.cfg.labels, init=self.cfg.init
-        )
         if self.version == 2:
             peft_model = model.target
             peft_model.save_pretrained(folder / "target_adapter")
-            merged = copy.deepcopy(peft_model).merge_and_unload()
-            merged.save_pretrained(folder / "target")
+            copy.deepcopy(peft_model).merge_and_unload().save_pretrained(folder / "target")
             self.target.tokenizer.save_pretrained(folder / "target")
-            meta.update(target_path="target", base_target=self.target.name, lora_r=self.cfg.lora.r)
-        write_drafter_meta(folder, self.kind, self.target.name, **meta, **extra)
 
-    def runtime_drafter(self, model):
-        """The live heads as an engine drafter (not frozen: training continues afterwards)."""
-        heads = model.heads if self.version == 2 else model
-        return Medusa(heads, self.target, f"{self.kind}@training", freeze=False)
+    def meta(self, model) -> dict:
+        meta = dict(
+            medusa_version=self.version,
+            num_heads=self._heads(model).config.num_heads,
+            labels=self.cfg.labels,
+            init=self.cfg.init,
+        )
+        if self.version == 2:
+            meta.update(target_path="target", base_target=self.target.name, lora_r=self.cfg.lora.r)
+        return meta
+
+    def build_drafter(self, model, name: str):
+        return super().build_drafter(self._heads(model), name)
+
+    def _heads(self, model) -> MedusaHeads:
+        return model.heads if self.version == 2 else model
 
 
 # --- the loss, as plain functions (tested against a brute-force loop) ----------------------------

@@ -26,19 +26,18 @@ mask only, so the checkpoint loads in transformers and in vLLM's draft_model pat
 
 from __future__ import annotations
 
-import pathlib
 import typing
 from dataclasses import dataclass
 
 import torch
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.models import write_drafter_meta
 from draftsmith.models.pard import MASK_KEY, Pard, check_mask_token, choose_mask_token
 
 from . import losses
 from .config import divergence_checks, take_old_loss_key
 from .draft_lm import init_causal_lm
+from .task import TrainingTask
 
 K_KEY = "pard_num_speculative_tokens"  # config.json: the K the masks were trained for
 
@@ -112,13 +111,12 @@ def pard_attention(copy: torch.Tensor, pos: torch.Tensor, attention_mask: torch.
     return (allowed | eye)[:, None]  # a padding query still sees itself: no empty softmax row
 
 
-class PardTask:
+class PardTask(TrainingTask):
     kind = "pard"
+    drafter_class = Pard
 
     def __init__(self, cfg: PardTrainConfig, target, seed: int = 0):
-        self.cfg = cfg
-        self.target = target
-        self.seed = seed
+        super().__init__(cfg, target, seed)
         self.model, inherited = self._init_model()
         vocab = self.model.get_input_embeddings().weight.shape[0]
         if vocab != target.model.config.vocab_size:
@@ -129,7 +127,7 @@ class PardTask:
         spec = inherited if cfg.mask_token == "auto" and inherited is not None else cfg.mask_token
         self.mask_token_id = choose_mask_token(target.tokenizer, vocab, spec)
         check_mask_token(self.mask_token_id, vocab, target.tokenizer)
-        self.model.config.update({MASK_KEY: self.mask_token_id, K_KEY: cfg.num_speculative_tokens})
+        self.model.config.update(self.config_updates(self.model))
 
     def _init_model(self):
         """(fp32 trainable causal LM, the pard_token of a PARD init or None)."""
@@ -141,9 +139,6 @@ class PardTask:
             "with the target's tokenizer",
         )
         return model, getattr(model.config, MASK_KEY, None)
-
-    def trainable_parameters(self):
-        return [p for p in self.model.parameters() if p.requires_grad]
 
     # --- the loss --------------------------------------------------------------------------------
 
@@ -191,29 +186,20 @@ class PardTask:
             stats.update(_agreement(rows[:, :vocab].detach(), target_rows[:, :vocab], copy.expand(b, -1)[counted], k))
         return loss, stats
 
-    # --- saving and running --------------------------------------------------------------------
+    # --- saving and running: a plain causal-LM folder, `pard_token` and the trained K in its config ---
 
-    def save(self, model, state_dict, folder: pathlib.Path, extra: dict) -> None:
-        """A plain causal-LM folder with `pard_token` (and the trained K) in config.json, the
-        target's tokenizer, and drafter.json naming the kind and the target."""
-        folder = pathlib.Path(folder)
-        model.config.update({MASK_KEY: self.mask_token_id, K_KEY: self.cfg.num_speculative_tokens})
-        model.save_pretrained(folder, state_dict=state_dict)
-        self.target.tokenizer.save_pretrained(folder)
-        meta = {key: v for key, v in extra.items() if key != "eval"}
-        write_drafter_meta(
-            folder,
-            self.kind,
-            self.target.name,
-            init=self.cfg.init,
-            mask_token_id=self.mask_token_id,
-            num_speculative_tokens=self.cfg.num_speculative_tokens,
-            **meta,
-        )
+    def config_updates(self, model) -> dict:
+        return {MASK_KEY: self.mask_token_id, K_KEY: self.cfg.num_speculative_tokens}
 
-    def runtime_drafter(self, model):
-        """The live model as an engine drafter (not frozen: training continues afterwards)."""
-        drafter = Pard(model, self.target, f"{self.kind}@training", self.mask_token_id, freeze=False)
+    def meta(self, model) -> dict:
+        return {
+            "init": self.cfg.init,
+            "mask_token_id": self.mask_token_id,
+            "num_speculative_tokens": self.cfg.num_speculative_tokens,
+        }
+
+    def build_drafter(self, model, name: str):
+        drafter = Pard(model, self.target, name, self.mask_token_id, freeze=False)
         drafter.max_speculative_tokens = self.cfg.num_speculative_tokens
         return drafter
 

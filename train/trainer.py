@@ -1,7 +1,7 @@
 """One accelerate training loop for every drafter kind.
 
 The loop knows nothing of a drafter's internals: a task (`KINDS[kind].task`, declared in
-draftsmith/kinds.py; the TrainingTask protocol in train/task.py) gives it the trainable module, a
+draftsmith/kinds.py; the TrainingTask base class in train/task.py) gives it the trainable module, a
 loss over a batch, how to save a loadable drafter and how to run it in the engine.
 The frozen target is loaded once, outside DeepSpeed's `zero.Init`, never `prepare`d and never
 saved into a checkpoint; only the drafter is trained and sharded.
@@ -120,10 +120,8 @@ class Trainer:
             self.data = build_data(
                 r.data, self.target.tokenizer, target=self.target, progress=self.main and r.logging.progress
             )
-        if hasattr(self.task, "bind_data"):  # EAGLE: the offline feature cache, EAGLE-3's draft vocabulary
-            self.task.bind_data(self.data, r.data)
-        if hasattr(self.task, "acceptance_k"):  # EAGLE: the chain length its evaluation simulates
-            self.task.acceptance_k = r.logging.acceptance_k
+        self.task.bind_data(self.data, r.data)  # e.g. an offline feature cache, EAGLE-3's draft vocabulary
+        self.task.acceptance_k = r.logging.acceptance_k  # the chain length its evaluation simulates
         world, bs = acc.num_processes, r.optim.batch_size
         if len(self.data.train) < bs * world:
             raise DraftsmithError(
