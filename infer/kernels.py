@@ -46,6 +46,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from draftsmith.fileio import first_line
+
 from .hardware import cpu_info, measurement_cache
 
 
@@ -127,7 +129,7 @@ def use_linear_kernel(model: torch.nn.Module, name: str) -> int:
                 except RuntimeError as e:
                     raise DraftsmithError(
                         f"--cpu-matmul {name} cannot take a {str(module.weight.dtype).removeprefix('torch.')} "
-                        f"weight on this CPU ({str(e).splitlines()[0]}); choose linear or transposed"
+                        f"weight on this CPU ({first_line(e)}); choose linear or transposed"
                     ) from None
             if kernel.fn is not None:
                 module.forward = _forward(kernel).__get__(module)

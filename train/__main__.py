@@ -8,6 +8,7 @@ import pathlib
 import sys
 
 from draftsmith.errors import DraftsmithError, run_command
+from draftsmith.fileio import first_line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,7 +91,7 @@ def print_plan(recipe) -> None:
         )
         print(plan.summary(), flush=True)
     except Exception as e:  # noqa: BLE001 -- the plan is advice; the run goes on without it
-        print(f"plan: not available ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})", flush=True)
+        print(f"plan: not available ({type(e).__name__}: {first_line(e, 160)})", flush=True)
 
 
 def _data_only(recipe) -> int:
