@@ -554,8 +554,8 @@ FORMAT = Format(
     engine="ToyServe",
     help="ToyServe's draft folder",
     layout_type=ToyLayout,
-    write=write,
-    check=check,
+    write_ref="toy_format:write",
+    check_ref="toy_format:check",
     checked_against="ToyServe 1.0",
     options=(Option("--toy-precision", "toy_precision", ("fp32", "int4"), "fp32", "--format toy only: weights"),),
     kinds={"draft_lm": "toy_format:DRAFT_LM"},
@@ -613,7 +613,7 @@ def test_a_format_declared_outside_the_package_exports_and_cards(ckpts, tmp_path
     assert meta["engine"] == "ToyServe" and meta["format"] == "toy" and meta["checked_against"] == "ToyServe 1.0"
     assert "toy/toy.json" in result["staged"] and "toy/config.json" in result["staged"]
     card = (tmp_path / "staged" / "README.md").read_text()
-    assert "### ToyServe" in card and "toy-serve drafter/toy --k 3" in card
+    assert "### ToyServe" in card and f"toy-serve drafter/toy --k {REGISTRY['draft_lm'].default_k}" in card
     assert "Export written; not decoded by an engine here" in card.split("### ToyServe")[1]
     # Without the entry point the format does not exist.
     assert "toy" not in FORMATS

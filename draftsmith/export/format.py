@@ -22,7 +22,7 @@ transformers' lazy auto mappings.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 from dataclasses import dataclass, field
 
 from draftsmith.errors import DraftsmithError
@@ -58,9 +58,11 @@ class Format:
     help:        `--format` help for it (the kinds it applies to are added from draftsmith/kinds.py).
     layout_type: the per-kind layout dataclass of this format (a kind's `Kind.exports[name]` is
                  one; a kind naming the format without a layout gets `layout_type()`).
-    write:       (checkpoint, out, *, num_speculative_tokens, verifier, **options) -> notes for
-                 draftsmith_export.json (`serve` at least).
-    check:       (folder, kind) -> what the folder gets wrong against the contract ([] = nothing).
+    write_ref:   "module:attr" of (checkpoint, out, *, num_speculative_tokens, verifier, **options)
+                 -> notes for draftsmith_export.json (`serve` at least); `Format.write` calls it.
+    check_ref:   "module:attr" of (folder, kind) -> what the folder gets wrong against the contract
+                 ([] = nothing); `Format.check` calls it. (References, not the functions: looked up
+                 at each call, as the module holds them now.)
     checked_against: the engine version and source files the contract was read from.
     crosscheck:  the engine `draftsmith crosscheck` decodes this export in (draftsmith/engines), or None.
     proven:      what the card adds after an engine decoded this export for the checkpoint.
@@ -81,8 +83,8 @@ class Format:
     engine: str
     help: str
     layout_type: type
-    write: Callable
-    check: Callable
+    write_ref: str
+    check_ref: str
     checked_against: str
     crosscheck: str | None = None
     proven: str = ""
@@ -94,6 +96,14 @@ class Format:
     label: str = ""
     serve_names_target: bool = True
     kinds: dict = field(default_factory=dict)
+
+    def write(self, ckpt, out, *, num_speculative_tokens: int, verifier: str, **options) -> dict:
+        return resolve(self.write_ref)(
+            ckpt, out, num_speculative_tokens=num_speculative_tokens, verifier=verifier, **options
+        )
+
+    def check(self, folder, kind: str) -> list[str]:
+        return resolve(self.check_ref)(folder, kind)
 
     def applies_to(self, kind: str) -> bool:
         from draftsmith.kinds import get_kind
@@ -128,17 +138,20 @@ def kinds_of(fmt: str) -> tuple[str, ...]:
     return tuple(k for k in KINDS if get_format(fmt).applies_to(k))
 
 
+@functools.cache
+def _installed() -> tuple[tuple[str, str], ...]:
+    """(name, "module:attr") of each format installed packages register (read once per process)."""
+    from importlib.metadata import entry_points
+
+    return tuple((ep.name, ep.value) for ep in entry_points(group=ENTRY_POINT_GROUP))
+
+
 def _refs() -> dict[str, str]:
     """name -> "module:attr": the built-in formats, then those installed packages register."""
     refs = dict(BUILTIN)
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        refs.setdefault(ep.name, ep.value)
+    for name, ref in _installed():
+        refs.setdefault(name, ref)
     return refs
-
-
-_CACHE: dict[str, Format] = {}
 
 
 def names() -> tuple[str, ...]:
@@ -148,15 +161,13 @@ def names() -> tuple[str, ...]:
 
 def get_format(name: str) -> Format:
     """The Format called `name` (its module imported on first use)."""
-    if name not in _CACHE:
-        refs = _refs()
-        if name not in refs:
-            raise DraftsmithError(f"unknown export format {name!r}; formats: {', '.join(refs)}")
-        fmt = resolve(refs[name])
-        if not isinstance(fmt, Format) or fmt.name != name:
-            raise DraftsmithError(f"{refs[name]} is not the Format {name!r} (a Format named {name!r} is expected)")
-        _CACHE[name] = fmt
-    return _CACHE[name]
+    refs = _refs()
+    if name not in refs:
+        raise DraftsmithError(f"unknown export format {name!r}; formats: {', '.join(refs)}")
+    fmt = resolve(refs[name])
+    if not isinstance(fmt, Format) or fmt.name != name:
+        raise DraftsmithError(f"{refs[name]} is not the Format {name!r} (a Format named {name!r} is expected)")
+    return fmt
 
 
 def formats() -> list[Format]:

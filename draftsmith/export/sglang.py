@@ -212,8 +212,8 @@ FORMAT = Format(
     engine=ENGINE,
     help="SGLang's speculative layout",
     layout_type=SglangLayout,
-    write=write,
-    check=check,
+    write_ref="draftsmith.export.sglang:write",
+    check_ref="draftsmith.export.sglang:check",
     checked_against=CHECKED_AGAINST,
     not_proven="Not run: SGLang's CPU path needs sgl-kernel CPU builds that the package index does not have; "
     "the layout is checked against SGLang's sources (draftsmith_export.json names them).",
