@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
-import os
 import pathlib
 import re
 from dataclasses import dataclass, field
@@ -521,19 +519,15 @@ def run(args, overrides: list[str]) -> int:
 
 
 def write_json(plan: Plan, path: str) -> None:
-    """The plan as JSON, atomically (a temporary file renamed over `path`): a full disk or a
-    vanished folder leaves no half-written file, and says so in one line."""
+    """The plan as JSON, atomically: a full disk or a vanished folder leaves no half-written
+    file, and says so in one line."""
+    from draftsmith.fileio import write_json as write
+
     path = pathlib.Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(to_dict(plan), indent=1) + "\n")
-        os.replace(tmp, path)
+        write(path, to_dict(plan), indent=1)
     except OSError as e:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:  # its folder is not there either
-            pass
         raise DraftsmithError(
             f"--json {path}: cannot write it ({e.strerror or e}); the plan is printed above"
         ) from None
