@@ -41,21 +41,44 @@ FLAGS = {
 }
 
 
+# The flags of the scripts that put drafters beside plain decoding on one target: the built-in
+# SmolLM2 and bfloat16 unless told, --draft given once per drafter.
+COMPARE_FLAGS = {
+    "target": "smollm2-135m-instruct",
+    "drafts": {},
+    "dtype": {"default": "bfloat16", "choices": ["float32", "bfloat16"]},
+}
+
+
 def parser(doc: str, **flags) -> argparse.ArgumentParser:
     """An ArgumentParser described by `doc`'s first line, with the shared `flags` in the order
-    given: each name=default, or name=dict of argparse settings (default, help, choices...)."""
+    given: each name=default, or name=dict of argparse settings (default, help, choices...;
+    {} keeps the shared ones)."""
     p = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
     add_flags(p, **flags)
     return p
 
 
 def add_flags(p: argparse.ArgumentParser, **flags) -> None:
+    """The shared `flags` (as `parser` takes them) added to `p`, after the script's own."""
     for name, value in flags.items():
         if name not in FLAGS:
             raise KeyError(f"benchkit: no shared flag {name!r} (known: {', '.join(FLAGS)})")
         names, settings = FLAGS[name]
         given = value if isinstance(value, dict) else {"default": value}
         p.add_argument(*names, **{**settings, **given})
+
+
+def decode_settings(args, num_prompts: int) -> dict:
+    """What a decoding comparison ran (COMPARE_FLAGS and the decoding flags), for its JSON."""
+    return {
+        "target": args.target,
+        "dtype": args.dtype,
+        "k": args.num_speculative_tokens,
+        "prompts": args.prompts,
+        "num_prompts": num_prompts,
+        "max_new_tokens": args.max_new_tokens,
+    }
 
 
 def save(result: dict, path, *, stamp: bool = True, quiet: bool = False, argv: list[str] | None = None):
@@ -133,10 +156,12 @@ def run_main(main, *args) -> None:
 
 
 __all__ = [
+    "COMPARE_FLAGS",
     "FLAGS",
     "add_flags",
     "capped_k",
     "comparison",
+    "decode_settings",
     "machine_line",
     "markdown_table",
     "operator_times",

@@ -21,7 +21,17 @@ import sys
 import time
 
 from draftsmith.bench import in_loop_times, interleaved
-from draftsmith.benchkit import add_flags, capped_k, comparison, markdown_table, parser, run_main, save
+from draftsmith.benchkit import (
+    COMPARE_FLAGS,
+    add_flags,
+    capped_k,
+    comparison,
+    decode_settings,
+    markdown_table,
+    parser,
+    run_main,
+    save,
+)
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.hardware import cpu_info, format_cpu
 from draftsmith.infer.tree import TreeConfig
@@ -119,9 +129,7 @@ def table_row(name: str, r: dict) -> list[str]:
 def main(argv=None) -> int:
     p = parser(
         __doc__,
-        target="smollm2-135m-instruct",
-        drafts={},
-        dtype={"default": "bfloat16", "choices": ["float32", "bfloat16"]},
+        **COMPARE_FLAGS,
         device=None,
         num_speculative_tokens=3,
     )
@@ -163,14 +171,9 @@ def main(argv=None) -> int:
     )
     print(markdown_table(HEAD, [table_row(name, r) for name, r in rows.items()]))
     result = {
-        "target": args.target,
-        "dtype": args.dtype,
+        **decode_settings(args, len(prompts)),
         "device": str(target.device),
-        "k": args.num_speculative_tokens,
         "tree": args.tree,
-        "prompts": args.prompts,
-        "num_prompts": len(prompts),
-        "max_new_tokens": args.max_new_tokens,
         "cpu": cpu,
         "plain_tokens_per_s": plain_tps,
         "plain_step_in_loop_s": plain_step,

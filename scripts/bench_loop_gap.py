@@ -24,7 +24,16 @@ import contextlib
 import statistics
 
 from draftsmith.bench import in_loop_times, interleaved
-from draftsmith.benchkit import capped_k, comparison, markdown_table, parser, run_main, save
+from draftsmith.benchkit import (
+    COMPARE_FLAGS,
+    capped_k,
+    comparison,
+    decode_settings,
+    markdown_table,
+    parser,
+    run_main,
+    save,
+)
 from draftsmith.infer.engine import Engine, expected_draft_cost, predicted_speedup
 from draftsmith.infer.hardware import cpu_info, format_cpu
 from draftsmith.models import Target, draft_lm, load_drafter, pard
@@ -118,9 +127,7 @@ def table_row(name: str, r: dict) -> list[str]:
 def main(argv=None) -> int:
     p = parser(
         __doc__,
-        target="smollm2-135m-instruct",
-        drafts={},
-        dtype={"default": "bfloat16", "choices": ["float32", "bfloat16"]},
+        **COMPARE_FLAGS,
         num_speculative_tokens=4,
         prompts="humaneval",
         num_prompts=8,
@@ -167,12 +174,7 @@ def main(argv=None) -> int:
     )
     print(markdown_table(HEAD, [table_row(name, r) for name, r in rows.items()]))
     result = {
-        "target": args.target,
-        "dtype": args.dtype,
-        "k": args.num_speculative_tokens,
-        "prompts": args.prompts,
-        "num_prompts": len(prompts),
-        "max_new_tokens": args.max_new_tokens,
+        **decode_settings(args, len(prompts)),
         "cpu": cpu,
         "plain_tokens_per_s": plain_tps,
         "plain_step_in_loop_s": statistics.median(x for r in outs["plain"] for x in r.extra["step_times_s"]["verify"]),
