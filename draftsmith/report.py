@@ -11,12 +11,12 @@ its figures were measured.
 from __future__ import annotations
 
 import datetime
-import json
-import os
 import pathlib
 import shlex
 import subprocess
 import sys
+
+from draftsmith.fileio import write_json
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -69,16 +69,11 @@ def write_report(result: dict, path, argv: list[str] | None = None) -> dict:
 
 
 def write_json_atomic(result: dict, path) -> dict:
-    """Write `result` as indented JSON, its folder made, atomically: a reader (or a resumed
-    run) sees the old file or the new one, never half of one."""
+    """Write `result` as indented JSON, its folder made, atomically (draftsmith/fileio.py): a
+    reader (or a resumed run) sees the old file or the new one, never half of one."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_json(path, result)
     return result
 
 
