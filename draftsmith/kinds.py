@@ -32,6 +32,21 @@ def resolve(ref: str):
 
 
 @dataclass(frozen=True)
+class Bench:
+    """How scripts/bench_all.py trains a kind for a time budget and what it measures.
+
+    steps_per_minute: optimizer steps per training minute on a 2-core CPU (the script sizes the
+              cosine schedule from it, with head-room, so the budget ends training).
+    train_flags: recipe overrides beside the recipe (the settings of the measured runs).
+    methods:  the shapes benchmarked, (name, k, tree): tree=True drafts the script's 16-node tree.
+    """
+
+    steps_per_minute: float
+    train_flags: tuple[str, ...] = ()
+    methods: tuple[tuple[str, int, bool], ...] = ()
+
+
+@dataclass(frozen=True)
 class Kind:
     """What one drafter kind is, for every layer that handles it.
 
@@ -53,6 +68,10 @@ class Kind:
     default_k: the tokens drafted per step (K) when a command or the Python API is given none; a
               capped kind drafts at most its cap (`max_speculative_tokens`) by default.
     card_note: a line the model card adds under its transformers usage.
+    tiny_ref: the factory of a tiny instance for the `tiny-random` target, `(kind, target, folder)
+              -> (drafter, its --draft value)` (draftsmith/testing.py): the contract suite
+              (tests/test_contract.py) runs every entry through it.
+    bench:    what scripts/bench_all.py trains and measures for it (None: the script leaves it out).
     """
 
     name: str
@@ -69,6 +88,8 @@ class Kind:
     crosscheck: tuple[str, ...] = ()
     default_k: int = 4
     card_note: str = ""
+    tiny_ref: str | None = None
+    bench: Bench | None = None
 
     @property
     def drafter(self) -> type:
@@ -94,8 +115,10 @@ class Kind:
         return resolve(ref) if ref else None
 
 
-_M, _T = "draftsmith.models", "draftsmith.train"
+_M, _T, _X = "draftsmith.models", "draftsmith.train", "draftsmith.testing"
 _H, _V, _S, _G = (f"draftsmith.export.{fmt}" for fmt in ("hf", "vllm", "sglang", "gguf"))
+# scripts/bench_all.py's budgets: steps/min measured on a 2-core AMD EPYC (DFlash, PARD: with AVX-512)
+_WARMUP = ("--optim.warmup_steps=10",)
 
 KINDS: dict[str, Kind] = {
     k.name: k
@@ -113,6 +136,8 @@ KINDS: dict[str, Kind] = {
             "(Leviathan et al. 2023; DistillSpec, Zhou et al. 2023)",
             causal_lm=True,
             crosscheck=("vllm", "llamacpp"),
+            tiny_ref=f"{_X}:from_tiny_recipe",
+            bench=Bench(3.3, ("--optim.lr=1e-3", "--optim.warmup_steps=10"), (("draft_lm_k2", 2, False),)),
         ),
         Kind(
             "medusa",
@@ -126,6 +151,8 @@ KINDS: dict[str, Kind] = {
             paper="Medusa (Cai et al. 2024)",
             k_limit="num_heads",
             crosscheck=("vllm",),
+            tiny_ref=f"{_X}:from_tiny_recipe",
+            bench=Bench(2.7, ("--optim.grad_accum=1", "--optim.warmup_steps=4"), (("medusa_tree16", 4, True),)),
         ),
         # "eagle-" anywhere in the name -> vLLM's EAGLE-1 (so not "-eagle" at the end).
         Kind(
@@ -139,6 +166,8 @@ KINDS: dict[str, Kind] = {
             tag="eagle",
             paper="EAGLE (Li et al. 2024)",
             crosscheck=("vllm",),
+            tiny_ref=f"{_X}:from_tiny_recipe",
+            bench=Bench(6.0, _WARMUP, (("eagle1_k3", 3, False), ("eagle2_tree16", 4, True))),
         ),
         Kind(
             "eagle3",
@@ -151,6 +180,8 @@ KINDS: dict[str, Kind] = {
             tag="eagle3",
             paper="EAGLE-3 (Li et al. 2025)",
             crosscheck=("vllm", "llamacpp"),
+            tiny_ref=f"{_X}:tiny_eagle3",
+            bench=Bench(3.3, _WARMUP, (("eagle3_k3", 3, False), ("eagle3_tree16", 4, True))),
         ),
         # A causal LM + `pard_token`: vLLM serves it as draft_model with parallel_drafting (export/vllm.py).
         Kind(
@@ -168,6 +199,8 @@ KINDS: dict[str, Kind] = {
             crosscheck=("vllm",),
             card_note="transformers' `assistant_model` drafts with this model one token at a time (no mask tokens): "
             "correct, but not PARD's one-forward drafting, which vLLM (`parallel_drafting`) and draftsmith run.",
+            tiny_ref=f"{_X}:from_tiny_recipe",
+            bench=Bench(1.4, _WARMUP, (("pard_k3", 3, False), ("pard_k7", 7, False))),
         ),
         # One forward fills a block of masks; vLLM: method "dflash" (also guessed from "dflash" in the name).
         Kind(
@@ -182,6 +215,8 @@ KINDS: dict[str, Kind] = {
             paper="DFlash: block diffusion for flash speculative decoding (z-lab 2026)",
             k_limit="num_speculative_tokens",
             crosscheck=("vllm",),
+            tiny_ref=f"{_X}:from_tiny_recipe",
+            bench=Bench(9.1, _WARMUP, (("dflash_k3", 3, False), ("dflash_k7", 7, False))),
         ),
         Kind(
             "prompt_lookup",
@@ -189,6 +224,7 @@ KINDS: dict[str, Kind] = {
             title="prompt lookup",
             tag="prompt-lookup",
             paper="prompt lookup decoding (Saxena 2023)",
+            tiny_ref=f"{_X}:tiny_prompt_lookup",
         ),
     )
 }
@@ -211,4 +247,4 @@ def kinds_with(engine: str, what: str = "crosscheck") -> tuple[str, ...]:
     return tuple(k.name for k in KINDS.values() if engine in getattr(k, what))
 
 
-__all__ = ["KINDS", "Kind", "drafter_configs", "get_kind", "kinds_with", "resolve"]
+__all__ = ["KINDS", "Bench", "Kind", "drafter_configs", "get_kind", "kinds_with", "resolve"]

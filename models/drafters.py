@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.kinds import KINDS
 
 from .checkpoint import Checkpoint
 from .draft_lm import DraftLM
-from .prompt_lookup import PromptLookup
 
 SPECS = "a checkpoint folder, a model name, truncated:N or prompt_lookup[:N]"
 
@@ -47,12 +47,8 @@ def load_drafter(spec, target, flag: str = "target"):
         if not arg.isdigit():
             raise DraftsmithError(f"--draft {spec!r}: expected truncated:N with N a number of layers")
         return DraftLM.truncated(target, int(arg))
-    if kind == "prompt_lookup":
-        if arg and not arg.isdigit():
-            raise DraftsmithError(f"--draft {spec!r}: expected prompt_lookup or prompt_lookup:N (max n-gram size)")
-        if arg and int(arg) < 1:
-            raise DraftsmithError(f"--draft {spec!r}: N, the longest n-gram looked up, must be >= 1")
-        return PromptLookup(max_ngram=int(arg) if arg else 3)
+    if kind in KINDS and not KINDS[kind].trainable:  # a kind without weights: the spec is the whole drafter
+        return KINDS[kind].drafter.from_spec(spec)
     ckpt = Checkpoint.find(spec, "--draft")
     if ckpt is not None:
         return ckpt.load(target, flag)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from draftsmith.errors import DraftsmithError
 from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig
 
@@ -24,6 +25,16 @@ class PromptLookup:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.name = f"prompt_lookup:{max_ngram}"
+
+    @classmethod
+    def from_spec(cls, spec: str) -> PromptLookup:
+        """`--draft prompt_lookup[:N]`: N, the longest n-gram looked up (default 3)."""
+        arg = spec.partition(":")[2]
+        if arg and not arg.isdigit():
+            raise DraftsmithError(f"--draft {spec!r}: expected prompt_lookup or prompt_lookup:N (max n-gram size)")
+        if arg and int(arg) < 1:
+            raise DraftsmithError(f"--draft {spec!r}: N, the longest n-gram looked up, must be >= 1")
+        return cls(max_ngram=int(arg) if arg else 3)
 
     @property
     def default_num_speculative_tokens(self) -> int:

@@ -31,6 +31,26 @@ def tiny_target(tiny_cache):
     return Target.load("tiny-random", dtype="float32", device="cpu")
 
 
+@pytest.fixture(scope="session")
+def tiny(tiny_target, tmp_path_factory):
+    """kind name -> (the drafter its factory built, its --draft value, that value loaded again);
+    each built once per session."""
+    from draftsmith.kinds import KINDS
+    from draftsmith.models import load_drafter
+    from draftsmith.testing import tiny_drafter
+
+    built = {}
+
+    def get(name):
+        if name not in built:
+            folder = tmp_path_factory.mktemp(f"tiny-{name}") / "draft"
+            drafter, spec = tiny_drafter(KINDS[name], tiny_target, folder)
+            built[name] = drafter, spec, load_drafter(spec, tiny_target)
+        return built[name]
+
+    return get
+
+
 @pytest.fixture
 def fresh_accelerate():
     """accelerate keeps process-wide singletons; each in-process run starts from a clean slate."""
@@ -57,3 +77,27 @@ def recorded_compile():
         return run
 
     return record, shapes
+
+
+@pytest.fixture
+def counting_compile(monkeypatch):
+    """models/target.py's compile_decode as torch.compile(fullgraph, dynamic=False) with
+    aot_eager (dynamo's tracing, guards and functionalisation are real, code generation is
+    skipped), recording the input shapes of every graph it compiles."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    from draftsmith.models import base as base_mod
+
+    graphs: list[tuple] = []
+
+    def backend(gm, example_inputs):
+        graphs.append(tuple(tuple(x.shape) for x in example_inputs if isinstance(x, torch.Tensor)))
+        return lookup_backend("aot_eager")(gm, example_inputs)
+
+    def compile_decode(forward):
+        return torch.compile(forward, backend=backend, dynamic=False, fullgraph=True)
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(base_mod, "compile_decode", compile_decode)
+    yield graphs
+    torch._dynamo.reset()

@@ -1,8 +1,9 @@
-"""The engine on the tiny-random target: greedy exactness, lossless sampling, stopping, metrics."""
+"""The engine on the tiny-random target: greedy exactness for good and perfect drafts, stopping,
+caches, metrics. Every kind's contracts (greedy, the sampled law, reload, the K cap) are
+tests/test_contract.py's."""
 
 import pytest
 import torch
-from lawtest import chisquare_pvalue, engine_samples, exact_law
 
 from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.infer.cache import KVCache
@@ -43,14 +44,14 @@ def test_plain_engine_matches_transformers_generate(tiny_target):
         assert ours == plain_greedy_reference(tiny_target, prompt, 20)
 
 
-@pytest.mark.parametrize("draft_spec", ["truncated:2", "truncated:6", "prompt_lookup", "self"])
-def test_greedy_speculative_equals_plain(tiny_target, draft_spec):
+@pytest.mark.parametrize("draft_spec", ["truncated:6", "self"])
+def test_greedy_speculative_equals_plain_for_a_good_and_a_perfect_draft(tiny_target, draft_spec):
+    """Every kind's greedy contract is tests/test_contract.py's; here a draft that is mostly and
+    one that is always accepted, at long K (long accepted runs, the bonus token after each)."""
     drafter = self_draft(tiny_target) if draft_spec == "self" else load_drafter(draft_spec, tiny_target)
-    for k in (1, 3, 8):
+    for k in (3, 8):
         engine = Engine(tiny_target, drafter, k)
-        for i, prompt in enumerate(random_prompts(4, 200, seed=k)):
-            if draft_spec == "prompt_lookup":
-                prompt = prompt + prompt[:5]  # give the lookup something to find
+        for i, prompt in enumerate(random_prompts(3, 200, seed=k)):
             plain = engine.generate(prompt, 30, speculative=False, eos_token_ids=())
             spec = engine.generate(prompt, 30, eos_token_ids=())
             assert spec.tokens == plain.tokens, (draft_spec, k, i)
@@ -78,24 +79,6 @@ def test_identical_draft_accepted_everywhere(tiny_target, temperature):
     assert r.metrics.mean_acceptance_length == pytest.approx(k + 1)
     assert r.metrics.per_position_acceptance == [1.0] * k
     assert r.target_forwards == 8 and len(r.tokens) == 41  # 1 from prefill + 8 steps of 5
-
-
-@pytest.mark.parametrize("draft_spec", ["truncated:3", "prompt_lookup"])
-def test_sampled_output_follows_target_distribution(tiny_target, draft_spec):
-    """Chi-square of 3-token continuations (top-k 3 keeps the support enumerable) against the
-    target's exact law. A rule that accepted drafts too often would shift mass to the draft's law."""
-    sampling = SamplingConfig(temperature=1.0, top_k=3)
-    # For lookup, a prompt holding every byte token: whatever the target samples next has an
-    # earlier occurrence, so every step drafts (deterministic, one-hot q).
-    prompt = list(range(3, 259)) + [40, 41] if draft_spec == "prompt_lookup" else [40, 41, 42, 43]
-    engine = Engine(tiny_target, load_drafter(draft_spec, tiny_target), 2)
-    law = exact_law(tiny_target, prompt, 3, sampling)
-    n = 1200
-    counts, _, drafted = engine_samples(
-        engine, prompt, law, sampling, n
-    )  # KeyError: a token outside the target's support
-    assert drafted > 0
-    assert chisquare_pvalue(counts, law) > 1e-3
 
 
 def test_stops_exactly_where_plain_decoding_stops(tiny_target):

@@ -1,31 +1,40 @@
 """The dependency rules of ARCHITECTURE.md, read from the source (every import, lazy ones too):
 layers import only downwards, no two modules import each other in a loop, infer/ names no
 drafter kind, and outside the registry (draftsmith/kinds.py) no module spells a kind in an `if`
-or keys a table by kind names."""
+or keys a table by kind names. The kind names are the registry's, and the folders are those the
+importable package lives in (the repository's, or a copy on PYTHONPATH with a kind added)."""
 
 import ast
+import importlib.util
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from draftsmith.kinds import KINDS
+
 FOLDERS = {
-    "draftsmith": ROOT / "draftsmith",
-    "draftsmith.infer": ROOT / "infer",
-    "draftsmith.models": ROOT / "models",
-    "draftsmith.train": ROOT / "train",
+    pkg: pathlib.Path(importlib.util.find_spec(pkg).submodule_search_locations[0])
+    for pkg in ("draftsmith", "draftsmith.infer", "draftsmith.models", "draftsmith.train")
 }
+ROOT = FOLDERS["draftsmith"].parent
 # Lowest first. The bench and the prompt sets are tools on the runtime (beside the CLI on disk);
 # the trainer's periodic evaluation uses them, so they sit below train/.
 LAYERS = [
-    {"draftsmith", "draftsmith.errors", "draftsmith.fileio", "draftsmith.kinds"},  # the registry: names and lazy references only
+    {
+        "draftsmith",
+        "draftsmith.errors",
+        "draftsmith.fileio",
+        "draftsmith.kinds",
+    },  # the registry: names and lazy references only
     {"draftsmith.infer"},
     {"draftsmith.models"},
-    {"draftsmith.bench", "draftsmith.prompts", "draftsmith.report"},
+    {"draftsmith.bench", "draftsmith.benchkit", "draftsmith.prompts", "draftsmith.report"},
     {"draftsmith.train"},
+    # the contract suite's tiny instances (draftsmith/testing.py) are built through the trainer's tasks
     {"draftsmith.export", "draftsmith.engines", "draftsmith.hub", "draftsmith.crosscheck", "draftsmith.plan"},
+    {"draftsmith.testing"},
     # entry points: `python -m draftsmith.train` is the training command (it prints the plan first)
     {"draftsmith.cli", "draftsmith.__main__", "draftsmith.train.__main__"},
 ]
-KIND_NAMES = ("draft_lm", "medusa", "eagle", "eagle3", "dflash", "pard")
+KIND_NAMES = tuple(KINDS)
 
 
 def modules() -> dict[str, pathlib.Path]:
@@ -118,7 +127,7 @@ def test_no_import_loops():
 
 
 def test_infer_names_no_drafter_kind():
-    for path in (ROOT / "infer").glob("*.py"):
+    for path in FOLDERS["draftsmith.infer"].glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 assert node.value not in KIND_NAMES, f"{path.name} names the drafter kind {node.value!r}"
@@ -156,7 +165,7 @@ def test_no_table_is_keyed_by_kind_names_outside_the_registry():
 def test_the_registry_imports_nothing_but_the_errors_module():
     deps = graph()["draftsmith.kinds"]
     assert deps <= {"draftsmith.errors"}, deps
-    tree = ast.parse((ROOT / "draftsmith" / "kinds.py").read_text())
+    tree = ast.parse((FOLDERS["draftsmith"] / "kinds.py").read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported <= {"__future__", "importlib", "dataclasses", "draftsmith"}, imported

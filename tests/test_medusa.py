@@ -230,14 +230,14 @@ def test_bad_checkpoints_are_clear_errors(tiny_target, tmp_path):
 @pytest.mark.parametrize(
     "tree",
     [
-        None,
         TreeConfig(choices=((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 0, 0))),
         TreeConfig(topk=2, depth=3, num_draft_tokens=8),
         TreeConfig(topk=2),
     ],
-    ids=["chain", "choices", "topk", "topk-only"],
+    ids=["choices", "topk", "topk-only"],
 )
-def test_greedy_decoding_through_the_engine_equals_plain(tiny_target, heads, tree):
+def test_greedy_tree_decoding_through_the_engine_equals_plain(tiny_target, heads, tree):
+    """Medusa's trees (the chain is tests/test_contract.py's)."""
     d = Medusa(heads, tiny_target, "test")
     prompt = tiny_target.tokenizer("hello there, how are")["input_ids"]
     engine = Engine(tiny_target, d, 3, tree=tree)
