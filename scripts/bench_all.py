@@ -61,37 +61,24 @@ from draftsmith.errors import DraftsmithError, run_command
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig
+from draftsmith.kinds import KINDS as KIND_REGISTRY
 from draftsmith.prompts import ContextFit, check_limit, load_prompt_sets
 from draftsmith.report import write_report
 
-KINDS = ("draft_lm", "medusa", "eagle", "eagle3", "dflash", "pard")
-# Optimizer steps per training minute measured on a 2-core AMD EPYC without AVX-512 (README
-# "Training", "Medusa results", "EAGLE results"): they size the cosine schedule so that the time
-# budget, not the step count, ends training. 2x head-room: the machines of this kind differ (an
-# Intel Xeon with AMX trains the draft LM at 5 steps/min, 1.5x this table), and a run that stops
-# at its step count before its budget would compare kinds at unequal budgets; more head-room
-# would leave the cosine schedule far from its floor when the budget ends.
-# DFlash 9.1 and PARD 1.4 steps/min measured on a 2-core AMD EPYC with AVX-512 (its recipe: a row
-# becomes ~3.4x its tokens in mask queries, each through the 49k-row LM head).
-STEPS_PER_MINUTE = {"draft_lm": 3.3, "medusa": 2.7, "eagle": 6.0, "eagle3": 3.3, "dflash": 9.1, "pard": 1.4}
-TRAIN_FLAGS = {  # per kind, beside the recipe: the settings the earlier measured runs used
-    "draft_lm": ["--optim.lr=1e-3", "--optim.warmup_steps=10"],
-    "medusa": ["--optim.grad_accum=1", "--optim.warmup_steps=4"],
-    "eagle": ["--optim.warmup_steps=10"],
-    "eagle3": ["--optim.warmup_steps=10"],
-    "dflash": ["--optim.warmup_steps=10"],
-    "pard": ["--optim.warmup_steps=10"],
-}
+# What each kind trains and measures here is its registry entry's `bench` (draftsmith/kinds.py):
+# optimizer steps per training minute measured on a 2-core AMD EPYC without AVX-512 (DFlash and
+# PARD with AVX-512; README "Training", "Medusa results", "EAGLE results"), which size the cosine
+# schedule so that the time budget, not the step count, ends training. 2x head-room: the machines
+# of this kind differ (an Intel Xeon with AMX trains the draft LM at 5 steps/min, 1.5x its figure),
+# and a run that stops at its step count before its budget would compare kinds at unequal budgets;
+# more head-room would leave the cosine schedule far from its floor when the budget ends.
+BENCHED = {kind.name: kind.bench for kind in KIND_REGISTRY.values() if kind.bench is not None}
+KINDS = tuple(BENCHED)
+STEPS_PER_MINUTE = {name: b.steps_per_minute for name, b in BENCHED.items()}
+TRAIN_FLAGS = {name: list(b.train_flags) for name, b in BENCHED.items()}  # beside the recipe
 TREE = TreeConfig(topk=4, depth=4, num_draft_tokens=17)  # 16 drafted nodes per step for every tree
-METHODS = {  # kind -> the shapes benchmarked: each kind's best on this CPU in the earlier runs
-    "draft_lm": [("draft_lm_k2", 2, None)],
-    "medusa": [("medusa_tree16", 4, TREE)],
-    "eagle": [("eagle1_k3", 3, None), ("eagle2_tree16", 4, TREE)],
-    "eagle3": [("eagle3_k3", 3, None), ("eagle3_tree16", 4, TREE)],
-    # one draft forward per step whatever k: the block's full length and a short chain
-    "dflash": [("dflash_k3", 3, None), ("dflash_k7", 7, None)],
-    "pard": [("pard_k3", 3, None), ("pard_k7", 7, None)],
-}
+# kind -> the shapes benchmarked (name, k, tree): each kind's best on this CPU in the earlier runs
+METHODS = {name: [(m, k, TREE if tree else None) for m, k, tree in b.methods] for name, b in BENCHED.items()}
 PAIR = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct", 4)  # target, draft, k
 
 

@@ -1,6 +1,6 @@
-"""scripts/bench_all.py: context-length buckets, the aggregation over rounds, and the whole
-run on tiny settings (train, bench a round, reuse the checkpoint and the round on a rerun,
-refuse to mix rounds measured with other settings)."""
+"""scripts/bench_all.py: its kinds and their tables read from the registry, context-length
+buckets, the aggregation over rounds, and the whole run on tiny settings (train, bench a round,
+reuse the checkpoint and the round on a rerun, refuse to mix rounds measured with other settings)."""
 
 import importlib.util
 import json
@@ -19,6 +19,21 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("bench_all", ROOT / "scripts" / "bench_all.py")
 bench_all = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench_all)
+
+
+def test_the_kinds_and_their_tables_are_the_registry_s():
+    """A kind is benched when its registry entry declares `bench`; the script keeps no list of its own."""
+    from draftsmith.kinds import KINDS
+
+    benched = [name for name, kind in KINDS.items() if kind.bench is not None]
+    assert list(bench_all.KINDS) == benched and benched
+    for name in benched:
+        b = KINDS[name].bench
+        assert bench_all.STEPS_PER_MINUTE[name] == b.steps_per_minute > 0
+        assert bench_all.TRAIN_FLAGS[name] == list(b.train_flags)
+        methods = bench_all.METHODS[name]
+        assert [(m, k) for m, k, _ in methods] == [(m, k) for m, k, _ in b.methods] and methods
+        assert all((t is bench_all.TREE) == tree for (_, _, t), (_, _, tree) in zip(methods, b.methods))
 
 
 def test_context_buckets_partition_the_steps(tiny_target):
