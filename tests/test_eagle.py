@@ -229,7 +229,7 @@ def test_eagle_trains_saves_reloads_and_decodes_like_plain(tiny_target, trained,
     assert torch.equal(drafter.model.rotary.inv_freq.cpu(), fresh.inv_freq)
     assert torch.equal(drafter.model.rotary.original_inv_freq.cpu(), fresh.inv_freq)
     prompt = [5, 40, 41, 42, 43, 9, 12]
-    for tree in (None, TreeConfig(topk=3, depth=3, num_draft_tokens=10)):
+    for tree in (TreeConfig(topk=3, depth=3, num_draft_tokens=10),):  # the chain: tests/test_contract.py
         engine = Engine(tiny_target, drafter, 3, tree=tree)
         plain = engine.generate(prompt, 40, speculative=False, eos_token_ids=())
         spec = engine.generate(prompt, 40, eos_token_ids=())
