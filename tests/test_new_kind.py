@@ -1,71 +1,119 @@
-"""Adding a drafter kind = its model file, its task file, its recipe, its tests and ONE registry
-entry. A toy kind declared in a temporary module (outside the package) is trained, loaded by
-`--draft`, evaluated, exported (hf) and carded without any other file of draftsmith knowing it."""
+"""Adding a drafter kind = its model file, its task file (with its recipe dataclass), its smoke
+recipe and ONE registry entry. A copy of the package gets a toy kind that way, and a subprocess
+with only that copy on its path runs the layer guards (tests/test_layers.py), every contract
+(tests/test_contract.py) and train -> eval -> export hf -> card on the toy kind: no other file of
+draftsmith knows it."""
 
 import json
+import os
+import pathlib
+import shutil
+import subprocess
 import sys
 import textwrap
 
 import pytest
+import test_contract
 
 from draftsmith import kinds
 
-TOY_MODULE = '''
-"""A toy kind: the draft LM's model, recipe section and task under another name."""
-import dataclasses
-
-from draftsmith.models.draft_lm import DraftLM
-from draftsmith.train.config import DraftLMConfig
-from draftsmith.train.draft_lm import DraftLMTask
-
-
-class ToyDrafter(DraftLM):
-    kind = "toy"
+TESTS = pathlib.Path(__file__).resolve().parent
+# what a new kind writes, relative to the copy's root (tmp/draftsmith is the installed package)
+TOY_FILES = {
+    "draftsmith/models/toy.py": '''
+        """A toy kind: the draft LM's runtime drafter under another name."""
+        from .draft_lm import DraftLM
 
 
-@dataclasses.dataclass
-class ToyConfig(DraftLMConfig):
-    kind: str = "toy"
+        class ToyDrafter(DraftLM):
+            kind = "toy"
+        ''',
+    "draftsmith/train/toy.py": '''
+        """The toy kind's recipe section and training task: the draft LM's, under another name."""
+        import dataclasses
+
+        from .draft_lm import DraftLMTask, DraftLMTrainConfig
 
 
-class ToyTask(DraftLMTask):
-    kind = "toy"
-'''
+        @dataclasses.dataclass
+        class ToyConfig(DraftLMTrainConfig):
+            kind: str = "toy"
 
 
-@pytest.fixture
-def toy_kind(tmp_path, monkeypatch):
-    (tmp_path / "toy_kind_module.py").write_text(textwrap.dedent(TOY_MODULE))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    entry = kinds.Kind(
-        "toy",
-        "toy_kind_module:ToyDrafter",
-        "toy_kind_module:ToyConfig",
-        "toy_kind_module:ToyTask",
-        exports={"hf": None},
-        repo_suffix="toy",
-        title="a toy drafter",
-        tag="toy",
-        paper="a test of the registry",
-        causal_lm=True,
-    )
-    monkeypatch.setitem(kinds.KINDS, "toy", entry)
-    yield entry
-    sys.modules.pop("toy_kind_module", None)
+        class ToyTask(DraftLMTask):
+            kind = "toy"
+        ''',
+}
+TOY_ENTRY = """
+KINDS["toy"] = Kind(
+    "toy",
+    "draftsmith.models.toy:ToyDrafter",
+    "draftsmith.train.toy:ToyConfig",
+    "draftsmith.train.toy:ToyTask",
+    exports={"hf": None},
+    repo_suffix="toy",
+    title="a toy drafter",
+    tag="toy",
+    paper="a test of the registry",
+    causal_lm=True,
+    tiny_ref="draftsmith.testing:from_tiny_recipe",
+)
+"""
 
 
-def test_a_kind_declared_once_trains_evaluates_exports_and_cards(toy_kind, tmp_path, tiny_cache, fresh_accelerate):
+def copy_with_a_toy_kind(root: pathlib.Path) -> pathlib.Path:
+    """The package as pyproject's package-dir installs it (draftsmith/{.,models,infer,train}) and
+    the recipes, plus the toy kind's files and its registry entry."""
+    from draftsmith.testing import configs_dir
+
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    pkg = root / "draftsmith"
+    shutil.copytree(TESTS.parent / "draftsmith", pkg, ignore=ignore)
+    for sub in ("models", "infer", "train"):
+        shutil.copytree(TESTS.parent / sub, pkg / sub, ignore=ignore)
+    shutil.copytree(configs_dir() / "tiny", root / "configs" / "tiny", ignore=ignore)
+    for rel, text in TOY_FILES.items():
+        (root / rel).write_text(textwrap.dedent(text).lstrip())
+    recipe = (root / "configs" / "tiny" / "draft_lm.yaml").read_text().replace("kind: draft_lm", "kind: toy")
+    (root / "configs" / "tiny" / "toy.yaml").write_text(recipe)
+    with open(pkg / "kinds.py", "a") as f:
+        f.write(TOY_ENTRY)
+    return root
+
+
+def test_a_kind_added_in_a_copy_of_the_package_passes_the_guards_and_contracts(tmp_path):
+    root = copy_with_a_toy_kind(tmp_path / "copy")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("DRAFTSMITH_CONFIGS", None)  # the copy's own recipes, with the toy's
+    argv = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--rootdir", str(TESTS.parent)]
+    argv += [str(TESTS / f) for f in ("test_layers.py", "test_contract.py", "test_new_kind.py")]
+    argv += ["-k", "test_layers or toy"]  # the guards, and every test of the toy kind
+    # run from the copy: the working directory comes first on sys.path
+    r = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True)
+    out = r.stdout[-4000:] + r.stderr[-2000:]
+    assert r.returncode == 0, out
+    passed = {line.split("::")[-1] for line in r.stdout.splitlines() if line.startswith("PASSED ")}
+    contracts = {n for n in dir(test_contract) if n.startswith("test_")}
+    assert {f"{n}[toy]" for n in contracts} <= passed, out
+    assert "test_the_toy_kind_trains_evaluates_exports_and_cards" in passed, out
+
+
+def test_the_toy_kind_trains_evaluates_exports_and_cards(tmp_path, tiny_cache, fresh_accelerate):
+    """Runs where the registry knows a toy kind: in the copy above."""
+    if "toy" not in kinds.KINDS:
+        pytest.skip("runs in the package copy of the test above")
     from draftsmith.cli import main
     from draftsmith.export import check, export
     from draftsmith.hub import build_card
     from draftsmith.models import read_drafter_meta
+    from draftsmith.testing import configs_dir
 
+    assert kinds.__file__.startswith(str(pathlib.Path(os.environ["PYTHONPATH"]))), kinds.__file__
     run = tmp_path / "run"
     rc = main(
         [
             "train",
-            "configs/tiny/draft_lm.yaml",
-            "--drafter.kind=toy",
+            str(configs_dir() / "tiny" / "toy.yaml"),
             "--output-dir",
             str(run),
             "--optim.max_steps=2",
