@@ -28,6 +28,7 @@ _API: dict[str, str] = {
     # the target and the drafters
     "Target": "draftsmith.models",
     "load_drafter": "draftsmith.models",
+    "Checkpoint": "draftsmith.models",
     # the runtime
     "Engine": "draftsmith.infer",
     "GenerationResult": "draftsmith.infer",
