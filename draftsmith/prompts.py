@@ -18,13 +18,14 @@ import logging
 import os
 import re
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.infer.context import ContextFit  # noqa: F401 -- the prompt sets' name for it
 
 BUILTIN_SETS = ("chat", "code")
 _DATASET_COLUMNS = ("messages", "conversations", "prompt", "instruction", "question", "text")
@@ -105,58 +106,6 @@ def render_chat(tokenizer, messages: list[dict], source: str) -> tuple[str, list
 def check_limit(limit: int | None) -> None:
     if limit is not None and limit < 1:  # a slice [:-1] or [:0] would silently mean "all but one" / "all"
         raise DraftsmithError(f"--num-prompts must be >= 1 (got {limit}); leave it out to use every prompt")
-
-
-class ContextFit:
-    """Makes each prompt fit the target's positions: prompt + max_new_tokens + the tokens one
-    step may draft must not exceed `max_position_embeddings` (past it a model's numbers mean
-    nothing). Refuses with one line, or keeps the prompt's last tokens when `truncate` is set."""
-
-    def __init__(
-        self,
-        max_positions: int | None,
-        max_new_tokens: int,
-        draft_tokens: int = 0,
-        truncate: bool = False,
-        model: str = "the target",
-        truncate_flag: str | None = "--truncate-prompts",
-        draft_flag: str = "-k/--num-speculative-tokens",
-    ):
-        self.max_positions, self.max_new_tokens, self.draft_tokens = max_positions, max_new_tokens, draft_tokens
-        self.truncate, self.model, self.truncate_flag, self.draft_flag = truncate, model, truncate_flag, draft_flag
-
-    def __call__(self, p: Prompt, where: str) -> Prompt:
-        if not self.max_positions:
-            return p
-        reserve = self.max_new_tokens + self.draft_tokens
-        budget = self.max_positions - reserve
-        drafts = f" and {self.draft_tokens} draft tokens" if self.draft_tokens else ""
-        if budget < 1 and self.draft_tokens and self.max_new_tokens < self.max_positions:
-            raise DraftsmithError(  # --max-new-tokens alone would fit: the drafts are what leave no room
-                f"{self.draft_flag} asks for {self.draft_tokens} draft tokens per step: with --max-new-tokens "
-                f"{self.max_new_tokens} they leave no room for a prompt in {self.model}'s {self.max_positions:,} "
-                f"positions (max_position_embeddings): lower {self.draft_flag.split('/')[-1]}"
-            )
-        if budget < 1:
-            raise DraftsmithError(
-                f"--max-new-tokens {self.max_new_tokens}{drafts} leave{'s' if not drafts else ''} no room for a "
-                "prompt in "
-                f"{self.model}'s {self.max_positions:,} positions (max_position_embeddings): lower --max-new-tokens"
-            )
-        if len(p.ids) <= budget:
-            return p
-        if self.truncate:
-            return replace(p, ids=p.ids[-budget:])  # the end holds the question and the generation prompt
-        raise DraftsmithError(
-            f"prompt {where} has {len(p.ids):,} tokens; with --max-new-tokens {self.max_new_tokens}{drafts} it needs "
-            f"{len(p.ids) + reserve:,} positions, but {self.model} has {self.max_positions:,} "
-            f"(max_position_embeddings): shorten it"
-            + (
-                f", lower --max-new-tokens, or pass {self.truncate_flag} to keep its last {budget:,} tokens"
-                if self.truncate_flag
-                else " or lower --max-new-tokens"
-            )
-        )
 
 
 def describe(p: Prompt, index: int) -> str:

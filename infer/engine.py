@@ -31,6 +31,7 @@ import torch
 
 from draftsmith.errors import DraftsmithError
 
+from .context import ContextFit
 from .metrics import SpecMetrics
 from .proposal import Drafter, check_num_speculative_tokens, default_num_speculative_tokens, speculative_cap
 from .sampling import GREEDY, SamplingConfig, logits_to_probs, sample
@@ -148,8 +149,6 @@ class Engine:
     def _check_positions(self, prompt_tokens: int, max_new_tokens: int, drafting: bool) -> None:
         """Prompt + max_new_tokens + one step's drafts must fit the target's positions (past
         them a model's numbers mean nothing); the CLI's own check, in its words."""
-        from draftsmith.prompts import ContextFit, Prompt
-
         cfg = getattr(self.target, "config", None)
         positions = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
         if not isinstance(positions, int):
@@ -157,7 +156,7 @@ class Engine:
         draft_tokens = self.max_draft_tokens if drafting else 0
         name = getattr(self.target, "name", "the target")
         fit = ContextFit(positions, max_new_tokens, draft_tokens, model=name, truncate_flag=None)
-        fit(Prompt([0] * prompt_tokens, "", "prompt"), "given")
+        fit.keep(prompt_tokens, "given")
 
     @torch.inference_mode()
     def generate(
