@@ -21,6 +21,10 @@ from __future__ import annotations
 
 import importlib
 
+from draftsmith._moved import install as _install_moved
+
+_install_moved()  # modules that moved keep their old import paths for one release
+
 __version__ = "0.1.0"
 
 # name -> module that defines it. Moving a name = changing its module here; the name stays.
@@ -48,13 +52,16 @@ _API: dict[str, str] = {
     "DraftsmithError": "draftsmith.errors",
 }
 
+# the documented subpackages: `draftsmith.train(recipe)`, `draftsmith.export.export(...)`
+_PACKAGES = {"train": "draftsmith.train", "export": "draftsmith.shipping.export"}
+
 __all__ = sorted([*_API, "export", "train"])
 
 
 def __getattr__(name: str):
     module = _API.get(name)
-    if name in ("train", "export"):  # `from draftsmith import train` before the subpackage has loaded
-        return importlib.import_module(f"draftsmith.{name}")
+    if name in _PACKAGES:  # `from draftsmith import train` before the subpackage has loaded
+        return importlib.import_module(_PACKAGES[name])
     if module is None:
         raise AttributeError(f"module 'draftsmith' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)

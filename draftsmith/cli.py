@@ -159,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_arguments(
         sub.add_parser("publish", help="upload a checkpoint, its engine exports and a model card to the Hub")
     )
-    from draftsmith import crosscheck, plan
+    from draftsmith import plan
+    from draftsmith.shipping import crosscheck
 
     plan.add_arguments(sub.add_parser("plan", help="before a run: what fits on which GPUs and how long it takes"))
     crosscheck.add_arguments(
@@ -230,7 +231,7 @@ def _check_args(args) -> None:
             raise DraftsmithError(f"{flag} must be {rule}, got {value}")
     if args.verification == "typical-lossy" and not args.draft:  # else it silently decodes plain
         raise DraftsmithError("--verification typical-lossy needs a --draft: it accepts or rejects drafted tokens")
-    from draftsmith.bench import PLOT_SUFFIXES, check_output_path
+    from draftsmith.evaluation.bench import PLOT_SUFFIXES, check_output_path
 
     if getattr(args, "json", None):
         check_output_path(args.json, "--json")
@@ -240,8 +241,8 @@ def _check_args(args) -> None:
 
 def _context_fit(args, target, drafter):
     """Prompt + --max-new-tokens + the tokens a step drafts must fit the target's positions."""
+    from draftsmith.evaluation.prompts import ContextFit
     from draftsmith.infer.engine import Engine
-    from draftsmith.prompts import ContextFit
 
     draft_tokens = (
         Engine(target, drafter, args.num_speculative_tokens, tree=args.tree).max_draft_tokens if drafter else 0
@@ -261,8 +262,8 @@ def _context_fit(args, target, drafter):
 
 
 def _load_prompts(args, target, drafter):
+    from draftsmith.evaluation.prompts import load_prompt_sets
     from draftsmith.models.cache_folder import cache_dir
-    from draftsmith.prompts import load_prompt_sets
 
     return load_prompt_sets(
         args.prompts,
@@ -310,7 +311,7 @@ def _setup(args):
     if args.num_speculative_tokens is None:  # the drafter's kind's default_k (draftsmith/kinds.py), within its cap
         args.num_speculative_tokens = default_num_speculative_tokens(drafter)
     elif drafter is not None and args.tree is None:  # a tree's size comes from the tree flags, not -k
-        from draftsmith.export.common import article
+        from draftsmith.shipping.export.common import article
 
         what = f"{args.draft} ({article(getattr(drafter, 'kind', 'draft'))} drafter)"
         check_num_speculative_tokens(args.num_speculative_tokens, cap, what)
@@ -321,7 +322,7 @@ def _setup(args):
 
 
 def cmd_bench(args) -> None:
-    from draftsmith.bench import BenchInterrupted, format_table, run_bench, save_outputs
+    from draftsmith.evaluation.bench import BenchInterrupted, format_table, run_bench, save_outputs
 
     target, drafter, sampling = _setup(args)
     prompts = _load_prompts(args, target, drafter)
@@ -351,8 +352,8 @@ def cmd_bench(args) -> None:
 def _keep_partial(result: dict, args) -> None:
     """Ctrl-C during a bench: write the finished runs to --json (marked partial) and say so in one
     line; nothing resumes a bench, and the line does not pretend otherwise."""
-    from draftsmith.bench import write_json
     from draftsmith.errors import Interrupted
+    from draftsmith.evaluation.bench import write_json
 
     result["prompts"] = args.prompts
     p = result["partial"]
@@ -364,7 +365,7 @@ def _keep_partial(result: dict, args) -> None:
 
 
 def cmd_eval(args) -> None:
-    from draftsmith.bench import format_table, run_eval, save_outputs
+    from draftsmith.evaluation.bench import format_table, run_eval, save_outputs
 
     target, drafter, sampling = _setup(args)
     prompts = _load_prompts(args, target, drafter)
@@ -400,7 +401,7 @@ def cmd_generate(args) -> None:
         ids = tok(args.prompt, verbose=False)["input_ids"]  # a too-long prompt gets our one line, not its warning
     if not ids:
         raise DraftsmithError("the prompt is empty")
-    from draftsmith.prompts import Prompt
+    from draftsmith.evaluation.prompts import Prompt
 
     _context_fit(args, target, drafter)(Prompt(ids, args.prompt, "prompt"), "given")
     engine = Engine(target, drafter, args.num_speculative_tokens, tree=args.tree, verification=args.verification)
@@ -428,19 +429,19 @@ def cmd_generate(args) -> None:
 
 
 def cmd_export(args) -> int:
-    from draftsmith import export
+    from draftsmith.shipping import export
 
     return export.run(args)
 
 
 def cmd_publish(args) -> int:
-    from draftsmith import hub
+    from draftsmith.shipping import hub
 
     return hub.run(args)
 
 
 def cmd_crosscheck(args) -> int:
-    from draftsmith import crosscheck
+    from draftsmith.shipping import crosscheck
 
     return crosscheck.run(args)
 
@@ -462,8 +463,8 @@ def main(argv=None) -> int:
 
         return train_main(argv[1:])
     if argv[:1] == ["features"]:  # its own parser too; the engines are this layer's to hand down
-        from draftsmith.engines.vllm_extract import VLLMFeatureExtractor
-        from draftsmith.train.features_cli import main as features_main
+        from draftsmith.shipping.engines.vllm_extract import VLLMFeatureExtractor
+        from draftsmith.train.features.cli import main as features_main
 
         return features_main(argv[1:], engines={"vllm": VLLMFeatureExtractor}, prog="draftsmith features")
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -53,9 +53,9 @@ class Kind:
     drafter_ref: the runtime drafter (infer/proposal.py's Drafter); `from_pretrained(folder, target)`
               loads a checkpoint of this kind.
     config_ref: the recipe's `drafter:` dataclass (None: nothing to train, e.g. prompt lookup).
-    task_ref: the training task the trainer drives (a subclass of train/task.py's TrainingTask).
+    task_ref: the training task the trainer drives (a subclass of train/tasks/base.py's TrainingTask).
     exports:  format -> the layout it writes, a reference to a Layout object in that format's
-              export module (draftsmith/export/<format>.py); "hf" (our own checkpoint layout) may
+              export module (draftsmith/shipping/export/<format>.py); "hf" (our own checkpoint layout) may
               be None: the checkpoint as it is, checked for its config.json and intact weights.
     repo_suffix: the Hub repo-name suffix; vLLM guesses a draft's method from its name.
     title, tag, paper: the model card's "what it is", Hub tag and reference.
@@ -116,7 +116,7 @@ class Kind:
 
 
 _M, _T, _X = "draftsmith.models", "draftsmith.train", "draftsmith.testing"
-_H, _V, _S, _G = (f"draftsmith.export.{fmt}" for fmt in ("hf", "vllm", "sglang", "gguf"))
+_H, _V, _S, _G = (f"draftsmith.shipping.export.{fmt}" for fmt in ("hf", "vllm", "sglang", "gguf"))
 # scripts/bench_all.py's budgets: steps/min measured on a 2-core AMD EPYC (DFlash, PARD: with AVX-512)
 _WARMUP = ("--optim.warmup_steps=10",)
 
@@ -126,8 +126,8 @@ KINDS: dict[str, Kind] = {
         Kind(
             "draft_lm",
             f"{_M}.draft_lm:DraftLM",
-            f"{_T}.draft_lm:DraftLMTrainConfig",
-            f"{_T}.draft_lm:DraftLMTask",
+            f"{_T}.tasks.draft_lm:DraftLMTrainConfig",
+            f"{_T}.tasks.draft_lm:DraftLMTask",
             exports={"hf": f"{_H}:DRAFT_LM", "vllm": f"{_V}:DRAFT_LM", "gguf": f"{_G}:DRAFT_LM"},
             repo_suffix="draft",
             title="an independent draft model",
@@ -142,8 +142,8 @@ KINDS: dict[str, Kind] = {
         Kind(
             "medusa",
             f"{_M}.medusa:Medusa",
-            f"{_T}.medusa:MedusaTrainConfig",
-            f"{_T}.medusa:MedusaTask",
+            f"{_T}.tasks.medusa:MedusaTrainConfig",
+            f"{_T}.tasks.medusa:MedusaTask",
             exports={"hf": f"{_H}:MEDUSA", "vllm": f"{_V}:MEDUSA"},
             repo_suffix="medusa",
             title="Medusa heads",
@@ -158,8 +158,8 @@ KINDS: dict[str, Kind] = {
         Kind(
             "eagle",
             f"{_M}.eagle:Eagle",
-            f"{_T}.eagle:EagleTrainConfig",
-            f"{_T}.eagle:EagleTask",
+            f"{_T}.tasks.eagle:EagleTrainConfig",
+            f"{_T}.tasks.eagle:EagleTask",
             exports={"hf": f"{_H}:EAGLE", "vllm": f"{_V}:EAGLE"},
             repo_suffix="eagle-draft",
             title="an EAGLE drafter",
@@ -172,8 +172,8 @@ KINDS: dict[str, Kind] = {
         Kind(
             "eagle3",
             f"{_M}.eagle3:Eagle3",
-            f"{_T}.eagle3:Eagle3TrainConfig",
-            f"{_T}.eagle3:Eagle3Task",
+            f"{_T}.tasks.eagle3:Eagle3TrainConfig",
+            f"{_T}.tasks.eagle3:Eagle3Task",
             exports={"hf": f"{_H}:EAGLE3", "vllm": f"{_V}:EAGLE3", "sglang": f"{_S}:EAGLE3", "gguf": f"{_G}:EAGLE3"},
             repo_suffix="eagle3",
             title="an EAGLE-3 drafter",
@@ -187,8 +187,8 @@ KINDS: dict[str, Kind] = {
         Kind(
             "pard",
             f"{_M}.pard:Pard",
-            f"{_T}.pard:PardTrainConfig",
-            f"{_T}.pard:PardTask",
+            f"{_T}.tasks.pard:PardTrainConfig",
+            f"{_T}.tasks.pard:PardTask",
             exports={"hf": f"{_H}:PARD", "vllm": f"{_V}:PARD"},
             repo_suffix="pard",
             title="a PARD parallel draft model",
@@ -206,8 +206,8 @@ KINDS: dict[str, Kind] = {
         Kind(
             "dflash",
             f"{_M}.dflash:DFlash",
-            f"{_T}.dflash:DFlashTrainConfig",
-            f"{_T}.dflash:DFlashTask",
+            f"{_T}.tasks.dflash:DFlashTrainConfig",
+            f"{_T}.tasks.dflash:DFlashTask",
             exports={"hf": f"{_H}:DFLASH", "vllm": f"{_V}:DFLASH", "sglang": f"{_S}:DFLASH"},
             repo_suffix="dflash",
             title="a DFlash block-diffusion drafter",

@@ -9,7 +9,7 @@ target resolves through the config.json shipped under configs/<target>/), then:
   and micro-batch, and features; with features from a cache (`drafter.features DIR`, e.g. written
   by vLLM, and `model.target_parts: readers`) the target's side in the trainer is only what reads
   the features (embedding, final norm, LM head);
-- training FLOPs per token (train/flops.py), tokens/s and time per epoch at the GPU's peak
+- training FLOPs per token (train/trainer/flops.py), tokens/s and time per epoch at the GPU's peak
   times a stated utilisation, and the feature cache's size on disk.
 
 The memory model (mixed-precision AdamW as the trainer runs it): drafter weights, gradients and
@@ -234,7 +234,7 @@ class Built:
     vocab_size: int
     feature_layers: int  # target layers the drafter reads (0: none, a draft LM reads logits)
     reads_logits: bool
-    target_cost: object  # train/flops.py ModuleCost per token at the recipe's T
+    target_cost: object  # train/trainer/flops.py ModuleCost per token at the recipe's T
     draft_cost: object
     target_floor: float  # the target's forward-only FLOPs per token (LM head on every row)
 
@@ -245,7 +245,7 @@ def build_meta(recipe, device: str = "cuda", scored: float = DEFAULT_SCORED) -> 
 
     from draftsmith.kinds import KINDS
     from draftsmith.models.sources import load_config, load_tokenizer, meta_build, meta_causal_lm, resolve_model
-    from draftsmith.train.flops import module_cost
+    from draftsmith.train.trainer.flops import module_cost
 
     name = recipe.model.target
     dtype_name = recipe.model.target_dtype
@@ -481,14 +481,14 @@ def run(args, overrides: list[str]) -> int:
     from draftsmith.train.config import load_recipe
 
     if args.json:  # before any work: the table is not lost to a path that cannot be written
-        from draftsmith.bench import check_output_path
+        from draftsmith.evaluation.bench import check_output_path
 
         check_output_path(args.json, "--json")
     recipe = load_recipe(args.recipe, overrides)
     recipe._path = args.recipe
     tflops = args.gpu_tflops
     if tflops == "measured":
-        from draftsmith.train.flops import measure_tflops
+        from draftsmith.train.trainer.flops import measure_tflops
 
         dtype = "bfloat16" if recipe.optim.mixed_precision == "bf16" else "float32"
         tflops = measure_tflops(dtype, device="cuda" if args.device == "cuda" else "cpu")

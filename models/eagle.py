@@ -10,7 +10,7 @@ E and LMHead are the target's own (shared, frozen, never saved); FC (2d -> d) an
 decoder layer without its input norm (the layout serving engines load, whatever the target's
 family) are the draft's weights. Drafting further feeds f̂ back in place of f (sec. 3).
 Training: smooth-L1 on f̂ vs the next real feature + 0.1 x cross-entropy to the target's
-distribution, with uniform noise on the input features (sec. 4), see train/eagle.py.
+distribution, with uniform noise on the input features (sec. 4), see train/tasks/eagle.py.
 
 What every EAGLE-family drafter shares -- the config, the draft model's base, the runtime with
 its EAGLE-2 dynamic trees -- lives in models/eagle_family.py; `EagleConfig`, `EagleDraftModel`

@@ -11,7 +11,7 @@ decoder layers 2, L//2 and L-3):
 
 and the next draft step reads o_t in place of g_t. No feature loss: the draft is trained only on
 the target's distribution, over n unrolled steps whose hidden inputs are its own outputs
-("training-time test", sec. 3.2; train/eagle.py). The LM head covers a reduced draft vocabulary,
+("training-time test", sec. 3.2; train/tasks/eagle.py). The LM head covers a reduced draft vocabulary,
 the target tokens most frequent in the training data: `d2t[i]` is the offset that maps draft id
 i to target id i + d2t[i], `t2d` marks the target ids the draft can propose. Both live in the
 checkpoint beside the weights, named as SGLang and vLLM load them (fc, midlayer.*, norm, lm_head,

@@ -13,7 +13,7 @@ uses the target's LM head itself (not a copy: never saved, never trained).
 Drafting costs one small matmul per head and no forward of any model, and since head k does not
 depend on the tokens drafted before it, a tree of candidates (ranked per head, sec. 2.1.2) costs
 nothing more to draft. Medusa-1 trains the heads on a frozen target; Medusa-2 trains them jointly
-with the target (LoRA), see train/medusa.py.
+with the target (LoRA), see train/tasks/medusa.py.
 """
 
 from __future__ import annotations

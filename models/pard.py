@@ -7,7 +7,7 @@ target, no target hidden states) so that, fed the context followed by K-1 copies
 
     q_1..q_K = draft(x_1..x_n, m, ..., m)      q_i ≈ p(x_{n+i} | x_1..x_n)
 
-so drafting costs one forward instead of K. Training (train/pard.py) teaches the mask positions
+so drafting costs one forward instead of K. Training (train/tasks/pard.py) teaches the mask positions
 this with the paper's conditional drop-token strategy.
 
 A checkpoint is a plain transformers causal-LM folder (what engines load) whose config.json also

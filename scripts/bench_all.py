@@ -9,7 +9,7 @@ Stages, each skipped when its output exists, so a killed run resumes where it st
    the budget across resumes) into RUNS/<target>-<kind>-<M>min; a finished checkpoint there is
    reused if its recipe.yaml has the same kind, data and optim.max_minutes, refused otherwise.
 2. bench: --repeats rounds; in each, plain decoding and every method run on the same prompts
-   interleaved prompt by prompt (draftsmith/bench.py: run_compare), so the ratios share the
+   interleaved prompt by prompt (draftsmith/evaluation/bench.py: run_compare), so the ratios share the
    machine's noise; each round is one file under OUT/repeats/.
 3. report: medians and [min-max] over rounds of the speedup (Spec-Bench: mean per-prompt
    tokens/s over plain's), τ (= mean_acceptance_length, counting the bonus token; greedy
@@ -23,7 +23,7 @@ Stages, each skipped when its output exists, so a killed run resumes where it st
                                                      # category (both turns) and 16 HumanEval problems
 
 MT-Bench and HumanEval come from pinned pip packages (scripts/setup.sh); MT-Bench's second turn
-follows the target's own greedy answer to the first, decoded once and cached (draftsmith/prompts.py).
+follows the target's own greedy answer to the first, decoded once and cached (draftsmith/evaluation/prompts.py).
 The table has τ (speedup) per MT-Bench category, HumanEval and turn for every method, and the
 machine's CPU model and flags (avx512f, avx512_bf16, amx_bf16) in results.json and its header.
 
@@ -44,7 +44,8 @@ from pathlib import Path
 
 import yaml
 
-from draftsmith.bench import (
+from draftsmith.errors import DraftsmithError, run_command
+from draftsmith.evaluation.bench import (
     GROUP_FIELDS,
     Method,
     check_output_path,
@@ -56,14 +57,13 @@ from draftsmith.bench import (
     run_compare,
     write_json,
 )
-from draftsmith.benchkit import add_flags, parser
-from draftsmith.errors import DraftsmithError, run_command
+from draftsmith.evaluation.benchkit import add_flags, parser
+from draftsmith.evaluation.prompts import ContextFit, check_limit, load_prompt_sets
+from draftsmith.evaluation.report import write_report
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig
 from draftsmith.kinds import KINDS as KIND_REGISTRY
-from draftsmith.prompts import ContextFit, check_limit, load_prompt_sets
-from draftsmith.report import write_report
 
 # What each kind trains and measures here is its registry entry's `bench` (draftsmith/kinds.py):
 # optimizer steps per training minute measured on a 2-core AMD EPYC without AVX-512 (DFlash and

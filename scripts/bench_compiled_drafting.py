@@ -20,8 +20,8 @@ import contextlib
 import sys
 import time
 
-from draftsmith.bench import in_loop_times, interleaved
-from draftsmith.benchkit import (
+from draftsmith.evaluation.bench import in_loop_times, interleaved
+from draftsmith.evaluation.benchkit import (
     COMPARE_FLAGS,
     add_flags,
     capped_k,
@@ -32,11 +32,11 @@ from draftsmith.benchkit import (
     run_main,
     save,
 )
+from draftsmith.evaluation.prompts import load_prompt_sets
 from draftsmith.infer.engine import Engine
 from draftsmith.infer.hardware import cpu_info, format_cpu
 from draftsmith.infer.tree import TreeConfig
 from draftsmith.models import Target, load_drafter
-from draftsmith.prompts import load_prompt_sets
 
 
 @contextlib.contextmanager

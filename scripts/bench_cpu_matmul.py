@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from draftsmith.benchkit import add_flags, parser, run_main, save
+from draftsmith.evaluation.benchkit import add_flags, parser, run_main, save
 from draftsmith.infer import kernels
 from draftsmith.infer.hardware import cpu_info, format_cpu
 
@@ -92,10 +92,10 @@ def candidates(weights: list[torch.Tensor], rows: int, compile_: bool) -> dict:
 def step_costs(target_name: str, draft_name: str, k: int, dtype: str) -> dict:
     """Per `--cpu-matmul` kernel: the real target's decode step, its verify of k+1 tokens and k
     drafted tokens of the draft LM, each in ms and as a fraction of linear's decode step."""
+    from draftsmith.evaluation.prompts import load_prompts
     from draftsmith.infer.engine import Engine
     from draftsmith.infer.kernels import KERNELS, use_linear_kernel
     from draftsmith.models import Target, load_drafter
-    from draftsmith.prompts import load_prompts
 
     target = Target.load(target_name, dtype=dtype)
     drafter = load_drafter(draft_name, target)

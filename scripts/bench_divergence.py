@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from draftsmith.benchkit import add_flags, markdown_table, parser, run_main, save
+from draftsmith.evaluation.benchkit import add_flags, markdown_table, parser, run_main, save
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -35,8 +35,8 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_verify_cost import SHAPES, random_model  # noqa: E402
 
-from draftsmith.benchkit import add_flags, parser, run_main, save  # noqa: E402
 from draftsmith.errors import DraftsmithError  # noqa: E402
+from draftsmith.evaluation.benchkit import add_flags, parser, run_main, save  # noqa: E402
 from draftsmith.infer import Engine  # noqa: E402
 from draftsmith.infer.proposal import Proposal  # noqa: E402
 from draftsmith.infer.tree import Tree, TreeConfig, full_choices  # noqa: E402

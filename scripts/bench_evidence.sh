@@ -42,7 +42,7 @@ if [[ $REGENERATE != 1 ]]; then
   echo "skipped (REGENERATE=$REGENERATE): the first $ROWS conversations train as they are"
 elif [[ ! -f $OUT/regenerate.done ]]; then
   # shellcheck disable=SC2086
-  python -m draftsmith.engines.vllm_engine smollm2-135m-instruct --dtype bfloat16 --port "$PORT" --log "$OUT/vllm-server.log" -- \
+  python -m draftsmith.shipping.engines.vllm_engine smollm2-135m-instruct --dtype bfloat16 --port "$PORT" --log "$OUT/vllm-server.log" -- \
     draftsmith train "$RECIPES/eagle3.yaml" --data-only $REGEN --data.regenerate_concurrency=16 | tee "$OUT/regenerate.json"
   touch "$OUT/regenerate.done"
 fi

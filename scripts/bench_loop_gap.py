@@ -23,8 +23,8 @@ from __future__ import annotations
 import contextlib
 import statistics
 
-from draftsmith.bench import in_loop_times, interleaved
-from draftsmith.benchkit import (
+from draftsmith.evaluation.bench import in_loop_times, interleaved
+from draftsmith.evaluation.benchkit import (
     COMPARE_FLAGS,
     capped_k,
     comparison,
@@ -34,10 +34,10 @@ from draftsmith.benchkit import (
     run_main,
     save,
 )
+from draftsmith.evaluation.prompts import load_prompt_sets
 from draftsmith.infer.engine import Engine, expected_draft_cost, predicted_speedup
 from draftsmith.infer.hardware import cpu_info, format_cpu
 from draftsmith.models import Target, draft_lm, load_drafter, pard
-from draftsmith.prompts import load_prompt_sets
 
 PATCHED = {"draft_lm": draft_lm, "pard": pard}  # modules whose drafting asked for the last row as an int
 

@@ -31,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from draftsmith.benchkit import add_flags, comparison, parser, run_main, save
+from draftsmith.evaluation.benchkit import add_flags, comparison, parser, run_main, save
 
 RECIPE = "configs/qwen2.5-coder-1.5b-instruct/draft_lm.yaml"
 TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
@@ -62,7 +62,7 @@ def distill(recipe: str, target: str, run: Path, minutes: float) -> Path:
 
 
 def prompts(tokenizer, humaneval: int, per_category: int):
-    from draftsmith.prompts import Prompt, load_prompts, read_rows, render_chat
+    from draftsmith.evaluation.prompts import Prompt, load_prompts, read_rows, render_chat
 
     out = load_prompts("humaneval", tokenizer, humaneval)
     for category in ("coding", "math"):
@@ -93,7 +93,7 @@ def bench(target, drafts: dict, library_drafts: dict, prompts_, k: int, max_new_
     draft: as the library ships (F.linear, the draft in the target's dtype: `library_drafts`, fresh
     copies) and with the kernels and draft dtype our runtime chose (the same `drafts`), which
     isolates the decoding loop."""
-    from draftsmith.bench import (
+    from draftsmith.evaluation.bench import (
         _hf_generate,
         _in_loop_prediction,
         breakdown,
@@ -205,7 +205,7 @@ def plot(result: dict, path: Path) -> None:
 
 def print_summary(result: dict) -> None:
     """The machine, the step costs before and after the kernel choice, then one line per method."""
-    from draftsmith.bench import time_split_line
+    from draftsmith.evaluation.bench import time_split_line
 
     k, methods = result["k"], result["methods"]
     print(result["machine_summary"])
@@ -247,7 +247,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from draftsmith.bench import format_cpu
+    from draftsmith.evaluation.bench import format_cpu
     from draftsmith.infer.hardware import cpu_info
     from draftsmith.models import Target, load_drafter
 

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from draftsmith.benchkit import add_flags, operator_times, parser, run_main, save
+from draftsmith.evaluation.benchkit import add_flags, operator_times, parser, run_main, save
 from draftsmith.infer.hardware import cpu_info, format_cpu
 
 
@@ -183,7 +183,7 @@ def main(argv=None) -> int:
 
     from draftsmith.train.config import load_recipe
     from draftsmith.train.distributed import shutdown as _shutdown
-    from draftsmith.train.trainer import Trainer
+    from draftsmith.train.trainer.loop import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
         recipe = load_recipe(

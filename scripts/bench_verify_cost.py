@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from draftsmith.benchkit import add_flags, machine_line, parser, run_main, save
+from draftsmith.evaluation.benchkit import add_flags, machine_line, parser, run_main, save
 from draftsmith.infer.hardware import auto_dtype, cpu_info, use_affinity_threads
 from draftsmith.infer.sampling import GREEDY
 from draftsmith.infer.tree import Tree, TreeConfig, choices_from_accuracies

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import json
 
-from draftsmith.benchkit import add_flags, markdown_table, parser, run_main, save
-from draftsmith.train.flops import SHAPES, draft_lm_flops, eagle3_flops, target_flops
-from draftsmith.train.flops import bound as flop_ratio
+from draftsmith.evaluation.benchkit import add_flags, markdown_table, parser, run_main, save
+from draftsmith.train.trainer.flops import SHAPES, draft_lm_flops, eagle3_flops, target_flops
+from draftsmith.train.trainer.flops import bound as flop_ratio
 
 # (target, drafter): what users train. Draft LMs: a truncated copy (layers=) or another model (shape=).
 PAIRS = [

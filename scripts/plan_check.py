@@ -24,7 +24,7 @@ import resource
 import statistics
 import tempfile
 
-from draftsmith.benchkit import add_flags, parser, run_main, save
+from draftsmith.evaluation.benchkit import add_flags, parser, run_main, save
 
 
 def rss_bytes() -> int:
@@ -37,8 +37,8 @@ def measure_run(recipe, dtype: str, device: str) -> tuple[int, float, int, float
     rate before, the peak memory, the rate after, and the logged training rates (warm-up left out)."""
     import torch
 
-    from draftsmith.train.flops import measure_tflops
-    from draftsmith.train.trainer import train
+    from draftsmith.train.trainer.flops import measure_tflops
+    from draftsmith.train.trainer.loop import train
 
     base = rss_bytes()
     before = measure_tflops(dtype, seconds=3.0, device=device)

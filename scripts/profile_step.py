@@ -19,8 +19,8 @@ import time
 
 import torch
 
-from draftsmith.bench import cpu_info, format_cpu
-from draftsmith.benchkit import add_flags, operator_times, parser, run_main, save
+from draftsmith.evaluation.bench import cpu_info, format_cpu
+from draftsmith.evaluation.benchkit import add_flags, operator_times, parser, run_main, save
 from draftsmith.infer.engine import Engine
 from draftsmith.models import Target
 

@@ -886,7 +886,7 @@ def test_second_run_into_a_busy_output_dir_is_refused_and_changes_nothing(
     assert (out / "recipe.yaml").read_bytes() == recipe
     from draftsmith.models import read_drafter_meta
     from draftsmith.models.weights import check_weights
-    from draftsmith.train.checkpoint import latest_checkpoint, verify
+    from draftsmith.train.trainer.checkpoint import latest_checkpoint, verify
 
     summary = json.loads((out / "train_summary.json").read_text())
     assert read_drafter_meta(out / "final")["kind"] == "draft_lm"
@@ -914,7 +914,7 @@ def test_a_killed_run_leaves_no_stale_lock(tiny_cache, tmp_path, capsys, fresh_a
 def test_refused_resume_keeps_recipe_and_card(trained_run, tmp_path, capsys, fresh_accelerate):
     """Issue 16 item 1: a resume refused for another drafter kind rewrote recipe.yaml, and the
     model card then described that kind's recipe."""
-    from draftsmith.hub import build_card
+    from draftsmith.shipping.hub import build_card
 
     run = tmp_path / "run"
     shutil.copytree(trained_run, run)
@@ -991,7 +991,7 @@ def test_every_numeric_knob_has_a_range_that_is_enforced():
 def test_export_race_loser_gets_one_line(trained_run, tmp_path, capsys, monkeypatch):
     """Two exports into one folder at once: the one that finishes second is refused in one line,
     and the winner's files stay as they are (here the winner lands while the loser writes)."""
-    from draftsmith.export import hf
+    from draftsmith.shipping.export import hf
 
     out = tmp_path / "race"
     write = hf.write
@@ -1112,7 +1112,7 @@ def test_ctrl_c_during_bench_keeps_the_finished_runs(with_json, tmp_path, capsys
 
 @pytest.mark.parametrize("kind", ["file", "read-only"])
 def test_features_output_that_cannot_be_a_folder(kind, tmp_path, capsys, tiny_cache):
-    from draftsmith.train.features_cli import main
+    from draftsmith.train.features.cli import main
 
     if kind == "file":
         target, watched, line = tmp_path / "afile", tmp_path / "afile", f"--output {tmp_path / 'afile'} is a file"
@@ -1134,9 +1134,9 @@ def test_help_texts_come_from_the_kind_registry():
     the top-level help names every export format; kind names take their article."""
     from draftsmith.cli import build_parser
     from draftsmith.errors import DraftsmithError
-    from draftsmith.export import FORMATS, export
     from draftsmith.kinds import kinds_with
     from draftsmith.models import write_drafter_meta
+    from draftsmith.shipping.export import FORMATS, export
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices

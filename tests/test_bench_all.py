@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from draftsmith.bench import context_buckets
+from draftsmith.evaluation.bench import context_buckets
 from draftsmith.infer.engine import Engine
 from draftsmith.models import load_drafter
 
@@ -140,7 +140,7 @@ def test_a_round_on_mt_bench_and_humaneval(tiny_cache, tmp_path, monkeypatch):
     import gzip
     import hashlib
 
-    from draftsmith import prompts as prompt_sets
+    from draftsmith.evaluation import prompts as prompt_sets
 
     mt, he = tmp_path / "question.jsonl", tmp_path / "HumanEval.jsonl.gz"
     mt.write_text(

@@ -1,4 +1,4 @@
-"""draftsmith/benchkit.py: the benchmark scripts' shared flags, tables and JSON."""
+"""draftsmith/evaluation/benchkit.py: the benchmark scripts' shared flags, tables and JSON."""
 
 import json
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from draftsmith import benchkit
+from draftsmith.evaluation import benchkit
 
 
 def test_shared_flags_keep_each_script_s_defaults_and_spelling():
@@ -81,5 +81,5 @@ def test_capped_k_follows_the_drafter_s_limit():
 
 
 def test_importing_it_loads_no_torch():
-    code = "import sys, draftsmith.benchkit; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, draftsmith.evaluation.benchkit; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

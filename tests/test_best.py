@@ -30,7 +30,7 @@ QUICK = [
 
 def scripted_tau(monkeypatch, taus: dict[int, float]) -> list[int]:
     """Trainer.measure_acceptance reports taus[step] (recorded as the real one is); -> the steps measured."""
-    from draftsmith.train.trainer import Trainer
+    from draftsmith.train.trainer.loop import Trainer
 
     measured = []
 
@@ -45,7 +45,7 @@ def scripted_tau(monkeypatch, taus: dict[int, float]) -> list[int]:
 
 
 def train(out, *overrides, resume=None):
-    from draftsmith.train.trainer import train as run
+    from draftsmith.train.trainer.loop import train as run
 
     return run(load_recipe(TINY, QUICK + [f"--checkpoint.output_dir={out}", *overrides]), resume=resume)
 
@@ -75,7 +75,7 @@ def test_best_is_the_highest_tau_and_the_curves_are_drawn(tiny_cache, tmp_path, 
     final = json.loads((tmp_path / "final" / "drafter.json").read_text())
     assert final["checkpoint"] == "final" and final["tau"] == 1.2
     # τ sits in the history beside the losses, with the tokens seen at that step
-    from draftsmith.train.curves import series
+    from draftsmith.train.trainer.curves import series
 
     tokens, taus = series(s["history"], "eval/mean_acceptance_length")
     assert taus == [1.5, 2.5, 1.8, 1.2] and tokens == sorted(tokens) and tokens[0] > 0
@@ -126,7 +126,7 @@ def test_resume_keeps_a_better_best(tiny_cache, tmp_path, fresh_accelerate, monk
 def test_restore_best_prefers_what_best_holds_on_disk(tiny_cache, tmp_path, fresh_accelerate, monkeypatch):
     """A kill after best/ was written but before the next step checkpoint: the resumed state
     records an older, lower best; best/ on disk is what a worse τ must not overwrite."""
-    from draftsmith.train import checkpoint
+    from draftsmith.train.trainer import checkpoint
 
     scripted_tau(monkeypatch, {2: 2.0, 4: 1.0})
     train(tmp_path, "--optim.max_steps=4")
@@ -145,7 +145,7 @@ def test_restore_best_prefers_what_best_holds_on_disk(tiny_cache, tmp_path, fres
 
 
 def test_card_says_which_checkpoint_and_its_tau(tiny_cache, tmp_path, fresh_accelerate, monkeypatch):
-    from draftsmith.hub import build_card
+    from draftsmith.shipping.hub import build_card
 
     scripted_tau(monkeypatch, {2: 1.25, 4: 1.75, 6: 1.5})
     train(tmp_path, "--optim.max_steps=6")

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from draftsmith.cli import main
-from draftsmith.prompts import load_prompts
+from draftsmith.evaluation.prompts import load_prompts
 
 SUMMARY_KEYS = {
     "drafts",
@@ -290,7 +290,7 @@ def test_finished_results_survive_an_output_that_fails_at_the_end(tiny_cache, tm
     end (disk full, folder removed meanwhile), the results go to a temporary file named in the error."""
     import os
 
-    from draftsmith import bench
+    from draftsmith.evaluation import bench
 
     real, out, png = bench.write_json, tmp_path / "r.json", tmp_path / "r.png"
 

@@ -1,4 +1,4 @@
-"""The training data pipeline (train/data.py) on small local files, chitchat, ShareGPT (a cut
+"""The training data pipeline (train/data/__init__.py) on small local files, chitchat, ShareGPT (a cut
 fixture and the packaged file), the stdlib corpus and the tiny-random tokenizer: loss masks,
 packing, padding, skips, errors. Regeneration: tests/test_regenerate.py."""
 
@@ -11,10 +11,9 @@ import torch
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.models.sources import load_tokenizer
-from draftsmith.train import corpora
 from draftsmith.train import data as data_mod
 from draftsmith.train.config import DataConfig
-from draftsmith.train.data import build_data, collate, load_rows
+from draftsmith.train.data import build_data, collate, corpora, load_rows
 
 END = "<|im_end|>"
 # SmolLM2's template: a default system prompt when the chat does not start with one.

@@ -1,4 +1,4 @@
-"""DFlash (models/dflash.py, train/dflash.py): the training forward equals runtime drafting, the
+"""DFlash (models/dflash.py, train/tasks/dflash.py): the training forward equals runtime drafting, the
 loss falls, checkpoints round-trip without the target, one draft forward per step, and the vLLM
 export's names and keys (greedy, the sampled law, reload and the cap on K: tests/test_contract.py)."""
 
@@ -13,8 +13,8 @@ from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig
 from draftsmith.models.dflash import DFlash, DFlashConfig, DFlashModel, default_target_layers, resolve_mask_token
 from draftsmith.models.eagle import EagleConfig
-from draftsmith.train.dflash import DFlashTask, DFlashTrainConfig, sample_anchors, target_layers
 from draftsmith.train.features import target_hidden_states
+from draftsmith.train.tasks.dflash import DFlashTask, DFlashTrainConfig, sample_anchors, target_layers
 
 BLOCK = 4  # the pending token + 3 masks: K = 3
 
@@ -89,7 +89,7 @@ def test_training_forward_equals_runtime_drafting(tiny_target):
     feats = target_hidden_states(tiny_target.model, ids, torch.ones_like(ids), drafter.hidden_layers).hidden
     T = ids.shape[1]
     anchors, keep = torch.tensor([[6, 11]]), torch.ones(1, 2, dtype=torch.bool)
-    from draftsmith.train.dflash import training_mask
+    from draftsmith.train.tasks.dflash import training_mask
 
     positions = anchors[..., None] + torch.arange(BLOCK)
     block = torch.zeros(1, 2, BLOCK, dtype=torch.long)
@@ -253,8 +253,8 @@ def _vllm_params(num_layers: int) -> set[str]:
 def test_vllm_and_sglang_exports_load_by_name(tiny_target, trained, tmp_path):
     import json
 
-    from draftsmith.export import EXPORT_META, check, export
-    from draftsmith.export.common import weight_shapes
+    from draftsmith.shipping.export import EXPORT_META, check, export
+    from draftsmith.shipping.export.common import weight_shapes
 
     task, _, _ = trained
     ckpt = tmp_path / "ckpt"

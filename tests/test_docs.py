@@ -125,7 +125,7 @@ OWN_PARSER = {"train": "draftsmith.train", "features": "draftsmith.train.feature
 
 def _own_parser(prog: str) -> argparse.ArgumentParser:
     if prog == "draftsmith.train.features":
-        from draftsmith.train.features_cli import build_parser
+        from draftsmith.train.features.cli import build_parser
     else:
         from draftsmith.train.__main__ import build_parser
     return build_parser()

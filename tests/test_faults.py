@@ -44,7 +44,7 @@ ARGS = [
 # the acceptance measurement, sleeps FAULT_DELAY s) and a marker file touched once it is inside it.
 RUNNER = r"""
 import os, pathlib, sys, time
-from draftsmith.train import trainer as T
+from draftsmith.train.trainer import trainer as T
 phase, marker = os.environ["FAULT_PHASE"], pathlib.Path(os.environ["FAULT_MARKER"])
 delay = float(os.environ["FAULT_DELAY"])
 setup = T.Trainer._setup
@@ -96,7 +96,7 @@ def _summary(out: pathlib.Path) -> dict:
 
 def _only_verified_checkpoints(out: pathlib.Path) -> list[str]:
     """The names of the checkpoints in `out`, asserting each is intact and nothing half-written is left."""
-    from draftsmith.train.checkpoint import verify
+    from draftsmith.train.trainer.checkpoint import verify
 
     assert not list(out.glob(".tmp-*")) and not list(out.glob(".old-*")), sorted(p.name for p in out.iterdir())
     names = sorted(p.name for p in out.iterdir() if p.is_dir() and p.name.startswith(("step-", "final", "best")))
@@ -146,7 +146,7 @@ def uninterrupted(tiny_cache, tmp_path_factory):
 def test_sigterm_inside_evaluation_and_final_acceptance_checkpoints_in_time(uninterrupted, tmp_path):
     """Preempted twice (inside the periodic evaluation at step 4, then inside the end-of-run
     acceptance measurement), resumed each time: the losses of the uninterrupted run."""
-    from draftsmith.train.checkpoint import latest_checkpoint
+    from draftsmith.train.trainer.checkpoint import latest_checkpoint
 
     out = tmp_path / "run"
     took = _preempt_inside("eval", out)
@@ -269,7 +269,7 @@ def test_heartbeat_names_the_process_that_stopped(monkeypatch):
     server = dist.TCPStore("127.0.0.1", port, is_master=True, timeout=datetime.timedelta(seconds=10))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(port))
-    from draftsmith.train.faults import Heartbeat, lost_process_message
+    from draftsmith.train.trainer.faults import Heartbeat, lost_process_message
 
     beats = [Heartbeat(rank, 3, interval=0.2) for rank in range(3)]
     for b in beats:
@@ -310,7 +310,7 @@ def test_heartbeat_store_lives_and_dies_in_its_thread(monkeypatch, stopped):
     """The heartbeat's store connection is opened, used and closed by its own thread, never by the
     caller's, and stop() returns after the close, wherever the thread was: a c10d store used by
     two threads, or left inside a call at interpreter exit, aborts the process (SIGABRT)."""
-    from draftsmith.train.faults import Heartbeat
+    from draftsmith.train.trainer.faults import Heartbeat
 
     log, beating = [], threading.Event()
     beat = Heartbeat(0, 2, interval=0.01)
@@ -332,7 +332,7 @@ def test_heartbeat_store_lives_and_dies_in_its_thread(monkeypatch, stopped):
 
 
 def test_heartbeat_start_raises_what_connecting_raised(monkeypatch):
-    from draftsmith.train.faults import Heartbeat
+    from draftsmith.train.trainer.faults import Heartbeat
 
     def refused(self):
         raise RuntimeError("Connection refused")
@@ -354,7 +354,7 @@ def test_heartbeat_start_raises_what_connecting_raised(monkeypatch):
 EXIT_RACE = r"""
 import datetime, os, threading
 import torch.distributed as dist
-from draftsmith.train.faults import Heartbeat
+from draftsmith.train.trainer.faults import Heartbeat
 server = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=60))
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(server.port))
 inside = threading.Event()
@@ -390,7 +390,7 @@ def test_a_process_lost_after_the_last_collective_is_named_not_waited_for(monkey
 
     import torch.distributed as dist
 
-    from draftsmith.train.faults import Heartbeat, lost_at_end_message
+    from draftsmith.train.trainer.faults import Heartbeat, lost_at_end_message
 
     def launch(world):  # a fresh rendezvous store and `world` processes' heartbeats (threads here)
         port = _free_port()
@@ -439,8 +439,8 @@ def test_train_stops_with_one_line_when_a_process_is_lost_at_the_end(monkeypatch
     import tqdm
 
     from draftsmith.errors import DraftsmithError
-    from draftsmith.train import trainer as T
     from draftsmith.train.config import load_recipe
+    from draftsmith.train.trainer import trainer as T
 
     calls = []
 
@@ -556,7 +556,7 @@ def test_one_ranks_sigterm_stops_every_rank():
 
     import torch
 
-    from draftsmith.train.trainer import Trainer
+    from draftsmith.train.trainer.loop import Trainer
 
     other_rank_signalled = torch.tensor([1.0, 0.0])
     acc = types.SimpleNamespace(num_processes=2, device="cpu", reduce=lambda t, reduction: t + other_rank_signalled)
@@ -582,7 +582,7 @@ def test_one_ranks_sigterm_stops_every_rank():
 def test_a_lost_process_is_told_from_a_bug(message, lost):
     import torch.distributed as dist
 
-    from draftsmith.train.faults import is_comm_failure
+    from draftsmith.train.trainer.faults import is_comm_failure
 
     assert is_comm_failure(RuntimeError(message)) is lost
     assert is_comm_failure(dist.DistNetworkError("anything"))
@@ -594,7 +594,8 @@ def test_what_a_checkpoint_imports_is_imported_before_training():
     import importlib.util
 
     code = (
-        "import sys; from draftsmith.train.checkpoint import warm_imports as w; w(); print('deepspeed' in sys.modules)"
+        "import sys; from draftsmith.train.trainer.checkpoint import warm_imports as w; "
+        "w(); print('deepspeed' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=_env())
     assert out.stdout.strip().splitlines()[-1] == str(importlib.util.find_spec("deepspeed") is not None), out.stderr

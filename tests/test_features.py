@@ -1,4 +1,4 @@
-"""Target features for EAGLE (train/features.py) on the tiny-random target and chitchat rows:
+"""Target features for EAGLE (train/features/__init__.py) on the tiny-random target and chitchat rows:
 online = offline after the bf16 cast, refused mismatches, resumable extraction, cache size,
 the command line, and a two-process extraction."""
 
@@ -16,10 +16,9 @@ from safetensors import safe_open
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.train import features as feat
-from draftsmith.train import features_cli
 from draftsmith.train.config import DataConfig, load_recipe
 from draftsmith.train.data import TokenRows, build_data, collate
-from draftsmith.train.features import OfflineFeatures, OnlineFeatures, extract, target_hidden_states
+from draftsmith.train.features import OfflineFeatures, OnlineFeatures, extract, features_cli, target_hidden_states
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAYERS = (1, 2, -1)

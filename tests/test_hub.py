@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.hub import build_card, find_results, load_results, main, publish, stage
+from draftsmith.shipping.hub import build_card, find_results, load_results, main, publish, stage
 
 FAKE_TOKEN = "hf_fakeTokenForTheStandInServer0123456789"
 REPO = "test-org/tiny-eagle3"
@@ -26,7 +26,7 @@ def ckpt(tmp_path_factory, tiny_cache):
     """A tiny EAGLE-3 drafter trained 4 steps on tiny-random: run folder with recipe.yaml,
     train_summary.json and final/."""
     from draftsmith.train.config import load_recipe
-    from draftsmith.train.trainer import train
+    from draftsmith.train.trainer.loop import train
 
     run = tmp_path_factory.mktemp("run")
     r = load_recipe(
@@ -86,7 +86,7 @@ def _metadata(card: str) -> dict:
 
 
 def _expected_files(ckpt, tmp_path, results: list[str]) -> set[str]:
-    from draftsmith.export import export, formats_for
+    from draftsmith.shipping.export import export, formats_for
 
     files = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file()}
     for fmt in formats_for("eagle3"):
@@ -260,7 +260,7 @@ def test_upload_requests_against_a_local_stand_in_hub(ckpt, eval_json, tmp_path)
             [
                 sys.executable,
                 "-m",
-                "draftsmith.hub",
+                "draftsmith.shipping.hub",
                 str(ckpt),
                 "--repo-id",
                 REPO,
@@ -306,11 +306,11 @@ def test_upload_requests_against_a_local_stand_in_hub(ckpt, eval_json, tmp_path)
 
 
 def _stub_vllm(ckpt, tiny_target, *, off_by_one=False):
-    """A stand-in for draftsmith.engines.vllm_engine.VLLMEngine that decodes with draftsmith's own
+    """A stand-in for draftsmith.shipping.engines.vllm_engine.VLLMEngine that decodes with draftsmith's own
     runtime (the checkpoint's drafter when given a draft): it agrees with our runtime, unless
     `off_by_one` makes it report one draft too many per prompt."""
-    from draftsmith.crosscheck import OurRuntime
     from draftsmith.models import load_drafter
+    from draftsmith.shipping.crosscheck import OurRuntime
 
     class StubVLLM:
         def __init__(self, target_dir, *, draft_dir=None, num_speculative_tokens=None, **kwargs):
@@ -331,9 +331,9 @@ def _stub_vllm(ckpt, tiny_target, *, off_by_one=False):
 
 
 def _crosscheck(ckpt, tmp_path, monkeypatch, tiny_target, **stub):
-    from draftsmith import engines
-    from draftsmith.crosscheck import crosscheck
-    from draftsmith.engines import vllm_engine
+    from draftsmith.shipping import engines
+    from draftsmith.shipping.crosscheck import crosscheck
+    from draftsmith.shipping.engines import vllm_engine
 
     monkeypatch.setattr(engines, "require", lambda engine: tmp_path)
     monkeypatch.setattr(vllm_engine, "VLLMEngine", _stub_vllm(ckpt, tiny_target, **stub))
@@ -345,8 +345,8 @@ def _crosscheck(ckpt, tmp_path, monkeypatch, tiny_target, **stub):
 def test_the_card_claims_an_engine_only_from_a_passing_crosscheck_of_this_checkpoint(
     ckpt, tmp_path, monkeypatch, tiny_target
 ):
-    from draftsmith.crosscheck import read_records
     from draftsmith.models import checkpoint_identity
+    from draftsmith.shipping.crosscheck import read_records
 
     mine = tmp_path / "final"
     shutil.copytree(ckpt, mine)

@@ -143,7 +143,7 @@ def test_a_draft_sharing_the_targets_weights_keeps_them(target):
 
 
 def test_bench_records_the_choice(target):
-    from draftsmith.bench import environment
+    from draftsmith.evaluation.bench import environment
 
     drafter = load_drafter("truncated:2", target)
     target.use_cpu_matmul("transposed", 5, drafter, "float32")

@@ -278,9 +278,8 @@ def test_training_a_tiny_draft_reduces_loss(kind: str) -> None:
 def test_heads_on_counted_rows_only_give_the_full_logits_loss_and_gradients(tiny_target):
     """Issue 17 (training throughput): the draft LM task runs both LM heads on the counted rows
     only (head_on_rows); loss, stats and gradients equal distillation_loss over full logits."""
-    from draftsmith.train.draft_lm import DraftLMTrainConfig
-    from draftsmith.train.draft_lm import DraftLMTask
     from draftsmith.train.losses import head_on_rows
+    from draftsmith.train.tasks.draft_lm import DraftLMTask, DraftLMTrainConfig
 
     task = DraftLMTask(DraftLMTrainConfig(init="truncated:1", loss="fkl"), tiny_target)
     g = torch.Generator().manual_seed(0)
@@ -471,7 +470,7 @@ def test_data_source_switch() -> None:
 
     assert load_recipe(TINY_RECIPES.format("draft_lm")).data.source == "corpus"
     r = load_recipe(TINY_RECIPES.format("eagle3"), ["--data.source=regenerated"])
-    assert r.data.regenerate is True  # what train/data.py reads
+    assert r.data.regenerate is True  # what train/data/__init__.py reads
     assert load_recipe(TINY_RECIPES.format("eagle3"), ["--data.regenerate=true"]).data.source == "regenerated"
     old = load_recipe(TINY_RECIPES.format("draft_lm"), ["--drafter.on_policy_fraction=0.5"])
     assert (old.data.source, old.drafter.on_policy_fraction) == ("on_policy", 0.5)

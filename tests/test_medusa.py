@@ -30,7 +30,7 @@ QUICK = [
 
 
 def train_recipe(recipe, out, *overrides):
-    from draftsmith.train.trainer import train
+    from draftsmith.train.trainer.loop import train
 
     return train(load_recipe(recipe, QUICK + [f"--checkpoint.output_dir={out}"] + list(overrides)))
 
@@ -102,7 +102,7 @@ def test_shared_lm_head_is_never_saved_and_reattaches(tiny_target, tmp_path):
 
 
 def test_head_k_is_scored_on_token_t_plus_k_plus_1():
-    from draftsmith.train.medusa import heads_loss_and_stats, label_positions
+    from draftsmith.train.tasks.medusa import heads_loss_and_stats, label_positions
 
     torch.manual_seed(0)
     B, T, K, V = 2, 9, 3, 11
@@ -252,7 +252,7 @@ def test_greedy_tree_decoding_through_the_engine_equals_plain(tiny_target, heads
 @pytest.fixture
 def target_spy(monkeypatch):
     """Fingerprints of the trainer's own target (base weights, LoRA excluded) before and after train()."""
-    from draftsmith.train import trainer as trainer_mod
+    from draftsmith.train.trainer import trainer as trainer_mod
 
     seen = {}
     original = trainer_mod.Trainer.train
@@ -339,7 +339,7 @@ def test_medusa2_needs_lora(tmp_path):
 
 
 def test_medusa2_refuses_zero3(tiny_target, monkeypatch):
-    from draftsmith.train.medusa import MedusaTask
+    from draftsmith.train.tasks.medusa import MedusaTask
 
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")  # what `accelerate launch` sets for zero3.yaml
     with pytest.raises(DraftsmithError, match="ZeRO-3"):
@@ -350,7 +350,7 @@ def test_medusa2_refuses_zero3(tiny_target, monkeypatch):
 @pytest.mark.parametrize("recipe", ["smollm2-135m-instruct/medusa.yaml", "smollm2-135m-instruct/medusa2.yaml"])
 def test_real_recipe_two_steps(recipe, tmp_path, fresh_accelerate):
     from draftsmith.models.sources import resolve_model
-    from draftsmith.train.trainer import train
+    from draftsmith.train.trainer.loop import train
 
     r = load_recipe(
         ROOT / "configs" / recipe,

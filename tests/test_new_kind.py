@@ -28,7 +28,7 @@ TOY_FILES = {
         class ToyDrafter(DraftLM):
             kind = "toy"
         ''',
-    "draftsmith/train/toy.py": '''
+    "draftsmith/train/tasks/toy.py": '''
         """The toy kind's recipe section and training task: the draft LM's, under another name."""
         import dataclasses
 
@@ -48,8 +48,8 @@ TOY_ENTRY = """
 KINDS["toy"] = Kind(
     "toy",
     "draftsmith.models.toy:ToyDrafter",
-    "draftsmith.train.toy:ToyConfig",
-    "draftsmith.train.toy:ToyTask",
+    "draftsmith.train.tasks.toy:ToyConfig",
+    "draftsmith.train.tasks.toy:ToyTask",
     exports={"hf": None},
     repo_suffix="toy",
     title="a toy drafter",
@@ -103,9 +103,9 @@ def test_the_toy_kind_trains_evaluates_exports_and_cards(tmp_path, tiny_cache, f
     if "toy" not in kinds.KINDS:
         pytest.skip("runs in the package copy of the test above")
     from draftsmith.cli import main
-    from draftsmith.export import check, export
-    from draftsmith.hub import build_card
     from draftsmith.models import read_drafter_meta
+    from draftsmith.shipping.export import check, export
+    from draftsmith.shipping.hub import build_card
     from draftsmith.testing import configs_dir
 
     assert kinds.__file__.startswith(str(pathlib.Path(os.environ["PYTHONPATH"]))), kinds.__file__
@@ -166,7 +166,7 @@ def test_every_reference_in_the_registry_resolves():
 
 
 def test_every_kind_s_task_is_a_training_task():
-    from draftsmith.train.task import TrainingTask
+    from draftsmith.train.tasks.base import TrainingTask
 
     for kind in kinds.KINDS.values():
         if kind.trainable:

@@ -12,7 +12,7 @@ from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.models.draft_lm import truncate_model
 from draftsmith.models.pard import Pard, choose_mask_token
-from draftsmith.train.pard import PardTask, PardTrainConfig, _additive, cod_layout, pard_attention
+from draftsmith.train.tasks.pard import PardTask, PardTrainConfig, _additive, cod_layout, pard_attention
 
 MASK = 258  # byte 0xFF of the tiny byte-level vocabulary: never in UTF-8 text
 
@@ -207,7 +207,7 @@ def recipe_run(tiny_cache, tmp_path_factory):
     from accelerate.state import AcceleratorState, GradientState
 
     from draftsmith.train.config import load_recipe
-    from draftsmith.train.trainer import train
+    from draftsmith.train.trainer.loop import train
 
     out = tmp_path_factory.mktemp("pard-run")
     AcceleratorState._reset_state(True)
@@ -244,7 +244,7 @@ def test_trained_recipe_loads_as_a_drafter(recipe_run, tiny_target):
 
 
 def test_vllm_export_has_what_parallel_drafting_reads(recipe_run, tmp_path):
-    from draftsmith.export import check, export
+    from draftsmith.shipping.export import check, export
 
     out, _ = recipe_run
     folder = export(out / "final", "vllm", tmp_path / "vllm")
@@ -274,8 +274,8 @@ def test_vllm_cpu_runs_pard_like_our_runtime(tmp_path):
     import subprocess
     import sys
 
-    from draftsmith import engines
     from draftsmith.models import Target
+    from draftsmith.shipping import engines
 
     if engines.installed("vllm") is None:
         pytest.skip("vllm is not installed: bash scripts/install_engines.sh vllm")

@@ -13,7 +13,7 @@ from draftsmith import cli
 from draftsmith.errors import DraftsmithError
 from draftsmith.plan import HEADROOM, build_meta, make_plan, parse_bytes
 from draftsmith.train.config import load_recipe
-from draftsmith.train.flops import SHAPES, draft_lm_flops, eagle3_flops, module_flops, target_flops
+from draftsmith.train.trainer.flops import SHAPES, draft_lm_flops, eagle3_flops, module_flops, target_flops
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 L8 = ROOT / "configs" / "llama-3.1-8b-instruct"
@@ -165,7 +165,7 @@ def test_parse_bytes():
 
 
 def test_plan_module_imports_without_torch():
-    code = "import sys, draftsmith.plan, draftsmith.train.flops; print('torch' in sys.modules)"
+    code = "import sys, draftsmith.plan, draftsmith.train.trainer.flops; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr[-2000:]
 

@@ -1,4 +1,5 @@
-"""The standard benchmarks (draftsmith/prompts.py) and the per-category results (draftsmith/bench.py):
+"""The standard benchmarks (draftsmith/evaluation/prompts.py) and the per-category results
+(draftsmith/evaluation/bench.py):
 MT-Bench's two-turn protocol on tiny-random, HumanEval as the user message, the category
 sampler, cached answers, pinned data files, and per-group metrics that pool to the overall τ.
 
@@ -13,14 +14,14 @@ import json
 
 import pytest
 
-from draftsmith import prompts as prompt_sets
-from draftsmith.bench import breakdown, run_compare
 from draftsmith.errors import DraftsmithError
+from draftsmith.evaluation import prompts as prompt_sets
+from draftsmith.evaluation.bench import breakdown, run_compare
+from draftsmith.evaluation.prompts import ContextFit, Prompt, load_prompt_sets, load_prompts
 from draftsmith.infer.engine import Engine, GenerationResult
 from draftsmith.infer.metrics import SpecMetrics
 from draftsmith.infer.sampling import GREEDY
 from draftsmith.models import load_drafter
-from draftsmith.prompts import ContextFit, Prompt, load_prompt_sets, load_prompts
 
 CATS = prompt_sets.MT_BENCH_CATEGORIES
 
@@ -242,7 +243,7 @@ def test_compare_by_category_and_turn_pools_to_overall(tiny_target):
         Prompt([7, 8, 9, 10, 11], "c", "math", 1, "q2", "mt-bench"),
         Prompt([60, 61, 62], "d", "humaneval", source="humaneval"),
     ]
-    from draftsmith.bench import Method, format_compare
+    from draftsmith.evaluation.bench import Method, format_compare
 
     result = run_compare(
         tiny_target,

@@ -10,9 +10,8 @@ import torch
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.models import Target
-from draftsmith.train import features_cli
 from draftsmith.train.config import load_recipe
-from draftsmith.train.features import OfflineFeatures
+from draftsmith.train.features import OfflineFeatures, features_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "tiny" / "eagle3.yaml"
@@ -54,7 +53,7 @@ def test_a_checkpoint_without_the_readers_is_named(tiny_cache, tmp_path):
 def test_training_from_a_cache_with_the_readers_is_the_whole_targets_run(
     tiny_cache, tmp_path, fresh_accelerate, readers, tiny_target
 ):
-    from draftsmith.train.trainer import train
+    from draftsmith.train.trainer.loop import train
 
     quick = ["--data.max_rows=24", "--data.max_length=64", "--logging.progress=false"]
     cache = tmp_path / "feats"

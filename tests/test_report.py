@@ -1,9 +1,9 @@
-"""Every benchmark JSON says where, when and how it was measured (draftsmith/report.py)."""
+"""Every benchmark JSON says where, when and how it was measured (draftsmith/evaluation/report.py)."""
 
 import json
 import subprocess
 
-from draftsmith.report import commit, stamp, write_report
+from draftsmith.evaluation.report import commit, stamp, write_report
 
 
 def test_stamp_names_machine_commit_date_and_command(tmp_path):
@@ -29,7 +29,7 @@ def test_commit_is_the_checkout_s_head():
 
 
 def test_write_json_makes_its_folder(tmp_path):
-    from draftsmith.bench import write_json
+    from draftsmith.evaluation.bench import write_json
 
     out = tmp_path / "runs" / "sub" / "r.json"  # `--json runs/x.json` on a fresh clone: no runs/ yet
     write_json({"a": 1}, str(out))

@@ -1,4 +1,4 @@
-"""The training-task contract (train/task.py): the base class's defaults, its one save() and one
+"""The training-task contract (train/tasks/base.py): the base class's defaults, its one save() and one
 runtime_drafter(), every kind's recipe dataclass and task in one home, and the old import paths
 that keep working for one release with a DeprecationWarning."""
 
@@ -14,7 +14,7 @@ import torch
 from draftsmith import kinds
 from draftsmith.errors import DraftsmithError
 from draftsmith.models import read_drafter_meta
-from draftsmith.train.task import TrainingTask, unwrap
+from draftsmith.train.tasks.base import TrainingTask, unwrap
 
 
 class _Config(types.SimpleNamespace):
@@ -131,18 +131,18 @@ def test_every_kind_s_task_and_recipe_dataclass_share_one_home():
     for kind in trainable:
         assert issubclass(kind.task, TrainingTask), kind.name
         assert kind.config.__name__.endswith("TrainConfig"), kind.config.__name__
-        assert kind.config.__module__ == kind.task.__module__ == f"draftsmith.train.{kind.name}"
+        assert kind.config.__module__ == kind.task.__module__ == f"draftsmith.train.tasks.{kind.name}"
 
 
 @pytest.mark.parametrize(
     "module, old, home, new",
     [
-        ("draftsmith.train.config", "DraftLMConfig", "draftsmith.train.draft_lm", "DraftLMTrainConfig"),
-        ("draftsmith.train.config", "MedusaTrainConfig", "draftsmith.train.medusa", "MedusaTrainConfig"),
-        ("draftsmith.train.config", "EagleTrainConfig", "draftsmith.train.eagle", "EagleTrainConfig"),
-        ("draftsmith.train.config", "Eagle3TrainConfig", "draftsmith.train.eagle3", "Eagle3TrainConfig"),
-        ("draftsmith.train.eagle", "Eagle3Task", "draftsmith.train.eagle3", "Eagle3Task"),
-        ("draftsmith.train.eagle", "aux_layers", "draftsmith.train.eagle3", "aux_layers"),
+        ("draftsmith.train.config", "DraftLMConfig", "draftsmith.train.tasks.draft_lm", "DraftLMTrainConfig"),
+        ("draftsmith.train.config", "MedusaTrainConfig", "draftsmith.train.tasks.medusa", "MedusaTrainConfig"),
+        ("draftsmith.train.config", "EagleTrainConfig", "draftsmith.train.tasks.eagle", "EagleTrainConfig"),
+        ("draftsmith.train.config", "Eagle3TrainConfig", "draftsmith.train.tasks.eagle3", "Eagle3TrainConfig"),
+        ("draftsmith.train.tasks.eagle", "Eagle3Task", "draftsmith.train.tasks.eagle3", "Eagle3Task"),
+        ("draftsmith.train.tasks.eagle", "aux_layers", "draftsmith.train.tasks.eagle3", "aux_layers"),
     ],
 )
 def test_the_old_paths_warn_and_still_resolve(module, old, home, new):
@@ -168,7 +168,7 @@ class ToyTrainConfig:
 
 def test_choices_come_from_the_registered_kinds(monkeypatch):
     from draftsmith.train import config
-    from draftsmith.train.medusa import MedusaTrainConfig
+    from draftsmith.train.tasks.medusa import MedusaTrainConfig
 
     assert config.CHOICES["drafter.mode"] == MedusaTrainConfig.CHOICES["mode"]
     assert config.CHOICES["model.target_dtype"] == ("auto", "float32", "bfloat16", "float16")

@@ -31,7 +31,7 @@ QUICK = [
 
 
 def run(tmp_path, *overrides, resume=None):
-    from draftsmith.train.trainer import train
+    from draftsmith.train.trainer.loop import train
 
     recipe = load_recipe(TINY, QUICK + [f"--checkpoint.output_dir={tmp_path}"] + list(overrides))
     return train(recipe, resume=resume)
@@ -219,7 +219,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tiny_cache, tmp_path):
     proc.wait()
     assert not (cut_dir / "final").exists()
     # every checkpoint under a real name is complete and loads
-    from draftsmith.train.checkpoint import complete_checkpoints
+    from draftsmith.train.trainer.checkpoint import complete_checkpoints
 
     steps = [p for p in cut_dir.iterdir() if p.name.startswith("step-")]
     assert steps and set(steps) == set(complete_checkpoints(cut_dir))
@@ -248,7 +248,7 @@ def test_sigterm_checkpoints_the_current_step_then_resume_finishes(tiny_cache, t
         pytest.fail(f"the run ended before step 2 (rc {proc.wait()})")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=300) == 143, proc.stderr.read()[-2000:]
-    from draftsmith.train.checkpoint import latest_checkpoint
+    from draftsmith.train.trainer.checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(out)
     assert ckpt is not None and not (out / "final").exists()
@@ -329,7 +329,7 @@ def test_pruning_never_trades_an_intact_checkpoint_for_a_damaged_one(tiny_cache,
         run(tmp_path, "--optim.max_steps=4", "--checkpoint.save_every=1", "--logging.acceptance_prompts=0", resume=True)
     assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-0000002", "step-0000003", "step-0000004"]
     assert "step-0000003 is damaged" in caplog.text and "not counted in checkpoint.keep_last" in caplog.text
-    from draftsmith.train.checkpoint import verify
+    from draftsmith.train.trainer.checkpoint import verify
 
     assert verify(tmp_path / "step-0000002") == [] and verify(tmp_path / "step-0000004") == []
     assert verify(tmp_path / "step-0000003")  # named, not silently trusted
@@ -369,7 +369,7 @@ class _Task:
 
 
 def test_save_names_a_checkpoint_only_once_it_is_complete(tmp_path):
-    from draftsmith.train import checkpoint
+    from draftsmith.train.trainer import checkpoint
 
     state = {"step": 2, "epoch": 0, "batch_in_epoch": 2}
     first = checkpoint.save(_Acc(), _Task(), {"w": torch.ones(3)}, tmp_path, "step-0000002", state, {"step": 2})
@@ -390,7 +390,7 @@ def test_save_names_a_checkpoint_only_once_it_is_complete(tmp_path):
 
 
 def test_a_kill_during_a_same_step_resave_restores_the_old_checkpoint(tmp_path):
-    from draftsmith.train import checkpoint
+    from draftsmith.train.trainer import checkpoint
 
     state = {"step": 2, "epoch": 0, "batch_in_epoch": 2}
     ckpt = checkpoint.save(_Acc(), _Task(), {"w": torch.ones(3)}, tmp_path, "step-0000002", state, {"step": 2})
@@ -516,7 +516,7 @@ def test_deepspeed_zero3_trains_sharded_and_saves_a_whole_drafter(ddp_summary, t
 )
 def test_real_recipe_two_steps(recipe, tmp_path, fresh_accelerate):
     from draftsmith.models.sources import resolve_model
-    from draftsmith.train.trainer import train
+    from draftsmith.train.trainer.loop import train
 
     r = load_recipe(
         ROOT / "configs" / recipe,

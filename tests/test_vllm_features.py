@@ -1,8 +1,8 @@
-"""Target features from vLLM (train/vllm_features.py): the reader of vLLM's hidden-states connector
+"""Target features from vLLM (train/features/vllm.py): the reader of vLLM's hidden-states connector
 files, proven against files in that format written here from the tiny target's own forward (the
 format as vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py writes
 it: hidden_states [T, n, H] in ascending aux-layer order, aux id L before the final norm, and
-token_ids [T]). The cache it writes equals train/features.py's, and the trainer reads it unchanged.
+token_ids [T]). The cache it writes equals train/features/__init__.py's, and the trainer reads it unchanged.
 The real engine runs in the engines tier (tests/test_engines_real.py style, at the end)."""
 
 import json
@@ -14,11 +14,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.train import features_cli
 from draftsmith.train.config import DataConfig, load_recipe
 from draftsmith.train.data import TokenRows, build_data, collate
-from draftsmith.train.features import OfflineFeatures, OnlineFeatures, extract
-from draftsmith.train.vllm_features import (
+from draftsmith.train.features import OfflineFeatures, OnlineFeatures, extract, features_cli
+from draftsmith.train.features.vllm import (
     META,
     EngineHiddenStates,
     HiddenStatesFolder,
@@ -128,7 +127,7 @@ def test_features_from_vllm_files_equal_the_transformers_extraction(tiny_target,
 def test_a_live_engine_is_asked_once_per_shard_its_files_deleted_and_a_rerun_starts_none(tiny_target, rows, tmp_path):
     calls = []
 
-    class FakeExtractor:  # what draftsmith/engines/vllm_extract.py answers: one connector file per row
+    class FakeExtractor:  # what draftsmith/shipping/engines/vllm_extract.py answers: one connector file per row
         versions = {"vllm": "test"}
 
         def __init__(self, aux, staging):
@@ -265,7 +264,7 @@ LOSS_RTOL = 1e-5
 def _smollm2_and_vllm():
     import importlib.util
 
-    from draftsmith import engines
+    from draftsmith.shipping import engines
 
     if engines.installed("vllm") is None:
         pytest.skip("vllm is not installed: bash scripts/install_engines.sh vllm")

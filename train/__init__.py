@@ -14,7 +14,7 @@ class _TrainPackage(types.ModuleType):
     the same name), so the package itself is the documented `train(recipe, resume=None)`."""
 
     def __call__(self, recipe, resume: bool | None = None) -> dict:
-        from .trainer import train
+        from draftsmith.train.trainer.loop import train
 
         return train(recipe, resume=resume)
 

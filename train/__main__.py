@@ -52,7 +52,7 @@ def _run(args, rest: list[str]) -> int:
         return 0
     if args.data_only:
         return _data_only(recipe)
-    from .checkpoint import check_output_dir, plan_resume
+    from draftsmith.train.trainer.checkpoint import check_output_dir, plan_resume
 
     # The output dir's checks, before torch and the models load (the trainer repeats them on every
     # rank, and under its lock): a refused run is told in a second and changes nothing.
@@ -60,7 +60,7 @@ def _run(args, rest: list[str]) -> int:
     check_output_dir(out)
     plan_resume(out, recipe.drafter.kind, args.resume or recipe.checkpoint.resume)
     print_plan(recipe)
-    from .trainer import train
+    from draftsmith.train.trainer.loop import train
 
     summary = train(recipe, resume=True if args.resume else None)
     return 143 if summary.get("interrupted") else 0  # 128 + SIGTERM: schedulers requeue it
@@ -78,7 +78,7 @@ def print_plan(recipe) -> None:
         import torch
 
         from draftsmith.plan import make_plan
-        from draftsmith.train.flops import measure_tflops
+        from draftsmith.train.trainer.flops import measure_tflops
 
         cuda = torch.cuda.is_available()
         plan = make_plan(

@@ -12,7 +12,7 @@ something off (the note says what 0 means, and the trainer honours it), interval
 
 The `drafter` section is polymorphic: its `kind` picks the dataclass from the table of kinds
 (draftsmith/kinds.py, resolved lazily here), so each drafter declares exactly the knobs it has.
-That dataclass, `<Kind>TrainConfig`, lives in the kind's task file (train/<kind>.py); what the
+That dataclass, `<Kind>TrainConfig`, lives in the kind's task file (train/tasks/<kind>.py); what the
 kinds share stays here (LoraConfig, the divergences, the range checking). A drafter dataclass may
 define `checks() -> [(ok, message)]` for rules that span several of its keys, and `CHOICES` for
 the allowed values of its string knobs.
@@ -142,7 +142,7 @@ class DataConfig:
     eval_rows: int = 64  # rows held out for evaluation and acceptance prompts
     max_turn_chars: int = 4000  # drop conversations with a longer turn (chitchat has 95k-char turns)
     # The data the drafter imitates, one switch: corpus (the dataset's replies as they are) |
-    # regenerated (assistant turns rewritten by the target itself: its own law, train/regenerate.py) |
+    # regenerated (assistant turns rewritten by the target itself: its own law, train/data/regenerate.py) |
     # on_policy (the draft LM's own samples, scored by the target: DistillSpec / GKD; share of steps:
     # drafter.on_policy_fraction, 1 unless set; the other steps train on the corpus, or on
     # regenerated replies with regenerate: true).
@@ -325,14 +325,14 @@ def _kind_config(kind: str) -> type:
     return KINDS[kind].config
 
 
-# The drafter dataclasses moved to their kind's task file (train/<kind>.py), named <Kind>TrainConfig;
+# The drafter dataclasses moved to their kind's task file (train/tasks/<kind>.py), named <Kind>TrainConfig;
 # the old names here still work for one release, with a DeprecationWarning. Resolved on use: the
 # task modules import this one.
 _MOVED = {
-    "DraftLMConfig": ("draftsmith.train.draft_lm", "DraftLMTrainConfig"),
-    "MedusaTrainConfig": ("draftsmith.train.medusa", "MedusaTrainConfig"),
-    "EagleTrainConfig": ("draftsmith.train.eagle", "EagleTrainConfig"),
-    "Eagle3TrainConfig": ("draftsmith.train.eagle3", "Eagle3TrainConfig"),
+    "DraftLMConfig": ("draftsmith.train.tasks.draft_lm", "DraftLMTrainConfig"),
+    "MedusaTrainConfig": ("draftsmith.train.tasks.medusa", "MedusaTrainConfig"),
+    "EagleTrainConfig": ("draftsmith.train.tasks.eagle", "EagleTrainConfig"),
+    "Eagle3TrainConfig": ("draftsmith.train.tasks.eagle3", "Eagle3TrainConfig"),
 }
 
 

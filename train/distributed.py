@@ -1,6 +1,6 @@
 """accelerate helpers shared by the trainer and the feature extraction: the Accelerator for a
 recipe, the frozen target loaded outside DeepSpeed's `zero.Init`, a parameter fingerprint, and a
-clean process-group shutdown. Its own module so that train/features.py (which the EAGLE tasks
+clean process-group shutdown. Its own module so that train/features/__init__.py (which the EAGLE tasks
 import) does not import the trainer (which imports the tasks).
 """
 

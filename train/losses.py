@@ -25,7 +25,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .task import unwrap
+from draftsmith.train.tasks.base import unwrap
 
 KINDS = ("fkl", "rkl", "jsd", "tvd", "ce")
 _DIVERGENCES = ("fkl", "rkl", "jsd", "tvd")

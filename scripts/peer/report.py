@@ -9,8 +9,8 @@ import json
 import pathlib
 import sys
 
-from draftsmith.benchkit import markdown_table
-from draftsmith.report import write_report
+from draftsmith.evaluation.benchkit import markdown_table
+from draftsmith.evaluation.report import write_report
 
 out, budget = pathlib.Path(sys.argv[1]), float(sys.argv[2])
 

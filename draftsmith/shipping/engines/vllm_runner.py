@@ -1,0 +1,135 @@
+"""Runs vLLM for draftsmith, inside vLLM's own environment (.engines/vllm): never imports draftsmith.
+
+Protocol (JSON lines; see draftsmith/shipping/engines/protocol.py for the host side):
+  stdin  line 1  {"target": DIR, "dtype": "float32", "speculative_config": {...} | null,
+                  "max_model_len": N, "seed": 0}
+  stdout         {"ready": true, "load_s": s, "versions": {...}}  (or {"error": "..."})
+  stdin          {"prompt_ids": [...], "max_tokens": N, "stop_token_ids": [...]}
+  stdout         {"output_ids": [...], "elapsed_s": s, "spec": {"drafts", "draft_tokens",
+                  "accepted_tokens", "accepted_per_pos"} | null}
+  stdin          {"quit": true}  (or end of input)
+
+One request at a time (batch size 1). Greedy decoding. The speculative counters are vLLM's own
+(`LLM.get_metrics()`: vllm:spec_decode_num_drafts, _num_draft_tokens, _num_accepted_tokens,
+_num_accepted_tokens_per_pos), differenced around each request. vLLM's own logging goes to
+stderr: stdout carries only the protocol.
+"""
+
+import json
+import os
+import sys
+import time
+import traceback
+
+
+def _protocol_stream():
+    """Keep the real stdout for protocol lines; point fd 1 (vLLM's logs, any child's prints) at stderr."""
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return out
+
+
+def _spec_counters(llm):
+    from vllm.v1.metrics.reader import Counter, Vector
+
+    names = {
+        "vllm:spec_decode_num_drafts": "drafts",
+        "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+        "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
+        "vllm:spec_decode_num_accepted_tokens_per_pos": "accepted_per_pos",
+    }
+    found = {}
+    for m in llm.get_metrics():
+        key = names.get(m.name)
+        if key is None:
+            continue
+        if isinstance(m, Vector):
+            prev = found.get(key) or []
+            values = list(m.values)
+            found[key] = [a + b for a, b in zip(values, prev + [0] * (len(values) - len(prev)))]
+        elif isinstance(m, Counter):
+            found[key] = found.get(key, 0) + m.value
+    return found or None
+
+
+def _delta(after, before):
+    if after is None:
+        return None
+    before = before or {}
+    out = {}
+    for key, value in after.items():
+        if isinstance(value, list):
+            prev = before.get(key) or [0] * len(value)
+            out[key] = [a - b for a, b in zip(value, prev + [0] * (len(value) - len(prev)))]
+        else:
+            out[key] = value - before.get(key, 0)
+    return out
+
+
+def main():
+    out = _protocol_stream()
+
+    def send(obj):
+        out.write(json.dumps(obj) + "\n")
+        out.flush()
+
+    try:
+        config = json.loads(sys.stdin.readline())
+        t = time.perf_counter()
+        import torch
+        import vllm
+        from vllm import LLM, SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        kwargs = dict(
+            model=config["target"],
+            dtype=config.get("dtype", "float32"),
+            seed=config.get("seed", 0),
+            max_model_len=config.get("max_model_len", 2048),
+            enable_prefix_caching=False,
+            disable_log_stats=False,
+            max_num_seqs=1,
+        )
+        if config.get("speculative_config"):
+            kwargs["speculative_config"] = config["speculative_config"]
+        llm = LLM(**kwargs)
+        send(
+            {
+                "ready": True,
+                "load_s": time.perf_counter() - t,
+                "versions": {"vllm": vllm.__version__, "torch": torch.__version__},
+            }
+        )
+    except Exception as e:  # noqa: BLE001 - reported to the host as one line plus the log
+        traceback.print_exc()
+        send({"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"})
+        return 1
+
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        if req.get("quit"):
+            break
+        try:
+            params = SamplingParams(
+                temperature=0.0,
+                max_tokens=req["max_tokens"],
+                stop_token_ids=req.get("stop_token_ids") or None,
+                detokenize=False,
+            )
+            before = _spec_counters(llm)
+            t = time.perf_counter()
+            result = llm.generate([TokensPrompt(prompt_token_ids=req["prompt_ids"])], params, use_tqdm=False)
+            elapsed = time.perf_counter() - t
+            ids = list(result[0].outputs[0].token_ids)
+            send({"output_ids": ids, "elapsed_s": elapsed, "spec": _delta(_spec_counters(llm), before)})
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            send({"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"})
+    return 0
+
+
+if __name__ == "__main__":  # vLLM may start its engine core in a child process that re-imports __main__
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""`python -m draftsmith.train.features RECIPE --output DIR`: extract the target's hidden states
+for a recipe into an offline feature cache (train/features/__init__.py holds the cache itself). Its own
+module because it reads the table of kinds, whose tasks import train/features/__init__.py.
+
+`draftsmith features RECIPE --output-dir DIR [--engine vllm ...]` is the same command; with
+`--engine vllm` the target runs in vLLM (train/features/vllm.py), which the CLI layer hands down
+since this layer does not import draftsmith.shipping.engines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from draftsmith.errors import DraftsmithError, run_command
+from draftsmith.kinds import KINDS
+from draftsmith.train.features import (
+    CACHE_DTYPES,
+    check_cache_folder,
+    check_distinct_layers,
+    check_layers,
+    extract,
+    num_hidden_states,
+)
+
+log = logging.getLogger("draftsmith.train")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m draftsmith.train.features",
+        allow_abbrev=False,
+        description="Extract the target's hidden states for a recipe into an offline feature cache.",
+        epilog="Any recipe key can be overridden: --data.max_rows=500. Rerun the same "
+        "command after a kill: finished shards are kept.",
+    )
+    p.add_argument("recipe", help="YAML recipe of an EAGLE drafter")
+    p.add_argument("--output", "--output-dir", dest="output", required=True, help="the cache folder")
+    p.add_argument(
+        "--engine",
+        choices=["transformers", "vllm"],
+        default="transformers",
+        help="who runs the target: transformers in this process (default), or vLLM in its own environment "
+        "(bash scripts/install_engines.sh vllm), which shards a target too big for one device",
+    )
+    p.add_argument("--shard-rows", type=int, default=64, help="training rows per shard file")
+    p.add_argument("--batch-size", type=int, default=4, help="rows per target forward")
+    p.add_argument("--dtype", default="bfloat16", choices=list(CACHE_DTYPES), help="stored dtype")
+    p.add_argument("--layers", default=None, help="hidden-state indices instead of the drafter's, e.g. 2,5,-1")
+    v = p.add_argument_group("--engine vllm (vLLM's extract_hidden_states; its own engine arguments)")
+    v.add_argument("--tensor-parallel-size", type=int, default=None, help="vLLM: GPUs the target is split over")
+    v.add_argument("--pipeline-parallel-size", type=int, default=None, help="vLLM: pipeline stages (e.g. nodes)")
+    v.add_argument(
+        "--vllm-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any further vLLM engine argument (repeatable, JSON values), e.g. distributed_executor_backend=ray",
+    )
+    v.add_argument(
+        "--from-hidden-states",
+        default=None,
+        metavar="DIR",
+        help="read a folder vLLM already wrote (with its vllm-hidden-states.json) instead of starting vLLM",
+    )
+    v.add_argument("--vllm-log", default=None, help="vLLM's log file (default: OUTPUT/vllm.log)")
+    return p
+
+
+def main(argv=None, engines: dict | None = None, prog: str | None = None) -> int:
+    """engines: engine name -> the extractor class that starts it (`draftsmith features` passes
+    draftsmith.shipping.engines'; this layer does not import the engines)."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    parser = build_parser()
+    if prog:
+        parser.prog = prog
+    args, rest = parser.parse_known_args(argv)
+    if args.engine == "vllm":
+        return run_command(_run_vllm, args, rest, engines)
+    return run_command(_run, args, rest)
+
+
+def _run_vllm(args, rest: list[str], engines) -> int:
+    """The recipe's data, vLLM's hidden states, our cache (train/features/vllm.py)."""
+    check_output_folder(args.output, "--output")
+    m = _extract_with_vllm(args, rest, engines)
+    log.info(
+        "feature cache %s (from vLLM): %d rows, %d tokens, layers %s, %.1f MB in %d shards",
+        args.output,
+        m["num_rows"],
+        m["num_tokens"],
+        m["layers"],
+        m["bytes"] / 1e6,
+        len(m["shards"]),
+    )
+    return 0
+
+
+def _run(args, rest: list[str]) -> int:
+    from draftsmith.train.config import load_recipe
+    from draftsmith.train.data import build_data
+    from draftsmith.train.distributed import load_target, make_accelerator, outside_zero_init, shutdown
+
+    check_output_folder(args.output, "--output")  # before the target loads: not a traceback at the first shard
+    recipe = load_recipe(args.recipe, rest)
+    layers = _parse_layers(args.layers) if args.layers is not None else None  # "" is refused, not the default
+    acc = make_accelerator(recipe)
+    main = acc.is_main_process
+    try:
+        with outside_zero_init(acc):  # the target stays whole: the extraction runs it
+            target = load_target(recipe, acc, parts="whole")
+        layers = layers or _drafter_layers(recipe, target)
+        check_layers(layers, num_hidden_states(target.config), target.name)  # before the data work
+        if args.layers is not None:
+            check_distinct_layers(layers, num_hidden_states(target.config))
+        with acc.main_process_first():
+            data = build_data(recipe.data, target.tokenizer, target=target, progress=main and recipe.logging.progress)
+        m = extract(
+            target,
+            layers,
+            data.train,
+            args.output,
+            max_length=recipe.data.max_length,
+            shard_rows=args.shard_rows,
+            accelerator=acc,
+            progress=main and recipe.logging.progress,
+            batch_size=args.batch_size,
+            dtype=args.dtype,
+        )
+    finally:
+        shutdown()
+    if main:
+        log.info(
+            "feature cache %s: %d rows, %d tokens, layers %s, %.1f MB in %d shards",
+            args.output,
+            m["num_rows"],
+            m["num_tokens"],
+            m["layers"],
+            m["bytes"] / 1e6,
+            len(m["shards"]),
+        )
+    return 0
+
+
+def _extract_with_vllm(args, rest: list[str], engines) -> dict:
+    from draftsmith.train.config import load_recipe
+    from draftsmith.train.data import build_data
+    from draftsmith.train.distributed import load_target, make_accelerator, shutdown
+    from draftsmith.train.features.vllm import EngineHiddenStates, HiddenStatesFolder, extract_vllm, parse_engine_args
+
+    engine_args = parse_engine_args(args)
+    factory = (engines or {}).get("vllm")
+    if factory is None and not args.from_hidden_states:
+        raise DraftsmithError(
+            "--engine vllm starts vLLM through `draftsmith features` (python -m draftsmith.train.features runs "
+            "transformers only, or reads an existing folder with --from-hidden-states DIR)"
+        )
+    recipe = load_recipe(args.recipe, rest)
+    acc = make_accelerator(recipe)
+    try:
+        if acc.num_processes > 1:
+            raise DraftsmithError(
+                "--engine vllm runs in one process (vLLM shards the target itself: --tensor-parallel-size, "
+                "--pipeline-parallel-size): run it without accelerate launch"
+            )
+        # Of the target, this process needs its name, revision, tokenizer (the data) and final norm,
+        # for the manifest and the trainer's check: its feature readers, on the CPU (vLLM holds the
+        # GPUs), in the dtype training will use (the manifest records it).
+        target = load_target(recipe, acc, parts="readers", device="cpu")
+        layers = _parse_layers(args.layers) if args.layers is not None else _drafter_layers(recipe, target)
+        check_layers(layers, num_hidden_states(target.config), target.name)
+        if args.layers is not None:
+            check_distinct_layers(layers, num_hidden_states(target.config))
+        data = build_data(recipe.data, target.tokenizer, target=target, progress=recipe.logging.progress)
+        hidden = target.config.get_text_config().hidden_size
+        if args.from_hidden_states:
+
+            def source(aux, staging):
+                return HiddenStatesFolder(
+                    args.from_hidden_states, target_name=target.name, hidden_size=hidden, aux_layers=aux
+                )
+
+        else:
+
+            def source(aux, staging):
+                extractor = factory(
+                    target.source.path,
+                    aux_layers=list(aux),
+                    storage=staging,
+                    target_name=target.name,
+                    dtype=str(target.dtype).removeprefix("torch."),
+                    max_model_len=recipe.data.max_length + 1,  # the prompt, then the one token vLLM generates
+                    engine_args=engine_args,
+                    log_path=args.vllm_log or os.path.join(args.output, "vllm.log"),
+                )
+                return EngineHiddenStates(extractor, hidden_size=hidden, aux_layers=aux)
+
+        return extract_vllm(
+            target,
+            layers,
+            data.train,
+            args.output,
+            max_length=recipe.data.max_length,
+            hidden_states=source,
+            shard_rows=args.shard_rows,
+            progress=recipe.logging.progress,
+            dtype=args.dtype,
+        )
+    finally:
+        shutdown()
+
+
+def check_output_folder(path: str, flag: str) -> None:
+    """One line for an output folder that cannot be one: empty, a file, under a file, or where
+    this process cannot write (probed with a real file: root passes os.access)."""
+    import pathlib
+    import tempfile
+
+    if not str(path).strip():
+        raise DraftsmithError(f'{flag} "": name the folder to write into')
+    p = pathlib.Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise DraftsmithError(f"{flag} {p} is a file, not a folder: name the feature cache folder")
+    folder = p
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise DraftsmithError(f"{flag} {p}: {folder} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise DraftsmithError(
+            f"{flag} {p}: cannot write in {folder} ({e.strerror or e}); pick a writable folder"
+        ) from None
+    check_cache_folder(p, flag)
+
+
+def _parse_layers(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(","))  # "" and "2,,5" fail here too
+    except ValueError:
+        raise DraftsmithError(f"--layers {text!r}: expected comma-separated integers, e.g. 2,5,-1") from None
+
+
+def _drafter_layers(recipe, target) -> tuple[int, ...]:
+    layers = tuple(KINDS[recipe.drafter.kind].task.feature_layers(recipe.drafter, target.config))
+    if not layers:
+        raise DraftsmithError(
+            f"drafter kind {recipe.drafter.kind} does not read target hidden states; nothing to extract"
+        )
+    return layers
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Training EAGLE-3 drafters (Li et al. 2025, sec. 3.2): training-time test over the draft vocabulary.
+
+EAGLE-3 extends EAGLE-1's task (train/tasks/eagle.py, whose docstring says what both train): the draft
+fuses several target layers' features (low, mid, high: `aux_layers`), unrolls `ttt_steps` steps
+on its own hidden states with weights `ttt_decay`^j, and is scored by cross-entropy only (or
+`drafter.divergence`) over a reduced draft vocabulary: the target's distribution restricted to
+the most frequent training tokens and renormalised (`bind_data` picks them, and scales the fusing
+layer to the features' size, before the first step).
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+
+import torch
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.models.eagle import EagleConfig
+from draftsmith.models.eagle3 import Eagle3, Eagle3Config, default_aux_layers, frequent_tokens
+from draftsmith.train import losses
+from draftsmith.train.config import divergence_checks
+from draftsmith.train.data import collate
+from draftsmith.train.tasks.eagle import EagleTask
+
+
+@dataclass
+class Eagle3TrainConfig:
+    """EAGLE-3 (Li et al. 2025): fused low/mid/high target features, training-time test over
+    `ttt_steps` unrolled steps, a reduced draft vocabulary (d2t/t2d)."""
+
+    kind: str = "eagle3"
+    features: str = "online"  # online | a feature cache folder (python -m draftsmith.train.features)
+    aux_layers: list[int] | None = None  # indices into the target's hidden_states; None: [2, L//2, L-3]
+    draft_vocab_size: int = 32000  # most frequent target tokens in the training data (capped at the target's vocab)
+    ttt_steps: int = 7  # n: steps unrolled on the draft's own hidden states
+    ttt_decay: float = 0.8  # step j's loss weight is ttt_decay^j
+    divergence: str = "fkl"  # fkl (the paper's cross-entropy, less the target's entropy) | rkl | jsd | tvd
+    jsd_beta: float = 0.5
+    noise: float = 0.0  # uniform noise on the input features
+    intermediate_size: int | None = None  # the draft layer's MLP width (None: the target's)
+    init: str | None = None  # an existing eagle3 checkpoint folder to start from
+
+    RANGES: typing.ClassVar[dict[str, str]] = {
+        "aux_layers": "any",
+        "draft_vocab_size": ">=2",
+        "ttt_steps": ">=1",
+        "ttt_decay": "(0, 1]",
+        "noise": ">=0 (0: no noise)",
+        "intermediate_size": ">=1",
+        "jsd_beta": "(0, 1)",
+    }
+
+    def checks(self) -> list[tuple[bool, str]]:
+        return [
+            (
+                self.aux_layers is None or len(self.aux_layers) >= 1,
+                "drafter.aux_layers: give at least one layer (or null for the default)",
+            ),
+            *divergence_checks(self),
+        ]
+
+
+class Eagle3Task(EagleTask):
+    kind = "eagle3"
+    drafter_class = Eagle3
+
+    def __init__(self, cfg: Eagle3TrainConfig, target, seed: int = 0):
+        self._aux = aux_layers(cfg, target.config)
+        super().__init__(cfg, target, seed)
+
+    @classmethod
+    def feature_layers(cls, cfg, target_config) -> tuple[int, ...]:
+        # The fused layers, then the last (post-norm) one: an offline cache needs it for the
+        # target's logits; online the forward's logits are used directly.
+        return (*aux_layers(cfg, target_config), -1)
+
+    @property
+    def train_steps(self) -> int:
+        return self.cfg.ttt_steps
+
+    def _weight(self, j: int) -> float:
+        return self.cfg.ttt_decay**j
+
+    def _config(self):
+        t = self.target
+        fields = EagleConfig.layer_fields(t.config)
+        if self.cfg.intermediate_size:
+            fields["intermediate_size"] = self.cfg.intermediate_size
+        return Eagle3Config(
+            vocab_size=t.vocab_size,
+            target=t.name,
+            hidden_layers=list(self._aux),
+            draft_vocab_size=min(self.cfg.draft_vocab_size, t.vocab_size),
+            **fields,
+        )
+
+    def _init_model(self):
+        model = super()._init_model()
+        if self.cfg.init is not None and list(model.config.hidden_layers) != list(self._aux):
+            raise DraftsmithError(
+                f"drafter.init {self.cfg.init}: reads target layers {model.config.hidden_layers}, "
+                f"the recipe asks for {list(self._aux)}"
+            )
+        self._vocab_set = self.cfg.init is not None  # a loaded draft keeps its vocabulary and FC
+        return model
+
+    def bind_data(self, data, data_cfg) -> None:
+        super().bind_data(data, data_cfg)
+        if self._vocab_set:
+            return
+        rows = data.train
+        size = self.model.config.draft_vocab_size
+        ids = frequent_tokens(
+            rows.input_ids, rows.loss_mask, self.target.vocab_size, size, always=sorted(self.target.eos_token_ids)
+        )
+        self.model.set_vocab(ids, self.target.model.get_output_embeddings())
+        sample = collate([rows[i] for i in range(min(4, len(rows)))])
+        sample = {k: v.to(self.target.device) for k, v in sample.items()}
+        feats = self.features(sample).hidden
+        real = sample["attention_mask"].bool()
+        self.model.scale_fc_to(self._draft_features(feats)[real].to(self.model.fc.weight.device))
+        self._vocab_set = True
+
+    def _draft_features(self, hidden):
+        return hidden[..., : len(self._aux) * self.target.config.hidden_size]
+
+    def _target_logp(self, model, target_logits):
+        """The target's law restricted to the draft vocabulary and renormalised: [N, draft vocab]."""
+        return losses.log_probs(target_logits[..., model.draft_to_target])
+
+    def _step_loss(self, model, pred, hidden, b, t_next, target_logp, target_top1):
+        n = max(pred.shape[0], 1)
+        logits = model.draft_logits(pred).float()  # [N, draft vocab]
+        loss = self._divergence(logits, target_logp).sum() / n
+        with torch.no_grad():
+            top1 = model.target_ids(logits.argmax(-1)) == target_top1
+        return loss, top1, {}
+
+
+def aux_layers(cfg: Eagle3TrainConfig, target_config) -> tuple[int, ...]:
+    """The recipe's aux_layers (or EAGLE-3's default), checked against the target's depth."""
+    L = target_config.num_hidden_layers
+    layers = list(cfg.aux_layers) if cfg.aux_layers is not None else default_aux_layers(L)
+    bad = [i for i in layers if not 0 <= i <= L]
+    if bad:
+        raise DraftsmithError(
+            f"drafter.aux_layers {layers}: the target has {L} layers, so hidden states 0..{L} "
+            f"(i = the input of decoder layer i); {bad} missing"
+        )
+    return tuple(layers)
+
+
+__all__ = ["Eagle3Task", "Eagle3TrainConfig", "aux_layers"]

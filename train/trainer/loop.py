@@ -1,0 +1,657 @@
+"""One accelerate training loop for every drafter kind.
+
+The loop knows nothing of a drafter's internals: a task (`KINDS[kind].task`, declared in
+draftsmith/kinds.py; the TrainingTask base class in train/tasks/base.py) gives it the trainable module, a
+loss over a batch, how to save a loadable drafter and how to run it in the engine.
+The frozen target is loaded once, outside DeepSpeed's `zero.Init`, never `prepare`d and never
+saved into a checkpoint; only the drafter is trained and sharded.
+
+Single process, DDP, DeepSpeed ZeRO-2/3 and FSDP are the same code, chosen by the accelerate
+config the job is launched with (configs/accelerate/*.yaml). On CPU the process group uses gloo.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import pathlib
+import signal
+import socket
+import threading
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.infer.proposal import speculative_cap
+from draftsmith.kinds import KINDS
+from draftsmith.train.config import Recipe, dump_recipe
+from draftsmith.train.distributed import (
+    fingerprint,
+    is_zero3,
+    load_target,
+    make_accelerator,
+    outside_zero_init,
+    shutdown,
+)
+from draftsmith.train.losses import expected_acceptance_length
+from draftsmith.train.tasks.base import TrainingTask
+from draftsmith.train.trainer import checkpoint, faults
+from draftsmith.train.trainer.curves import CURVES, plot_curves
+
+log = logging.getLogger("draftsmith.train")
+
+
+class EpochShuffle(torch.utils.data.Sampler):
+    """A fresh permutation per epoch from (seed, epoch) alone, optionally skipping a prefix of
+    the epoch: a resumed run sees exactly the batches the killed one had not reached.
+    accelerate calls set_epoch() on it; batches are cut from consecutive indices and dealt to
+    ranks round-robin, so skipping `n` indices skips `n / (batch * world)` steps on every rank."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self.epoch = n, seed, 0
+        self.skip_epoch, self.skip = -1, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def skip_next(self, epoch: int, num_indices: int) -> None:
+        self.skip_epoch, self.skip = epoch, num_indices
+
+    def __iter__(self):
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1000 + self.epoch)).tolist()
+        if self.epoch == self.skip_epoch:
+            order = order[self.skip :]
+        return iter(order)
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def lr_lambda(warmup: int, total: int, min_ratio: float):
+    """Linear warm-up then cosine decay to `min_ratio` (Loshchilov & Hutter 2017)."""
+
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return f
+
+
+class Trainer:
+    def __init__(self, recipe: Recipe, resume: bool | None = None):
+        self.recipe = r = recipe
+        self.out = pathlib.Path(r.checkpoint.output_dir)
+        self.resume = r.checkpoint.resume if resume is None else resume
+        # Every check that needs no model runs first, on every rank alike, and writes nothing:
+        # a refused run (a read-only or busy folder, another kind's checkpoints) leaves it as it was.
+        checkpoint.check_output_dir(self.out)
+        checkpoint.plan_resume(self.out, r.drafter.kind, self.resume)
+        self.acc = acc = make_accelerator(r)
+        self.main = acc.is_main_process
+        self.lock = checkpoint.RunLock(self.out)
+        self.lock.acquire_on_all_ranks(acc)  # one run per output dir
+        self._wrote = False  # until _write_run_files: a failed setup then removes the folder it created
+        # SIGTERM: _terminate asks the loop to checkpoint and stop; _raise_on_term (only inside the
+        # acceptance measurement) makes the handler abandon the measurement where it is.
+        self._terminate = self._raise_on_term = False
+        self._old_sigterm = None
+        try:
+            self._setup(r)
+        except BaseException:
+            self.lock.release(discard=not self._wrote)
+            raise
+
+    def _setup(self, r: Recipe) -> None:
+        from accelerate.utils import set_seed
+
+        from draftsmith.train.data import build_data, collate
+
+        acc = self.acc
+        # Under the lock, again: another run may have written checkpoints since the check above.
+        self._plan = checkpoint.plan_resume(self.out, r.drafter.kind, self.resume)
+        set_seed(r.optim.seed)
+
+        # The target and the drafter's initial weights are built outside zero.Init: the target
+        # must stay whole and unsharded; the drafter is partitioned by deepspeed.initialize.
+        with outside_zero_init(acc):
+            self.target = load_target(r, acc)
+            self.task: TrainingTask = KINDS[r.drafter.kind].task(r.drafter, self.target, seed=r.optim.seed)
+        with acc.main_process_first():  # regeneration/tokenising caches are written once
+            self.data = build_data(
+                r.data, self.target.tokenizer, target=self.target, progress=self.main and r.logging.progress
+            )
+        self.task.bind_data(self.data, r.data)  # e.g. an offline feature cache, EAGLE-3's draft vocabulary
+        self.task.acceptance_k = r.logging.acceptance_k  # the chain length its evaluation simulates
+        world, bs = acc.num_processes, r.optim.batch_size
+        if len(self.data.train) < bs * world:
+            raise DraftsmithError(
+                f"{len(self.data.train)} training rows < batch_size {bs} x {world} processes: use more data or a "
+                "smaller batch"
+            )
+        self.sampler = EpochShuffle(len(self.data.train), r.data.seed)
+        loader = torch.utils.data.DataLoader(
+            self.data.train, batch_size=bs, sampler=self.sampler, collate_fn=collate, drop_last=True
+        )
+        eval_loader = torch.utils.data.DataLoader(self.data.eval, batch_size=bs, collate_fn=collate)
+        plugin = acc.state.deepspeed_plugin
+        if plugin is not None and plugin.deepspeed_config.get("gradient_clipping", "auto") == "auto":
+            plugin.deepspeed_config["gradient_clipping"] = r.optim.max_grad_norm  # else accelerate's 1.0
+        params = _param_groups(self.task.trainable_parameters(), r.optim.lr)
+        optimizer = torch.optim.AdamW(
+            params, lr=r.optim.lr, betas=tuple(r.optim.betas), weight_decay=r.optim.weight_decay
+        )
+        o = r.optim
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.warmup_steps, o.max_steps, o.min_lr_ratio))
+        self.model, self.optimizer, self.loader, self.eval_loader, self.scheduler = acc.prepare(
+            self.task.model, optimizer, loader, eval_loader, scheduler
+        )
+        self.step, self.epoch, self.batch_in_epoch, self.tokens = 0, 0, 0, 0
+        # Training wall time of earlier runs of this job: optim.max_minutes is a budget for the
+        # whole job, so a resumed run gets only what the killed one left.
+        self.train_seconds, self._t_start = 0.0, time.monotonic()
+        self.history: list[dict] = []
+        self.last_eval: dict = {}  # the latest evaluate() metrics, saved with checkpoints (Medusa's head accuracies)
+        self.best: dict | None = None  # {"step", "tau", "tokens"} of the checkpoint in best/ (see _keep_if_best)
+        self._damaged: set[str] = set()
+        if self.resume:
+            self._resume()
+        self._write_run_files()
+        if r.logging.trackers:
+            acc.init_trackers(r.logging.project, config=_flat(r.to_dict()), init_kwargs=_tracker_kwargs(r))
+
+    # --- setup -----------------------------------------------------------------------------------
+
+    def _write_run_files(self) -> None:
+        """The first writes besides the lock, once every check has passed: clean up after a
+        killed run, then the recipe this run trains (atomically: a kill leaves the old or new)."""
+        self._wrote = True
+        if self.main:
+            cleaned = checkpoint.remove_partial(self.out)
+            if cleaned:
+                log.info("cleaned up after a run killed while saving: %s", ", ".join(cleaned))
+            checkpoint.write_atomic(self.out / "recipe.yaml", dump_recipe(self.recipe))
+        self.acc.wait_for_everyone()
+
+    def close(self) -> None:
+        """Release the output dir (the process's exit releases it too) and give SIGTERM back to
+        whoever handled it before train() (an in-process caller)."""
+        if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
+        self.lock.release()
+
+    def _resume(self) -> None:
+        if self._plan is None:
+            log.info("--resume: no checkpoint in %s yet, starting from step 0", self.out)
+            return
+        ckpt, state = self._plan
+        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        try:
+            self.acc.load_state(str(ckpt / checkpoint.TRAINING_STATE_DIR))
+        except Exception as e:  # noqa: BLE001 -- torch.load/safetensors raise many types on a damaged file
+            raise DraftsmithError(
+                f"{ckpt}: corrupt training state ({type(e).__name__}: {str(e)[:200]}); delete it to resume from the "
+                "one before"
+            ) from None
+        self.tokens, self.history = state.get("tokens", 0), state.get("history", [])
+        self.train_seconds = float(state.get("train_seconds", 0.0))
+        self.best = checkpoint.restore_best(self.out, state.get("best"))
+        for (
+            record
+        ) in self.history:  # the latest eval metrics, which later checkpoints carry (e.g. Medusa's head accuracies)
+            self.last_eval.update({k: v for k, v in record.items() if k.startswith("eval/")})
+        if state.get("world_size") not in (None, self.acc.num_processes):
+            log.warning(
+                "resuming with %d processes, checkpoint was written by %s: the data order changes",
+                self.acc.num_processes,
+                state["world_size"],
+            )
+        log.info("resumed from %s (step %d, epoch %d)", ckpt.name, self.step, self.epoch)
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    def train(self) -> dict:
+        """Train to optim.max_steps; on SIGTERM (preemption, `kill`), checkpoint the step in
+        progress and return {"interrupted": True, ...}: --resume continues from there."""
+        r, acc = self.recipe, self.acc
+        self._terminate = False
+        if threading.current_thread() is threading.main_thread():
+            self._old_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+        bar = tqdm(
+            total=r.optim.max_steps,
+            initial=self.step,
+            desc="train",
+            disable=not (self.main and r.logging.progress),
+            dynamic_ncols=True,
+        )
+        checkpoint.warm_imports()  # else the first save imports them, inside SIGTERM's grace period
+        self.model.train()
+        window = _new_window()
+        self._t_start = time.monotonic()
+        deadline = self._t_start + r.optim.max_minutes * 60 - self.train_seconds if r.optim.max_minutes else None
+        out_of_time = False
+        while self.step < r.optim.max_steps and not out_of_time:
+            bs_global = r.optim.batch_size * acc.num_processes
+            self.sampler.skip_next(self.epoch, self.batch_in_epoch * bs_global)
+            self.loader.set_epoch(self.epoch)
+            for batch in self.loader:
+                self.batch_in_epoch += 1
+                with acc.accumulate(self.model):
+                    loss, stats = self.task.loss(self.model, batch, step=self.step)
+                    acc.backward(loss)
+                    grad_norm = None
+                    if acc.sync_gradients and r.optim.max_grad_norm > 0:
+                        grad_norm = acc.clip_grad_norm_(self.model.parameters(), r.optim.max_grad_norm)
+                    self.optimizer.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+                n_tok = batch["input_ids"].numel() * acc.num_processes
+                self.tokens += n_tok
+                window["tokens"] += n_tok
+                for key, value in stats.items():  # every numeric stat the task reports is averaged
+                    if key != "num_tokens" and isinstance(value, (int, float)):
+                        window["sums"][key] = window["sums"].get(key, 0.0) + float(value)
+                window["n"] += 1
+                if not acc.sync_gradients:
+                    continue
+                self.scheduler.step()
+                self.step += 1
+                bar.update(1)
+                if _every(self.step, r.logging.log_every) or self.step == r.optim.max_steps:
+                    self._log_train(window, grad_norm, bar)
+                    window = _new_window()
+                if _every(self.step, r.logging.eval_every) and self.step < r.optim.max_steps:
+                    self.evaluate()
+                if _every(self.step, r.logging.acceptance_every) and self.step < r.optim.max_steps:
+                    self._keep_if_best(self.measure_acceptance())
+                saved = _every(self.step, r.checkpoint.save_every) and self.step < r.optim.max_steps
+                if saved:
+                    self.save()
+                stop, out_of_time = self._stop_requested(deadline)
+                if stop:
+                    bar.close()
+                    return self._preempted(saved)
+                if out_of_time:
+                    log.info(
+                        "optim.max_minutes (%g) reached at step %d of %d: evaluating and saving",
+                        r.optim.max_minutes,
+                        self.step,
+                        r.optim.max_steps,
+                    )
+                if self.step >= r.optim.max_steps or out_of_time:
+                    break
+            else:
+                self.epoch += 1
+                self.batch_in_epoch = 0
+        bar.close()
+        final_eval = self.evaluate()
+        acceptance = self.measure_acceptance()
+        if self._stop_requested()[0]:  # SIGTERM during the final measurements: --resume measures again
+            return self._preempted(saved=False)
+        self._keep_if_best(acceptance)  # the end of the run is a candidate too
+        self.save()
+        extra = {"step": self.step, "eval": self.last_eval, "checkpoint": "final"}
+        if acceptance:
+            extra |= {"tau": acceptance["mean_acceptance_length"], "acceptance": self._acceptance_meta()}
+        final = checkpoint.save(acc, self.task, self.model, self.out, "final", None, extra)
+        return self._finish(final, final_eval, acceptance)
+
+    def _acceptance_meta(self) -> dict:
+        """Which prompts τ was measured on (a checkpoint's τ means little without them)."""
+        r = self.recipe.logging
+        prompts = self.data.eval_prompts[: r.acceptance_prompts]
+        domains: dict[str, int] = {}
+        for p in prompts:
+            domains[p.domain] = domains.get(p.domain, 0) + 1
+        return {
+            "num_prompts": len(prompts),
+            "domains": domains,
+            "k": r.acceptance_k,
+            "max_new_tokens": r.acceptance_max_new_tokens,
+            "greedy": True,
+        }
+
+    def _keep_if_best(self, result: dict | None) -> None:
+        """Write best/ when this step's measured τ is >= the best so far (ties: the later step):
+        τ through the runtime peaks while the loss keeps falling, so the loss cannot choose.
+        Collective (every rank saves); the main process measured, so it decides for all."""
+        tau = None if result is None else float(result["mean_acceptance_length"])
+        if self.acc.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            tau = broadcast_object_list([tau], from_process=0)[0]
+        if tau is None or (self.best is not None and tau < self.best["tau"]):
+            return
+        self.best = {"step": self.step, "tau": tau, "tokens": self.tokens}
+        extra = {
+            "step": self.step,
+            "eval": self.last_eval,
+            "checkpoint": checkpoint.BEST,
+            "tau": tau,
+            "acceptance": self._acceptance_meta(),
+        }
+        checkpoint.save(self.acc, self.task, self.model, self.out, checkpoint.BEST, None, extra)
+        if self.main:
+            log.info("best τ so far: %.3f at step %d, written to %s", tau, self.step, self.out / checkpoint.BEST)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self._terminate = True
+        if self._raise_on_term:
+            self._raise_on_term = False
+            raise faults.Preempted
+
+    def _preempted(self, saved: bool) -> dict:
+        """Stop on SIGTERM: a resumable checkpoint of the last finished step (unless this step's
+        was just written), then {"interrupted": True}; the CLI exits 143."""
+        if not saved:
+            self.save()
+        log.warning("stopped by SIGTERM at step %d; checkpoint saved: --resume continues", self.step)
+        return {"interrupted": True, "steps": self.step, "output_dir": str(self.out)}
+
+    def _stop_requested(self, deadline: float | None = None) -> tuple[bool, bool]:
+        """(any rank got SIGTERM, any rank is past the time budget): all ranks must agree, since
+        saving is collective."""
+        late = deadline is not None and time.monotonic() >= deadline
+        if self.acc.num_processes == 1:
+            return self._terminate, late
+        flags = torch.tensor([float(self._terminate), float(late)], device=self.acc.device)
+        flags = self.acc.reduce(flags, reduction="sum")
+        # one rank's SIGTERM stops every rank: the phases after this (the main process's acceptance
+        # measurement) are skipped on all of them too
+        agreed = bool(flags[0].item() > 0)  # what every rank returns (a signal landing now counts next time)
+        self._terminate = self._terminate or agreed
+        return agreed, bool(flags[1].item() > 0)
+
+    def _log_train(self, window: dict, grad_norm, bar) -> None:
+        n = max(1, window["n"])
+        dt = time.perf_counter() - window["t0"]
+        metrics = {f"train/{key}": total / n for key, total in window["sums"].items()}
+        metrics |= {
+            "train/lr": self.scheduler.get_last_lr()[0],
+            "train/tokens_per_s": window["tokens"] / max(dt, 1e-9),
+            "train/tokens": self.tokens,
+        }
+        if grad_norm is not None:
+            metrics["train/grad_norm"] = float(grad_norm)
+        bar.set_postfix(
+            loss=f"{metrics['train/loss']:.4f}",
+            tok_s=f"{metrics['train/tokens_per_s']:.0f}",
+            lr=f"{metrics['train/lr']:.2e}",
+        )
+        self._record(metrics)
+
+    def _record(self, metrics: dict) -> None:
+        metrics = {k: float(v) for k, v in metrics.items()}
+        self.history.append({"step": self.step, "tokens": self.tokens, **metrics})  # tokens: the curves' x axis
+        if self.recipe.logging.trackers:
+            self.acc.log(metrics, step=self.step)
+        if self.main and not self.recipe.logging.progress:
+            log.info("step %d %s", self.step, " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Held-out loss and token-level acceptance proxies; the expected acceptance length at
+        K=acceptance_k assumes i.i.d. per-token acceptance (Leviathan et al. 2023, eq. 1)."""
+        if self.target.parts == "readers":  # held-out rows have no cached features, and the target cannot run
+            return {}
+        self.model.eval()
+        # Every numeric stat the task reports, weighted by num_tokens. The key set is the first
+        # batch's (a task reports the same keys for every batch, so all ranks agree on the order).
+        keys: list[str] | None = None
+        sums = None
+        for i, batch in enumerate(self.eval_loader):
+            if i >= self.recipe.logging.eval_batches:
+                break
+            if self._stop_requested()[0]:  # SIGTERM: abandon (all ranks agree), the checkpoint comes first
+                self.model.train()
+                log.warning("evaluation at step %d abandoned after %d batches: SIGTERM", self.step, i)
+                return {}
+            _, stats = self.task.loss(self.model, batch, step=None)
+            if keys is None:
+                keys = sorted(k for k, v in stats.items() if k != "num_tokens" and isinstance(v, (int, float)))
+                sums = torch.zeros(len(keys) + 1, dtype=torch.float64, device=self.acc.device)
+            n = stats["num_tokens"]
+            sums += torch.tensor(
+                [stats.get(key, 0.0) * n for key in keys] + [n], dtype=torch.float64, device=self.acc.device
+            )
+        keys = keys or ["loss"]
+        sums = sums if sums is not None else torch.zeros(len(keys) + 1, dtype=torch.float64, device=self.acc.device)
+        sums = self.acc.reduce(sums, reduction="sum")
+        self.model.train()
+        n = max(float(sums[-1]), 1.0)
+        k = self.recipe.logging.acceptance_k
+        metrics = {f"eval/{key}": float(total) / n for key, total in zip(keys, sums[:-1])}
+        if "eval/token_acceptance" in metrics:
+            metrics["eval/expected_acceptance_length"] = expected_acceptance_length(metrics["eval/token_acceptance"], k)
+        if "eval/top1_agreement" in metrics:
+            metrics["eval/expected_acceptance_length_greedy"] = expected_acceptance_length(
+                metrics["eval/top1_agreement"], k
+            )
+        self._record(metrics)
+        self.last_eval = metrics
+        return metrics
+
+    def measure_acceptance(self) -> dict | None:
+        """Real mean_acceptance_length from the inference engine on held-out prompts (greedy)."""
+        r, acc = self.recipe.logging, self.acc
+        if r.acceptance_prompts <= 0 or not self.data.eval_prompts:
+            return None
+        if is_zero3(acc):
+            if self.main:
+                log.info(
+                    "acceptance through the runtime is skipped under ZeRO-3 (weights are sharded); run draftsmith "
+                    "eval on the checkpoint"
+                )
+            return None
+        result = None
+        if self.main:
+            from draftsmith.evaluation.bench import run_eval
+            from draftsmith.infer.sampling import GREEDY
+
+            unwrapped = acc.unwrap_model(self.model)
+            drafter = self.task.runtime_drafter(unwrapped)
+            unwrapped.eval()
+            try:
+                try:
+                    # A SIGTERM from here on abandons the measurement wherever the decoding is
+                    # (one decoding step, not the whole measurement, stands between it and the checkpoint).
+                    self._raise_on_term = True
+                    if self._terminate:
+                        raise faults.Preempted
+                    with torch.inference_mode():
+                        # the recipe's acceptance_k within what the drafter drafts (Medusa: its heads;
+                        # None: no cap) -- the recipe's measurement setting, not a user's -k
+                        cap = speculative_cap(drafter)
+                        k = r.acceptance_k if cap is None else min(r.acceptance_k, cap)
+                        result = run_eval(
+                            self.target,
+                            drafter,
+                            self.data.eval_prompts[: r.acceptance_prompts],
+                            k,
+                            r.acceptance_max_new_tokens,
+                            GREEDY,
+                            seed=self.recipe.optim.seed,
+                            progress=False,
+                        )
+                finally:
+                    self._raise_on_term = False
+                    unwrapped.train()
+            except faults.Preempted:
+                result = None
+                log.warning("acceptance measurement at step %d abandoned: SIGTERM", self.step)
+            if result is not None:
+                per_pos = {f"eval/acceptance_pos{j + 1}": a for j, a in enumerate(result["per_position_acceptance"])}
+                self._record(
+                    {
+                        "eval/mean_acceptance_length": result["mean_acceptance_length"],
+                        "eval/draft_acceptance_rate": result["draft_acceptance_rate"],
+                        **per_pos,
+                    }
+                )
+        acc.wait_for_everyone()
+        return result
+
+    def save(self) -> None:
+        state = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "tokens": self.tokens,
+            "world_size": self.acc.num_processes,
+            "history": self.history[-200:],
+            "train_seconds": self.train_seconds + time.monotonic() - self._t_start,
+            "best": self.best,  # a resumed run must not replace a better best/ with a worse one
+        }
+        checkpoint.save(
+            self.acc,
+            self.task,
+            self.model,
+            self.out,
+            checkpoint.step_dir(self.out, self.step).name,
+            state,
+            {"step": self.step, "eval": self.last_eval},
+        )
+        if self.main:
+            for ckpt in checkpoint.prune(self.out, self.recipe.checkpoint.keep_last):
+                if ckpt.name not in self._damaged:
+                    self._damaged.add(ckpt.name)
+                    log.warning(
+                        "%s is damaged (%s): kept, but not counted in checkpoint.keep_last; delete it if "
+                        "you do not need it",
+                        ckpt,
+                        checkpoint.verify(ckpt)[0],
+                    )
+
+    def _finish(self, final: pathlib.Path, final_eval: dict, acceptance: dict | None) -> dict:
+        acc = self.acc
+        prints = (
+            acc.gather_for_metrics([fingerprint(acc.unwrap_model(self.model))], use_gather_object=True)
+            if not is_zero3(acc)
+            else []
+        )
+        # which machine each process ran on (torchrun's GROUP_RANK is the machine's rank)
+        where = {
+            "rank": acc.process_index,
+            "machine_rank": int(os.environ.get("GROUP_RANK", 0)),
+            "host": socket.gethostname(),
+        }
+        processes = acc.gather_for_metrics([where], use_gather_object=True) if acc.num_processes > 1 else [where]
+        summary = {
+            "final_checkpoint": str(final),
+            "steps": self.step,
+            "tokens": self.tokens,
+            "train_seconds": round(self.train_seconds + time.monotonic() - self._t_start, 1),
+            "world_size": acc.num_processes,
+            "num_machines": len({p["machine_rank"] for p in processes}),
+            "processes": processes,
+            "distributed_type": str(acc.distributed_type),
+            "mixed_precision": acc.mixed_precision,
+            "param_fingerprints": prints,
+            "eval": final_eval,
+            "acceptance": {k: v for k, v in (acceptance or {}).items() if k != "by_domain"},
+            "best": self.best and {**self.best, "checkpoint": str(self.out / checkpoint.BEST)},
+            "data": self.data.stats,
+            "history": self.history,
+        }
+        if self.main:
+            (self.out / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str))
+            plot_curves(self.history, self.out / CURVES, self.best)
+            tau = final_eval.get(
+                "eval/expected_acceptance_length", final_eval.get("eval/expected_acceptance_length_greedy", 1.0)
+            )
+            held_out = (  # none when only the target's feature readers were loaded
+                f"eval loss {final_eval['eval/loss']:.4f}, expected τ(K={self.recipe.logging.acceptance_k}) {tau:.2f}"
+                if "eval/loss" in final_eval
+                else "no held-out evaluation (model.target_parts readers)"
+            )
+            log.info(
+                "done: %d steps, final checkpoint %s; %s%s",
+                self.step,
+                final,
+                held_out,
+                f", measured mean_acceptance_length {acceptance['mean_acceptance_length']:.2f}" if acceptance else "",
+            )
+        if self.recipe.logging.trackers:
+            acc.end_training()
+        return summary
+
+
+def _every(step: int, interval: int) -> bool:
+    """Whether a periodic action runs at `step`; interval 0 switches it off (see LoggingConfig)."""
+    return interval > 0 and step % interval == 0
+
+
+def _new_window() -> dict:
+    return {"sums": {}, "n": 0, "tokens": 0, "t0": time.perf_counter()}
+
+
+def _param_groups(params, lr: float):
+    """A task's trainable parameters for AdamW: a list of tensors, or of param groups where a
+    group's `lr_multiplier` becomes its own lr (the schedule then scales every group alike)."""
+    out = []
+    for p in params:
+        if isinstance(p, dict) and "lr_multiplier" in p:
+            p = {k: v for k, v in p.items() if k != "lr_multiplier"} | {"lr": lr * p["lr_multiplier"]}
+        out.append(p)
+    return out
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v if isinstance(v, (int, float, str, bool)) else str(v)
+    return out
+
+
+def _tracker_kwargs(r: Recipe) -> dict:
+    name = r.logging.run_name or pathlib.Path(r.checkpoint.output_dir).name
+    return {"wandb": {"name": name, "dir": str(pathlib.Path(r.checkpoint.output_dir))}}
+
+
+def train(recipe: Recipe, resume: bool | None = None) -> dict:
+    import tqdm as tqdm_module
+
+    # tqdm's monitor is a daemon thread that nothing joins (a disabled bar starts it too): none at
+    # interpreter exit. The bars here redraw on their own updates.
+    tqdm_module.tqdm.monitor_interval = 0
+    beat = faults.Heartbeat.from_env()  # multi-process runs: names a lost process (train/trainer/faults.py)
+    trainer = None
+    try:
+        trainer = Trainer(recipe, resume=resume)
+        try:
+            summary = trainer.train()
+        finally:
+            trainer.close()
+        # A process lost after the last collective: named now, not waited for at the launcher's exit barrier.
+        lost = beat.finish() if beat is not None else []
+        if lost:
+            raise DraftsmithError(faults.lost_at_end_message(lost, beat.world, trainer.step))
+        return summary
+    except Exception as e:
+        # Another process died or hangs: one line naming it instead of a collective's traceback.
+        if beat is None or isinstance(e, DraftsmithError) or not faults.is_comm_failure(e):
+            raise
+        out = pathlib.Path(recipe.checkpoint.output_dir)
+        latest = checkpoint.latest_checkpoint(out)
+        hint = (
+            f"Every checkpoint in {out} is complete: --resume continues from {latest.name}"
+            if latest
+            else f"No checkpoint in {out} yet: rerun to start again"
+        )
+        raise DraftsmithError(faults.lost_process_message(e, beat, trainer and trainer.step, hint)) from None
+    finally:
+        if beat is not None:
+            beat.stop()
+        shutdown()
+
+
+__all__ = ["Trainer", "train"]
