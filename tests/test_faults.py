@@ -44,7 +44,7 @@ ARGS = [
 # the acceptance measurement, sleeps FAULT_DELAY s) and a marker file touched once it is inside it.
 RUNNER = r"""
 import os, pathlib, sys, time
-from draftsmith.train.trainer import trainer as T
+from draftsmith.train.trainer import loop as T
 phase, marker = os.environ["FAULT_PHASE"], pathlib.Path(os.environ["FAULT_MARKER"])
 delay = float(os.environ["FAULT_DELAY"])
 setup = T.Trainer._setup
@@ -440,7 +440,7 @@ def test_train_stops_with_one_line_when_a_process_is_lost_at_the_end(monkeypatch
 
     from draftsmith.errors import DraftsmithError
     from draftsmith.train.config import load_recipe
-    from draftsmith.train.trainer import trainer as T
+    from draftsmith.train.trainer import loop as T
 
     calls = []
 

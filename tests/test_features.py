@@ -18,7 +18,8 @@ from draftsmith.errors import DraftsmithError
 from draftsmith.train import features as feat
 from draftsmith.train.config import DataConfig, load_recipe
 from draftsmith.train.data import TokenRows, build_data, collate
-from draftsmith.train.features import OfflineFeatures, OnlineFeatures, extract, features_cli, target_hidden_states
+from draftsmith.train.features import OfflineFeatures, OnlineFeatures, extract, target_hidden_states
+from draftsmith.train.features import cli as features_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAYERS = (1, 2, -1)

@@ -252,7 +252,7 @@ def test_greedy_tree_decoding_through_the_engine_equals_plain(tiny_target, heads
 @pytest.fixture
 def target_spy(monkeypatch):
     """Fingerprints of the trainer's own target (base weights, LoRA excluded) before and after train()."""
-    from draftsmith.train.trainer import trainer as trainer_mod
+    from draftsmith.train.trainer import loop as trainer_mod
 
     seen = {}
     original = trainer_mod.Trainer.train

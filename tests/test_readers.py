@@ -11,7 +11,8 @@ import torch
 from draftsmith.errors import DraftsmithError
 from draftsmith.models import Target
 from draftsmith.train.config import load_recipe
-from draftsmith.train.features import OfflineFeatures, features_cli
+from draftsmith.train.features import OfflineFeatures
+from draftsmith.train.features import cli as features_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "tiny" / "eagle3.yaml"

@@ -16,7 +16,8 @@ from safetensors.torch import save_file
 from draftsmith.errors import DraftsmithError
 from draftsmith.train.config import DataConfig, load_recipe
 from draftsmith.train.data import TokenRows, build_data, collate
-from draftsmith.train.features import OfflineFeatures, OnlineFeatures, extract, features_cli
+from draftsmith.train.features import OfflineFeatures, OnlineFeatures, extract
+from draftsmith.train.features import cli as features_cli
 from draftsmith.train.features.vllm import (
     META,
     EngineHiddenStates,
