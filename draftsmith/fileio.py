@@ -1,4 +1,5 @@
-"""Small file helpers every layer shares: atomic writes, JSON files, an error's first line.
+"""Small file helpers every layer shares: atomic writes, JSON files, an error's first line, the
+OSError behind a failed write.
 
 At the bottom of the package beside errors.py: it imports only the standard library, so the
 runtime, the models and the registry can use it without loading anything heavy.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 from collections.abc import Callable
 
 
@@ -62,4 +64,14 @@ def first_line(e: BaseException, limit: int = 200) -> str:
     return (text.splitlines()[0] if text else "")[:limit]
 
 
-__all__ = ["first_line", "read_json", "write_atomic", "write_json"]
+def io_error(e: BaseException) -> OSError | None:
+    """The OSError behind a failed write: `e` itself, or the one safetensors reports in its own
+    type (SafetensorError "... I/O error: No space left on device (os error 28) ..." from the
+    weights transformers' save_pretrained writes); None for any other failure."""
+    if isinstance(e, OSError):
+        return e
+    m = re.search(r"\(os error (\d+)\)", str(e)) if type(e).__name__ == "SafetensorError" else None
+    return OSError(int(m.group(1)), os.strerror(int(m.group(1)))) if m else None
+
+
+__all__ = ["first_line", "io_error", "read_json", "write_atomic", "write_json"]

@@ -106,10 +106,28 @@ def test_layers_import_only_downwards():
     assert not bad, "\n".join(bad)
 
 
+# train/'s pipelines, lowest first: each folder imports only the ones before it (its shared
+# modules at the top, config, losses, lora, distributed, sit below them all).
+PIPELINES = ["data", "features", "tasks", "trainer"]
+
+
+def test_train_pipelines_import_only_the_ones_they_build_on():
+    def pipeline(mod: str) -> str | None:
+        parts = mod.split(".")
+        return parts[2] if parts[:2] == ["draftsmith", "train"] and len(parts) > 2 and parts[2] in PIPELINES else None
+
+    assert {p.name for p in FOLDERS["draftsmith.train"].iterdir() if (p / "__init__.py").is_file()} == set(PIPELINES)
+    bad = [
+        f"{m} imports {d}"
+        for m, deps in graph().items()
+        for d in deps
+        if pipeline(m) and pipeline(d) and PIPELINES.index(pipeline(d)) > PIPELINES.index(pipeline(m))
+    ]
+    assert not bad, "\n".join(bad)
+
+
 def test_no_import_loops():
     g = graph()
-    # the `python -m draftsmith.train.features` shim imports its CLI module under __main__ only
-    g["draftsmith.train.features"].discard("draftsmith.train.features.cli")
     state, loops = {}, []
 
     def visit(m, stack):

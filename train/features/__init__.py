@@ -36,9 +36,9 @@ import torch
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.fileio import io_error as _io_error
 from draftsmith.train.distributed import fingerprint
 from draftsmith.train.losses import head_on_rows
-from draftsmith.train.trainer.checkpoint import io_error as _io_error
 
 log = logging.getLogger(__name__)
 

@@ -30,13 +30,13 @@ import json
 import logging
 import os
 import pathlib
-import re
 import shutil
 import socket
 import sys
 import time
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.fileio import io_error
 from draftsmith.train.trainer import faults
 
 log = logging.getLogger("draftsmith.train")
@@ -298,16 +298,6 @@ def save(
         prev = latest_checkpoint(root)
         then = f"{prev} is intact: free space, then --resume" if prev else "free space and rerun"
         raise DraftsmithError(f"{faults.write_failure(failed, f'checkpoint {name}', root)}; {then}") from None
-
-
-def io_error(e: BaseException) -> OSError | None:
-    """The OSError behind a failed write: `e` itself, or the one safetensors reports in its own
-    type (SafetensorError "... I/O error: No space left on device (os error 28) ..." from the
-    weights transformers' save_pretrained writes); None for any other failure."""
-    if isinstance(e, OSError):
-        return e
-    m = re.search(r"\(os error (\d+)\)", str(e)) if type(e).__name__ == "SafetensorError" else None
-    return OSError(int(m.group(1)), os.strerror(int(m.group(1)))) if m else None
 
 
 def _save(accelerator, task, model, root: pathlib.Path, name: str, trainer_state: dict | None, extra: dict):
