@@ -66,9 +66,10 @@ def test_gpu_check_kinds_and_training_steps_run_on_cpu(tmp_path):
         "DEVICE": "cpu",
         "TRAIN_STEPS": "3",
         "SKIP_INSTALL": "1",
+        "STEP_TIMEOUT": "0",  # no per-step cap on the CPU: a busy machine is slow, not hung
         "OUT": str(out),
     }
-    subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], check=True, env=env, cwd=ROOT, timeout=900)
+    subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], check=True, env=env, cwd=ROOT, timeout=3600)
     bench = json.loads((out / "kind_draft_lm_off.json").read_text())
     assert bench["compiled"] is False and bench["greedy_outputs_match"] is True and bench["drafter_kind"] == "draft_lm"
     for kind in ("draft_lm", "eagle3"):
