@@ -260,7 +260,7 @@ class LoggingConfig:
     eval_batches: int = 8
     acceptance_every: int = 0  # real mean_acceptance_length through the runtime; 0: at the end only
     acceptance_prompts: int = 4  # 0: never measured through the runtime
-    acceptance_k: int = 4
+    acceptance_k: int | None = None  # None: the kind's default_k (draftsmith/kinds.py), as eval and bench use
     acceptance_max_new_tokens: int = 64
     progress: bool = True
 
@@ -418,7 +418,7 @@ def _convert(value, hint, where: str):
 def recipe_from_dict(data: dict, *, drafter_configs: dict[str, type] | None = None) -> Recipe:
     """A recipe from its sections; `drafter.kind` picks its dataclass from the kind registry
     (draftsmith/kinds.py), or from `drafter_configs` (kind -> dataclass) where one is given."""
-    from draftsmith.kinds import KINDS
+    from draftsmith.kinds import KINDS, Kind
 
     data = dict(data or {})
     drafter = dict(data.pop("drafter", None) or {})
@@ -438,6 +438,9 @@ def recipe_from_dict(data: dict, *, drafter_configs: dict[str, type] | None = No
         if hasattr(obj, name) and getattr(obj, name) not in allowed:
             raise DraftsmithError(f"config key '{key}': {getattr(obj, name)!r} is not one of {', '.join(allowed)}")
     _check_values(recipe)
+    if recipe.logging.acceptance_k is None:  # one default K per kind: training measures what eval and bench run
+        entry = KINDS.get(kind)
+        recipe.logging.acceptance_k = entry.default_k if entry else Kind.__dataclass_fields__["default_k"].default
     return recipe
 
 
