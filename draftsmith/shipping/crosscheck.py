@@ -35,10 +35,10 @@ import time
 from dataclasses import asdict, dataclass
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.kinds import KINDS
+from draftsmith.kinds import KINDS, resolve
 from draftsmith.shipping.engines import EngineOutput
 from draftsmith.shipping.export.common import CROSSCHECK_RECORD
-from draftsmith.shipping.export.format import formats
+from draftsmith.shipping.export.format import formats, get_format
 
 log = logging.getLogger("draftsmith.shipping.crosscheck")
 
@@ -241,7 +241,7 @@ class Setup:
     dtype: str = "float32"
 
 
-def _export(setup: Setup, fmt: str) -> pathlib.Path:
+def _export(setup: Setup, fmt: str, **options) -> pathlib.Path:
     from draftsmith.shipping.export import export
 
     out = setup.workdir / f"export-{fmt}"
@@ -249,49 +249,24 @@ def _export(setup: Setup, fmt: str) -> pathlib.Path:
         import shutil
 
         shutil.rmtree(out)
-    gguf_type = {"float32": "f32", "bfloat16": "bf16"}.get(setup.dtype, "f16")
-    return export(
-        setup.checkpoint, fmt, out, num_speculative_tokens=setup.k, verifier=str(setup.target_dir), gguf_type=gguf_type
-    )
+    return export(setup.checkpoint, fmt, out, num_speculative_tokens=setup.k, verifier=str(setup.target_dir), **options)
+
+
+def engine_format(name: str):
+    """The export format engine `name` decodes (its Format names the driver that runs it)."""
+    if name not in ENGINE_FORMATS:
+        raise DraftsmithError(f"unknown engine {name!r}; engines: {', '.join(ENGINE_KINDS)}")
+    return get_format(ENGINE_FORMATS[name])
 
 
 def engine_runtimes(name: str, setup: Setup, stop_ids, max_model_len: int, tokenizer=None) -> tuple[dict, dict]:
-    """(runtimes, info) an engine contributes: its plain decoding and the draft's."""
-    if name == "vllm":
-        from draftsmith.shipping.engines.vllm_engine import VLLMEngine
-        from draftsmith.shipping.export.common import layout
-
-        draft_dir, lay = _export(setup, ENGINE_FORMATS[name]), layout(setup.kind, ENGINE_FORMATS[name])
-        common = dict(dtype=setup.dtype, max_model_len=max_model_len)
-        plain = VLLMEngine(setup.target_dir, log_path=setup.workdir / "vllm-plain.log", **common)
-        spec = VLLMEngine(
-            setup.target_dir,
-            draft_dir=draft_dir,
-            method=lay.method,
-            num_speculative_tokens=setup.k,
-            speculative_extra=lay.spec_extra or None,
-            log_path=setup.workdir / "vllm-draft.log",
-            **common,
-        )
-        info = {
-            "versions": spec.versions,
-            "export": str(draft_dir),
-            "method": lay.method,
-            "load_s": {"plain": plain.load_s, "draft": spec.load_s},
-        }
-        return {"vllm plain": EngineRuntime(plain, stop_ids), "vllm": EngineRuntime(spec, stop_ids, True)}, info
-    if name == "llamacpp":
-        from draftsmith.shipping.engines.llamacpp_engine import LlamaCppEngine
-
-        gguf_dir = _export(setup, ENGINE_FORMATS[name])
-        common = dict(tokenizer=tokenizer, workdir=setup.workdir, dtype=setup.dtype, max_model_len=max_model_len)
-        plain = LlamaCppEngine(setup.target_dir, **common)
-        spec = LlamaCppEngine(
-            setup.target_dir, draft_gguf=gguf_dir, kind=setup.kind, num_speculative_tokens=setup.k, **common
-        )
-        info = {"versions": spec.versions, "export": str(gguf_dir), "spec_type": spec.spec_type}
-        return {"llamacpp plain": EngineRuntime(plain, stop_ids), "llamacpp": EngineRuntime(spec, stop_ids, True)}, info
-    raise DraftsmithError(f"unknown engine {name!r}; engines: {', '.join(ENGINE_KINDS)}")
+    """(runtimes, info) an engine contributes: its plain decoding and the draft's, built by the
+    driver its format names (`Format.crosscheck_ref`)."""
+    fmt = engine_format(name)
+    plain, spec, info = resolve(fmt.crosscheck_ref)(
+        setup, lambda **options: _export(setup, fmt.name, **options), max_model_len, tokenizer
+    )
+    return {f"{name} plain": EngineRuntime(plain, stop_ids), name: EngineRuntime(spec, stop_ids, True)}, info
 
 
 def crosscheck(
@@ -314,7 +289,7 @@ def crosscheck(
     ckpt, meta = opened.path, opened.meta
     kind = meta["kind"]
     if not engines:
-        raise DraftsmithError("--engines: name at least one engine (vllm, llamacpp)")
+        raise DraftsmithError(f"--engines: name at least one engine ({', '.join(ENGINES)})")
     for e in engines:
         if e not in ENGINE_KINDS:
             raise DraftsmithError(f"unknown engine {e!r}; engines: {', '.join(ENGINE_KINDS)}")
@@ -339,7 +314,7 @@ def crosscheck(
     max_model_len = longest + max_new_tokens + k + 8
     setup = Setup(ckpt, kind, meta["target"], pathlib.Path(resolve_model(meta["target"]).path), k, workdir, dtype)
     runtimes = {"ours plain": OurRuntime(target), "ours": OurRuntime(target, drafter, k)}
-    if "llamacpp" in engines:
+    if any(engine_format(e).draft_first for e in engines):
         runtimes["ours (draft-first)"] = OurRuntime(target, load_drafter(opened, target), k, draft_first=True)
     info = {}
     try:
@@ -375,7 +350,9 @@ def crosscheck(
         if base_tps and row["tokens_per_s"]:
             row["speedup"] = row["tokens_per_s"] / base_tps
         row["outputs_equal_plain"] = sum(output_difference(o, b, decode) is None for o, b in zip(outs, plain))
-        reference = {"vllm": "ours", "llamacpp": "ours (draft-first)"}.get(name)
+        reference = None
+        if name in engines:  # an engine's speculative run, against ours on its schedule
+            reference = "ours (draft-first)" if engine_format(name).draft_first else "ours"
         if reference:
             row["agreement"] = agreement(outputs[reference], plain, outs, explain, decode)
             row["reference"] = reference

@@ -304,3 +304,15 @@ def _decode_seconds(stderr: str) -> float | None:
     if prompt and evals:
         return (float(prompt.group(1)) + float(evals.group(1))) / 1000
     return None
+
+
+def crosscheck_engines(setup, export, max_model_len: int, tokenizer=None):
+    """`draftsmith crosscheck`'s two llama.cpp runs for a checkpoint: the target alone, and the target
+    with the `--format gguf` export drafting (weights typed as the target runs: f32 or bf16, else f16)."""
+    gguf_dir = export(gguf_type={"float32": "f32", "bfloat16": "bf16"}.get(setup.dtype, "f16"))
+    common = dict(tokenizer=tokenizer, workdir=setup.workdir, dtype=setup.dtype, max_model_len=max_model_len)
+    plain = LlamaCppEngine(setup.target_dir, **common)
+    spec = LlamaCppEngine(
+        setup.target_dir, draft_gguf=gguf_dir, kind=setup.kind, num_speculative_tokens=setup.k, **common
+    )
+    return plain, spec, {"versions": spec.versions, "export": str(gguf_dir), "spec_type": spec.spec_type}

