@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """How fast online training can be at best: the FLOP bound, for targets too large to run here.
 
-The closed forms live in draftsmith/train/flops.py (`draftsmith plan` uses them too); this
+The closed forms live in train/trainer/flops.py (`draftsmith plan` uses them too); this
 script prints them for the targets users train and checks them against bench_train.py's count.
 
 Online distillation runs the frozen target forward on every batch, then the draft forward and

@@ -70,7 +70,7 @@ def main() -> int:
     from draftsmith.models.sources import resolve_model
     from draftsmith.train.config import load_recipe
     from draftsmith.train.data import build_data
-    from draftsmith.train.tasks.eagle import aux_layers
+    from draftsmith.train.tasks.eagle3 import aux_layers
 
     recipe = load_recipe(args.recipe, overrides)
     if recipe.drafter.kind != "eagle3":
