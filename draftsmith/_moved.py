@@ -23,7 +23,7 @@ MOVED: dict[str, str] = {
     "draftsmith.hub": "draftsmith.shipping.hub",
     "draftsmith.crosscheck": "draftsmith.shipping.crosscheck",
     "draftsmith.train.corpora": "draftsmith.train.data.corpora",
-    "draftsmith.train.regenerate": "draftsmith.train.data.regenerate",
+    "draftsmith.train.regenerate": "draftsmith.train.data.regeneration",
     "draftsmith.train.features_cli": "draftsmith.train.features.cli",
     "draftsmith.train.vllm_features": "draftsmith.train.features.vllm",
     "draftsmith.train.checkpoint": "draftsmith.train.trainer.checkpoint",

@@ -1,4 +1,4 @@
-"""Regeneration (train/data/regenerate.py): the target rewrites the assistant turns, in-process (batch-1
+"""Regeneration (train/data/regeneration.py): the target rewrites the assistant turns, in-process (batch-1
 engine, batched generate) or through an OpenAI-compatible endpoint (a stand-in server on
 127.0.0.1 here), into one resumable cache."""
 
@@ -19,8 +19,8 @@ from draftsmith.infer import Engine
 from draftsmith.models.sources import load_tokenizer
 from draftsmith.train.config import DataConfig, recipe_from_dict
 from draftsmith.train.data import build_data
-from draftsmith.train.data import regenerate as regen_mod
-from draftsmith.train.data.regenerate import cache_path, regenerate
+from draftsmith.train.data import regeneration as regen_mod
+from draftsmith.train.data.regeneration import cache_path, regenerate
 
 
 @pytest.fixture(scope="module")
@@ -446,7 +446,7 @@ def test_batched_regeneration_caches_and_resumes(tmp_path, tok, tiny_target, mon
         return real(target, prompts, *args)
 
     monkeypatch.setattr(regen_mod, "_generate", counted)
-    with caplog.at_level(logging.INFO, logger="draftsmith.train.data.regenerate"):
+    with caplog.at_level(logging.INFO, logger="draftsmith.train.data.regeneration"):
         again = build_data(c, tok, target=tiny_target, progress=False)
     assert sum(calls) == 3 * 2 and max(calls) == 2  # three chats of two turns, in batches of 2
     assert again.stats["regenerated_from_cache"] == 3

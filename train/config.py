@@ -142,7 +142,7 @@ class DataConfig:
     eval_rows: int = 64  # rows held out for evaluation and acceptance prompts
     max_turn_chars: int = 4000  # drop conversations with a longer turn (chitchat has 95k-char turns)
     # The data the drafter imitates, one switch: corpus (the dataset's replies as they are) |
-    # regenerated (assistant turns rewritten by the target itself: its own law, train/data/regenerate.py) |
+    # regenerated (assistant turns rewritten by the target itself: its own law, train/data/regeneration.py) |
     # on_policy (the draft LM's own samples, scored by the target: DistillSpec / GKD; share of steps:
     # drafter.on_policy_fraction, 1 unless set; the other steps train on the corpus, or on
     # regenerated replies with regenerate: true).

@@ -2,7 +2,7 @@
 
     rows, fmt = load_rows(cfg)         chitchat | sharegpt | stdlib | local .json/.jsonl/.parquet | hub id
     -> filter (counted, logged)        empty, no assistant turn, a turn over max_turn_chars
-    -> regenerate (optional)           assistant turns rewritten by the target (train/data/regenerate.py)
+    -> regenerate (optional)           assistant turns rewritten by the target (train/data/regeneration.py)
     -> held-out split (seeded)         eval rows + eval prompts for real acceptance measurement
     -> render + tokenise               chat template; loss mask on assistant tokens only
     -> pack or pad                     fixed [N, max_length] int tensors
@@ -29,7 +29,7 @@ from draftsmith.models.cache_folder import cache_dir
 from draftsmith.train.config import DataConfig
 from draftsmith.train.data import corpora
 from draftsmith.train.data.corpora import SHAREGPT_ROLES
-from draftsmith.train.data.regenerate import regenerate
+from draftsmith.train.data.regeneration import regenerate
 
 log = logging.getLogger(__name__)
 
