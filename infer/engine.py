@@ -31,6 +31,7 @@ import torch
 
 from draftsmith.errors import DraftsmithError
 
+from .adaptive import TREE, AdaptiveK
 from .context import ContextFit
 from .metrics import SpecMetrics
 from .proposal import Drafter, check_num_speculative_tokens, default_num_speculative_tokens, speculative_cap
@@ -79,6 +80,10 @@ class Engine:
     tree: a TreeConfig for drafters that draft trees (`supports_trees`); None drafts chains of
     `num_speculative_tokens` (None: the drafter's default, its kind's `default_k` within its cap).
     verification: one of VERIFICATIONS.
+    adaptive: choose each step's K in 0..num_speculative_tokens from the acceptance and step
+    costs measured so far in the generation (infer/adaptive.py; 0 is a plain step); with
+    num_speculative_tokens None the ceiling is `adaptive_ceiling(drafter)`. A tree drafter
+    chooses between its tree and a plain step. Lossless verification only.
     """
 
     def __init__(
@@ -89,14 +94,25 @@ class Engine:
         tree: TreeConfig | None = None,
         verification: str = "lossless",
         draft_first: bool = False,
+        adaptive: bool = False,
     ):
         if isinstance(drafter, (str, bytes, os.PathLike)):  # a name where the loaded drafter goes
             raise DraftsmithError(
                 f"Engine: the drafter must be a loaded drafter (load_drafter({os.fspath(drafter)!r}, target)), "
                 f"not its name {drafter!r}"
             )
+        if adaptive and drafter is not None and verification != "lossless":
+            raise DraftsmithError(
+                f"adaptive K needs lossless verification, not {verification!r}: pass a fixed -k with it"
+            )
+        self.adaptive = adaptive and drafter is not None
+        # The K the first adaptive step drafts: the drafter's default.
+        self.k_start = default_num_speculative_tokens(drafter) if drafter is not None else 0
         if num_speculative_tokens is None:  # the drafter's kind's default K, within its cap
-            num_speculative_tokens = default_num_speculative_tokens(drafter) if drafter is not None else 0
+            if drafter is None:
+                num_speculative_tokens = 0
+            else:
+                num_speculative_tokens = adaptive_ceiling(drafter) if self.adaptive else self.k_start
         if drafter is not None and num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens must be >= 1 with a drafter")
         if verification not in VERIFICATIONS:
@@ -183,6 +199,9 @@ class Engine:
         self._check_positions(prompt.shape[1], max_new_tokens, drafter is not None)
         k = self.k if drafter is not None else 0
         layers = self.hidden_layers if drafter is not None else None
+        policy = None
+        if drafter is not None and self.adaptive:
+            policy = AdaptiveK(self.k, self.k_start, tree=self.tree is not None)
         typical = self.verification == "typical-lossy" and drafter is not None
         if typical and sampling.greedy:
             raise DraftsmithError("typical-lossy verification needs --temperature > 0 (at 0 it is greedy verification)")
@@ -204,7 +223,7 @@ class Engine:
         # Where each step's time goes, measured inside this loop (not in isolation as
         # measure_step_costs does): drafting (propose + accept) and verifying (the target forward
         # + verification). On CUDA only with `time_steps`, which synchronises every step.
-        timed = device.type != "cuda" or self.time_steps
+        timed = device.type != "cuda" or self.time_steps or policy is not None
         t_draft, t_verify = [], []
 
         _sync(device)
@@ -236,7 +255,12 @@ class Engine:
             if timed:
                 _sync(device)
                 t0 = time.perf_counter()
-            proposal = drafter.propose(seq[:, :n_seq], k, sampling, generator, tree=self.tree) if drafter else None
+            k_step = policy.choose() if policy is not None else k  # TREE: the configured tree
+            if drafter is not None and k_step != 0:
+                k_draft = k if k_step == TREE else k_step  # a tree drafter ignores K
+                proposal = drafter.propose(seq[:, :n_seq], k_draft, sampling, generator, tree=self.tree)
+            else:  # plain decoding, or a plain step the adaptive policy chose
+                proposal = None
             if timed:
                 _sync(device)
                 t1 = time.perf_counter()
@@ -277,6 +301,8 @@ class Engine:
                 t3 = time.perf_counter()
                 t_draft.append(t1 - t0 + t3 - t2)  # the cache roll-back sits with accept: bookkeeping of a step
                 t_verify.append(t2 - t1)
+            if policy is not None:
+                policy.observe(k_step, n_acc, t3 - t0 if timed else None)
             metrics.update(n, n_acc, tree.depth if n else None)
             if n:
                 steps.append((valid + 1, n_acc))
@@ -288,6 +314,8 @@ class Engine:
         _sync(device)
         elapsed = time.perf_counter() - t_start
         extra = {"step_times_s": {"draft": t_draft, "verify": t_verify}} if timed else {}
+        if policy is not None:
+            extra["adaptive_k"] = policy.summary()
         return GenerationResult(
             tokens, from_draft, reason, metrics, elapsed, forwards, prompt.shape[1], extra=extra, steps=steps
         )
@@ -380,6 +408,13 @@ class Engine:
         }
 
 
+def adaptive_ceiling(drafter) -> int:
+    """The most tokens an adaptive engine drafts per step when none is given: the drafter's cap,
+    else twice its default K (a strong draft's best K often lies above the default)."""
+    cap = speculative_cap(drafter)
+    return cap if cap is not None else 2 * default_num_speculative_tokens(drafter)
+
+
 def prompt_tensor(prompt_ids, vocab_size: int | None, device) -> torch.Tensor:
     """A prompt as the [1, n] LongTensor the loop decodes, or one line naming what is wrong with
     it: text instead of ids, a wrong shape or dtype, an id outside the target's vocabulary."""
@@ -434,4 +469,4 @@ def predicted_speedup(tau: float, t_step: float, t_draft_k: float, t_verify: flo
     return tau * t_step / (t_draft_k + t_verify)
 
 
-__all__ = ["Engine", "GenerationResult", "expected_draft_cost", "predicted_speedup"]
+__all__ = ["Engine", "GenerationResult", "adaptive_ceiling", "expected_draft_cost", "predicted_speedup"]

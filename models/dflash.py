@@ -45,7 +45,7 @@ from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 from draftsmith.infer.tree import TreeConfig
 
 from .base import TrainedDrafter
-from .eagle_family import EagleConfig
+from .eagle_family import EagleConfig, _join_rows
 from .layers import MLP, RMSNorm, apply_rope
 from .weights import check_draft_sizes, load_draft_weights, register_config
 
@@ -312,7 +312,9 @@ class DFlash(TrainedDrafter):
         self._pending = hidden
 
     def accept(self, num_accepted: int, hidden: torch.Tensor | None = None) -> None:
-        self._pending = hidden  # the root and the accepted tokens, with the target's real features
+        # The root and the accepted tokens, with the target's real features; after a plain step
+        # they join the rows the next block has not read yet.
+        self._pending = _join_rows(self._pending, hidden)
 
     def propose(
         self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None, tree: TreeConfig | None = None

@@ -64,7 +64,7 @@ class DraftLM(TrainedDrafter):
     def __init__(self, model, target, name: str, freeze: bool = True):
         super().__init__(model, target, name, freeze)
         self.cache: KVCache | None = None
-        self._context = 0  # context length at the last propose(): where accepted drafts start
+        self._context = None  # context length at the last propose(): where accepted drafts start
         # Compiled with the target (CUDA): propose() feeds 1 or 2 tokens per forward, two shapes
         # over a static cache, each captured once as a CUDA graph; start()'s prefill stays eager.
         self._compiled = self.compiled(self.model.forward)
@@ -88,7 +88,7 @@ class DraftLM(TrainedDrafter):
         """Feed ids [1, q] into the draft's cache; next-token logits after the last one."""
         q = ids.shape[1]
         pos = torch.arange(self.cache.length, self.cache.length + q, device=ids.device).unsqueeze(0)
-        if decode and self._compiled is not None:  # all q (<= 2) rows' logits: one fixed shape per q
+        if decode and self._compiled is not None and q <= 2:  # all q rows' logits: one fixed shape per q
             # A fresh tensor: a slice of the engine's sequence has other strides than the drafted
             # token's reshape, and torch.compile guards on strides (a second graph for q = 1).
             forward, keep, ids = self._compiled, 0, ids.clone(memory_format=torch.contiguous_format)
@@ -113,7 +113,8 @@ class DraftLM(TrainedDrafter):
 
     def propose(self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None, tree=None) -> Proposal:
         self._context = seq.shape[1]
-        ids = seq[:, self.cache.length :]  # what the draft has not seen yet (1-2 tokens)
+        # What the draft has not seen yet: 1-2 tokens, more after plain steps (adaptive K = 0).
+        ids = seq[:, self.cache.length :]
         tokens, probs = [], []
         for _i in range(k):
             logits = self._forward(ids)
@@ -126,7 +127,10 @@ class DraftLM(TrainedDrafter):
         return Proposal(torch.stack(tokens), None if sampling.greedy else torch.stack(probs))
 
     def accept(self, num_accepted: int, hidden=None) -> None:
+        if self._context is None:  # a plain step (no propose): the next propose catches up
+            return
         self.cache.crop(min(self.cache.length, self._context + num_accepted))
+        self._context = None
 
     def as_assistant_model(self):
         """The underlying transformers model, for `generate(assistant_model=...)` baselines."""

@@ -283,7 +283,9 @@ class EagleDrafter(TrainedDrafter):
             torch._dynamo.mark_static_address(self._v)
 
     def accept(self, num_accepted: int, hidden: torch.Tensor | None = None) -> None:
-        self._pending = hidden  # the root and accepted rows, now with the target's real features
+        # The root and accepted rows, now with the target's real features; after a plain step
+        # (no propose in between) they join the rows still waiting for the next catch-up.
+        self._pending = _join_rows(self._pending, hidden)
 
     def propose(
         self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None, tree: TreeConfig | None = None
@@ -451,3 +453,10 @@ __all__ = [
     "check_config",
     "ttt_attention",
 ]
+
+
+def _join_rows(pending: torch.Tensor | None, hidden: torch.Tensor | None) -> torch.Tensor | None:
+    """Feature rows waiting for a drafter's next step: earlier ones first."""
+    if pending is None or hidden is None:
+        return hidden if pending is None else pending
+    return torch.cat([pending, hidden.to(pending.device)])

@@ -1,0 +1,170 @@
+"""Adaptive speculation: each step drafts the number of tokens with the most expected tokens per
+second, K = 0 (a plain step) included.
+
+A chain of k drafted tokens emits in expectation
+
+    E(k) = 1 + Σ_{i=1..k} Π_{j=1..i} α_j
+
+tokens (Leviathan et al. 2023, eq. 1, with a rate per position), where α_j is the chance that
+position j is accepted once 1..j-1 were. It costs t_draft(k) + t_verify(k); K = 0 costs one
+plain step and emits one token. Each step picks argmax_k E(k) / cost(k) from what this
+generation has measured so far:
+
+- rates: per position, accepted / reached over the drafted steps, decayed so that the recent
+  text counts most (acceptance moves with the content: code, prose, a quoted prompt); a
+  position reached rarely leans on the one before it;
+- costs: the loop's own timings of drafting and verifying, one running mean per k; a k not yet
+  run is interpolated between measured ones (linear in k), so choosing it measures it.
+
+When no K pays, the loop decodes plainly and probes with one drafted token now and then (every
+8 plain steps, backing off to 64 while the probes fail): a useless draft then costs a few
+percent of the plain speed, not the drafting of every step. A tree drafter chooses between its
+tree and a plain step the same way.
+
+K changes only what is proposed, never how it is verified: greedy output equals plain
+decoding's and sampled output keeps the target's distribution at every step whatever K is
+chosen (the choice depends on past steps only). A seed reproduces a sampled output only at
+fixed K, as the choice follows measured times.
+
+Anchors: transformers' assisted generation (dynamic number of assistant tokens, the assistant
+confidence threshold), vLLM's dynamic speculation work (Liu et al. 2024, "Optimizing
+Speculative Decoding for Serving Large Language Models Using Goodput") and EAGLE-2's
+context-dependent draft trees (Li et al. 2024).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+TREE = -1  # choose(): draft the configured tree
+
+
+@dataclass
+class AdaptiveK:
+    """Chooses each step's K in 0..k_max (a tree drafter: TREE or 0) and learns from each step.
+
+    k_start: the K of the first step (the drafter's default); the second step is a plain one,
+    so that both ends of the cost line are measured before the model chooses.
+    """
+
+    k_max: int
+    k_start: int
+    tree: bool = False
+    decay: float = 0.95  # per drafted step: ~20 steps of memory
+    prior_weight: float = 2.0  # pseudo-steps of the previous position's rate at a rarely reached one
+    cost_weight: float = 0.3  # running mean of step times: the newest sample's weight
+    probe_every: int = 8
+    probe_max: int = 64
+    history: list[int] = field(default_factory=list)  # the K each step drafted (a tree: its node count)
+
+    def __post_init__(self):
+        if self.k_max < 1:
+            raise ValueError("adaptive K needs k_max >= 1")
+        self.k_start = max(1, min(self.k_start, self.k_max))
+        self._reached = [0.0] * self.k_max
+        self._accepted = [0.0] * self.k_max
+        self._tree_tokens = None  # running mean of tokens per tree step
+        self._cost: dict[int, float] = {}  # k (TREE for the tree) -> seconds per step
+        self._plain_run = 0  # plain steps since the last drafted one
+        self._probe_gap = self.probe_every
+
+    # --- the model -----------------------------------------------------------------------------
+
+    def rates(self) -> list[float]:
+        """α_j for j = 1..k_max: accepted / reached, shrunk toward α_{j-1} (0.5 before position 1)."""
+        out, prior = [], 0.5
+        for reached, accepted in zip(self._reached, self._accepted):
+            prior = (accepted + self.prior_weight * prior) / (reached + self.prior_weight)
+            out.append(prior)
+        return out
+
+    def expected_tokens(self, k: int) -> float:
+        """E(k): tokens a step drafting k emits, the target's own token included."""
+        if k == TREE:
+            return 1.0 if self._tree_tokens is None else self._tree_tokens
+        total, run = 1.0, 1.0
+        for a in self.rates()[:k]:
+            run *= a
+            total += run
+        return total
+
+    def cost(self, k: int) -> float | None:
+        """Seconds per step drafting k: measured, or interpolated linearly between the nearest
+        measured K on each side (extrapolated from the two highest); None before any measurement."""
+        if k in self._cost:
+            return self._cost[k]
+        known = sorted(x for x in self._cost if x != TREE)
+        if not known:
+            return None
+        below = [x for x in known if x < k]
+        above = [x for x in known if x > k]
+        if below and above:
+            a, b = below[-1], above[0]
+        elif len(known) >= 2:
+            a, b = (known[-2], known[-1]) if not above else (known[0], known[1])
+        else:
+            return self._cost[known[0]]
+        ca, cb = self._cost[a], self._cost[b]
+        return max(ca + (cb - ca) * (k - a) / (b - a), 1e-9)
+
+    def rate(self, k: int) -> float | None:
+        """Expected tokens per second drafting k (None: its cost is unknown)."""
+        c = self.cost(k)
+        return None if c is None else self.expected_tokens(k) / c
+
+    # --- the loop's two calls ------------------------------------------------------------------
+
+    def choose(self) -> int:
+        """The K of the next step: 0 (plain), 1..k_max, or TREE."""
+        step = len(self.history)
+        drafted = TREE if self.tree else self.k_start
+        if step == 0:
+            k = drafted
+        elif step == 1 or 0 not in self._cost:
+            k = 0
+        else:
+            options = [0, TREE] if self.tree else range(self.k_max + 1)
+            k = max(options, key=lambda x: self.rate(x) or 0.0)
+            if k == 0 and self._plain_run >= self._probe_gap:
+                k = TREE if self.tree else 1  # a probe: has the draft started to pay?
+        self.history.append(k)
+        return k
+
+    def observe(self, k: int, num_accepted: int, seconds: float | None = None) -> None:
+        """The step that drafted k kept num_accepted drafts and took `seconds` (None: untimed)."""
+        if seconds is not None and seconds > 0:
+            old = self._cost.get(k)
+            self._cost[k] = seconds if old is None else old + self.cost_weight * (seconds - old)
+        if k == 0:
+            self._plain_run += 1
+            return
+        probe = self._plain_run >= self._probe_gap
+        if probe:  # back off while probes find nothing; a hit resets the gap
+            self._probe_gap = self.probe_every if num_accepted else min(2 * self._probe_gap, self.probe_max)
+        self._plain_run = 0
+        if k == TREE:
+            tokens = 1.0 + num_accepted
+            old = self._tree_tokens
+            self._tree_tokens = tokens if old is None else old + (1 - self.decay) * 4 * (tokens - old)
+            return
+        self._reached = [r * self.decay for r in self._reached]
+        self._accepted = [a * self.decay for a in self._accepted]
+        for i in range(min(num_accepted + 1, k)):
+            self._reached[i] += 1.0
+        for i in range(num_accepted):
+            self._accepted[i] += 1.0
+
+    def summary(self) -> dict:
+        """What a report records: the K chosen at each step and how often each was chosen."""
+        counts: dict[str, int] = {}
+        for k in self.history:
+            key = "tree" if k == TREE else str(k)
+            counts[key] = counts.get(key, 0) + 1
+        return {
+            "k_max": self.k_max,
+            "k_per_step": ["tree" if k == TREE else k for k in self.history],
+            "k_counts": counts,
+        }
+
+
+__all__ = ["TREE", "AdaptiveK"]

@@ -1,0 +1,227 @@
+"""Adaptive K (infer/adaptive.py): the policy's choices from known acceptance and costs, and the
+engine under it for every kind: greedy output equal to plain decoding, the target's law kept,
+plain steps chosen when drafting cannot pay."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+import torch
+from lawtest import chisquare_pvalue, engine_samples, exact_law
+
+import draftsmith.infer.engine as engine_module
+from draftsmith.errors import DraftsmithError
+from draftsmith.infer import Engine, SamplingConfig
+from draftsmith.infer.adaptive import TREE, AdaptiveK
+from draftsmith.infer.engine import adaptive_ceiling
+from draftsmith.infer.proposal import Proposal, speculative_cap
+from draftsmith.kinds import KINDS
+
+PROMPT = [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 30, 31, 7, 8, 9]
+SAMPLING = SamplingConfig(temperature=1.0, top_k=3)
+
+
+def run(policy: AdaptiveK, accept, cost, steps: int) -> list[int]:
+    """Drive the policy `steps` times: accept(k) -> drafts kept, cost(k) -> seconds."""
+    for _ in range(steps):
+        k = policy.choose()
+        policy.observe(k, accept(k), cost(k))
+    return policy.history
+
+
+# --- the policy --------------------------------------------------------------------------------
+
+
+def test_a_draft_that_never_pays_decodes_plainly_and_probes_less_and_less():
+    policy = AdaptiveK(k_max=8, k_start=4)
+    history = run(policy, accept=lambda k: 0, cost=lambda k: 0.1 + 0.05 * k, steps=200)
+    assert history[:2] == [4, 0]  # the default K, then a plain step: both ends of the cost line
+    drafted = [i for i, k in enumerate(history) if k]
+    assert history.count(0) >= 190
+    assert all(history[i] == 1 for i in drafted[1:])  # probes draft one token
+    gaps = [b - a - 1 for a, b in zip(drafted, drafted[1:])]
+    assert gaps[:4] == [8, 16, 32, 64] and all(g == 64 for g in gaps[4:])
+
+
+def test_a_probe_that_hits_brings_drafting_back():
+    policy = AdaptiveK(k_max=4, k_start=4)
+    good = {"on": False}
+    history = run(policy, lambda k: k if good["on"] else 0, lambda k: 0.1 + 0.01 * k, steps=40)
+    assert history[-1] == 0
+    good["on"] = True  # the text turned predictable
+    history = run(policy, lambda k: k, lambda k: 0.1 + 0.01 * k, steps=80)
+    assert history[-10:] == [4] * 10
+
+
+def test_its_speed_is_within_5_percent_of_the_best_fixed_k():
+    """Each step the draft is right for L tokens in a row (L cycling over a fixed pattern), so a
+    chain of k keeps min(L, k); drafting and verifying k costs 0.1 + 0.03 k. Tokens per second over
+    a long run, against every fixed K run on the same pattern."""
+    lengths = [0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 1, 9, 2, 3]
+
+    def speed(choose, steps=600):
+        tokens = seconds = 0.0
+        pattern = itertools.cycle(lengths)
+        for _ in range(steps):
+            k = choose()
+            kept = min(next(pattern), k)
+            tokens, seconds = tokens + kept + 1, seconds + 0.1 + 0.03 * k
+            yield_ = (k, kept, 0.1 + 0.03 * k)
+            observe(*yield_)
+        return tokens / seconds
+
+    observe = lambda *a: None  # noqa: E731 -- fixed K learns nothing
+    fixed = {k: speed(lambda k=k: k) for k in range(9)}
+    best = max(fixed, key=fixed.get)
+    assert 0 < best < 8  # the pattern makes a middle K the best: a real choice
+    policy = AdaptiveK(k_max=8, k_start=4)
+    observe = policy.observe
+    assert speed(policy.choose) >= 0.95 * fixed[best]
+
+
+def test_costs_of_an_untried_k_are_interpolated_between_measured_ones():
+    policy = AdaptiveK(k_max=8, k_start=4)
+    policy.observe(4, 0, 0.3)
+    policy.observe(0, 0, 0.1)
+    assert policy.cost(2) == pytest.approx(0.2)
+    assert policy.cost(8) == pytest.approx(0.5)  # extrapolated from the two highest
+    assert AdaptiveK(k_max=2, k_start=1).cost(1) is None
+
+
+def test_a_tree_drafter_chooses_between_its_tree_and_a_plain_step():
+    policy = AdaptiveK(k_max=16, k_start=4, tree=True)
+    history = run(policy, lambda k: 3 if k == TREE else 0, lambda k: 0.12 if k == TREE else 0.1, steps=20)
+    assert set(history) == {TREE, 0} and history[-5:] == [TREE] * 5
+    assert policy.summary()["k_counts"]["tree"] == history.count(TREE)
+    policy = AdaptiveK(k_max=16, k_start=4, tree=True)
+    history = run(policy, lambda k: 0, lambda k: 0.3 if k == TREE else 0.1, steps=20)
+    assert history[1:9] == [0] * 8 and history[9] == TREE  # then a probe
+
+
+# --- the engine under the policy ------------------------------------------------------------------
+
+
+class Scripted(AdaptiveK):
+    """A policy that cycles through fixed K (plain steps among them), whatever it measures: the
+    drafter must stay in step with the target across plain steps of any length."""
+
+    script = (None, 0, 0, 1, 0, 2, 0, 0, 0, None, 1, 0)  # None: the K the engine started with
+
+    def choose(self) -> int:
+        k = self.script[len(self.history) % len(self.script)]
+        k = (TREE if self.tree else self.k_start) if k is None else (TREE if self.tree and k else k)
+        self.history.append(k)
+        return k
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    monkeypatch.setattr(engine_module, "AdaptiveK", Scripted)
+
+
+def k_for(drafter) -> int:
+    return min(3, speculative_cap(drafter) or 3)
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_greedy_output_equals_plain_across_plain_and_drafted_steps(name, tiny_target, tiny, scripted):
+    _, _, drafter = tiny(name)
+    engine = Engine(tiny_target, drafter, k_for(drafter), adaptive=True)
+    plain = engine.generate(PROMPT, 30, speculative=False, eos_token_ids=())
+    spec = engine.generate(PROMPT, 30, eos_token_ids=())
+    assert spec.tokens == plain.tokens
+    chosen = spec.extra["adaptive_k"]["k_per_step"]
+    assert 0 in chosen and any(k for k in chosen) and spec.metrics.drafts > 0
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_sampled_output_keeps_the_target_law_across_plain_and_drafted_steps(name, tiny_target, tiny, scripted):
+    _, _, drafter = tiny(name)
+    prompt = [40, 41, 42, 43, 40, 41, 42, 43]
+    law = exact_law(tiny_target, prompt, 3, SAMPLING)
+    engine = Engine(tiny_target, drafter, min(2, k_for(drafter)), adaptive=True)
+    counts, _, drafted = engine_samples(engine, prompt, law, SAMPLING, 300)
+    assert drafted > 0
+    assert chisquare_pvalue(counts, law) > 1e-3
+
+
+def test_the_real_policy_keeps_greedy_equality_and_the_law(tiny_target, tiny):
+    _, _, drafter = tiny("draft_lm")
+    engine = Engine(tiny_target, drafter, adaptive=True)
+    assert engine.k == adaptive_ceiling(drafter) == 2 * engine.k_start
+    for prompt in (PROMPT, [5, 40, 41, 42, 43, 9, 12, 5, 40]):
+        assert (
+            engine.generate(prompt, 40, eos_token_ids=()).tokens
+            == engine.generate(prompt, 40, speculative=False, eos_token_ids=()).tokens
+        )
+    prompt = [40, 41, 42, 43, 40, 41, 42, 43]
+    law = exact_law(tiny_target, prompt, 3, SAMPLING)
+    counts, _, drafted = engine_samples(engine, prompt, law, SAMPLING, 300)
+    assert drafted > 0 and chisquare_pvalue(counts, law) > 1e-3
+
+
+class Useless:
+    """Drafts a token the target never picks, and takes 20 ms to do it: no K pays."""
+
+    kind, needs_hidden_states = "stub", False
+
+    def __init__(self, bad: int):
+        self.bad = bad
+
+    def start(self, prompt, max_length, hidden=None):
+        pass
+
+    def propose(self, seq, k, sampling, generator=None, tree=None):
+        time.sleep(0.02)
+        return Proposal(torch.full((k,), self.bad, dtype=torch.long, device=seq.device))
+
+    def accept(self, num_accepted, hidden=None):
+        pass
+
+
+class Oracle(Useless):
+    """Drafts the target's own greedy continuation, at no cost: the most K pays."""
+
+    def __init__(self, reference: list[int], prompt_len: int):
+        self.reference, self.prompt_len = reference, prompt_len
+
+    def propose(self, seq, k, sampling, generator=None, tree=None):
+        at = seq.shape[1] - self.prompt_len
+        return Proposal(torch.tensor(self.reference[at : at + k] or [0], device=seq.device)[:k])
+
+
+def test_plain_steps_are_chosen_when_drafting_cannot_pay(tiny_target):
+    plain = Engine(tiny_target).generate(PROMPT, 64, eos_token_ids=()).tokens
+    seen = torch.zeros(tiny_target.vocab_size)
+    seen[plain] = 1
+    useless = Useless(int(seen.argmin()))  # a token the greedy continuation never contains
+    out = Engine(tiny_target, useless, 4, adaptive=True).generate(PROMPT, 64, eos_token_ids=())
+    assert out.tokens == plain
+    chosen = out.extra["adaptive_k"]["k_per_step"]
+    assert chosen[:2] == [4, 0]
+    assert chosen.count(0) >= 0.85 * len(chosen)
+
+
+def test_a_perfect_draft_drafts_long_chains(tiny_target):
+    plain = Engine(tiny_target).generate(PROMPT, 80, eos_token_ids=()).tokens
+    oracle = Oracle(plain, len(PROMPT))
+    out = Engine(tiny_target, oracle, 8, adaptive=True).generate(PROMPT, 80, eos_token_ids=())
+    assert out.tokens == plain
+    drafted = [k for k in out.extra["adaptive_k"]["k_per_step"] if k]
+    assert sum(drafted) / len(drafted) >= 4
+    assert out.metrics.mean_acceptance_length >= 4
+
+
+def test_adaptive_k_is_refused_with_lossy_verification(tiny_target, tiny):
+    _, _, drafter = tiny("medusa")
+    with pytest.raises(DraftsmithError, match="adaptive K needs lossless verification"):
+        Engine(tiny_target, drafter, 2, verification="typical-lossy", adaptive=True)
+
+
+def test_the_adaptive_ceiling_is_the_cap_or_twice_the_default(tiny_target, tiny):
+    for name in KINDS:
+        _, _, drafter = tiny(name)
+        cap = speculative_cap(drafter)
+        assert adaptive_ceiling(drafter) == (cap if cap is not None else 2 * Engine(tiny_target, drafter).k)
