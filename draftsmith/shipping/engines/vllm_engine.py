@@ -127,13 +127,17 @@ class VLLMServer:
         max_model_len: int = 2048,
         log_path="vllm-server.log",
         startup_s: float = 900.0,
+        launcher: list[str] | None = None,
+        extra_args=(),
     ):
+        # launcher: the command that starts vLLM's server (default: .engines/vllm's python -m the API
+        # server); extra_args: further `vllm serve` arguments (a speculative config, parallelism).
         import socket
         import subprocess
         import time
         import urllib.request
 
-        folder = require("vllm")
+        folder = require("vllm") if launcher is None else None
         if not port:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
@@ -147,14 +151,13 @@ class VLLMServer:
             "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
             "PYTHONPATH": "",
         }
-        preload = preloads(folder)
+        preload = preloads(folder) if folder is not None else ""
         if preload:
             env["LD_PRELOAD"] = preload
+        if launcher is None:
+            launcher = [str(folder / "bin" / "python"), "-I", "-m", "vllm.entrypoints.openai.api_server"]
         argv = [
-            str(folder / "bin" / "python"),
-            "-I",
-            "-m",
-            "vllm.entrypoints.openai.api_server",
+            *launcher,
             "--model",
             str(target_dir),
             "--served-model-name",
@@ -167,6 +170,7 @@ class VLLMServer:
             str(port),
             "--max-model-len",
             str(max_model_len),
+            *extra_args,
         ]
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
