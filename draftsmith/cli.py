@@ -1,4 +1,4 @@
-"""The `draftsmith` command: train, features, plan, bench, eval, generate, export, publish, crosscheck.
+"""The `draftsmith` command: train, features, plan, bench, eval, generate, export, publish, crosscheck, serve-bench.
 
 Every user-facing error is a DraftsmithError, printed as one line with exit status 2.
 """
@@ -169,6 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
             help="decode the same prompts in vLLM / llama.cpp and our runtime: "
             "outputs, acceptance and speed side by side",
         )
+    )
+    from draftsmith.evaluation import serve_bench
+
+    serve_bench.add_arguments(
+        sub.add_parser("serve-bench", help="vLLM's server with and without the drafter at 1 to 64 requests in flight")
     )
     return parser
 
@@ -446,6 +451,12 @@ def cmd_crosscheck(args) -> int:
     return crosscheck.run(args)
 
 
+def cmd_serve_bench(args) -> int:
+    from draftsmith.evaluation import serve_bench
+
+    return serve_bench.run(args)
+
+
 COMMANDS = {
     "bench": cmd_bench,
     "eval": cmd_eval,
@@ -453,6 +464,7 @@ COMMANDS = {
     "export": cmd_export,
     "publish": cmd_publish,
     "crosscheck": cmd_crosscheck,
+    "serve-bench": cmd_serve_bench,
 }
 
 

@@ -1,0 +1,457 @@
+"""`draftsmith serve-bench`: a drafter's speed and acceptance in vLLM's server at real load.
+
+Two OpenAI-compatible vLLM servers, one serving the target with the drafter and one without it
+(started here from a checkpoint's `--format vllm` export, or the user's own: `--base-url`,
+`--baseline-url`), get the same streamed requests at each concurrency. Per level and prompt
+category: output tokens/s, requests/s, TTFT and inter-token latency (p50, p99), tau and the
+acceptance per draft position from the drafted server's spec-decode counters (read before and
+after the level), each figure's speedup over the plain server, and the crossover: the first
+concurrency where the drafter stops paying. One table, one JSON (stamped with the machine, the
+engine and the exact command), one PNG.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import pathlib
+import shlex
+import shutil
+import subprocess
+import sys
+
+from draftsmith.errors import DraftsmithError
+from draftsmith.evaluation import serve_load
+from draftsmith.evaluation.serve_load import Request
+
+log = logging.getLogger(__name__)
+DEFAULT_PROMPTS = "mt-bench,humaneval"
+# Latencies: speedup = plain / drafted (above 1: the drafter is faster); rates: drafted / plain.
+RATES = ("output_tokens_per_s", "requests_per_s")
+LATENCIES = ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
+ALL = "all"
+
+
+def add_arguments(p) -> None:
+    p.add_argument(
+        "checkpoint",
+        nargs="?",
+        default=None,
+        help="a checkpoint or run folder (its best/ or final/); not needed with --base-url and --baseline-url",
+    )
+    p.add_argument("--base-url", default=None, help="a running vLLM server with the drafter, e.g. http://h:8000/v1")
+    p.add_argument("--baseline-url", default=None, help="a running vLLM server of the same target without a drafter")
+    p.add_argument("--model", default=None, help="the served model name (default: the first at /v1/models)")
+    p.add_argument("--target", default=None, help="the target to serve (default: the checkpoint's own)")
+    p.add_argument("--num-speculative-tokens", "-k", type=int, default=None, help="K (default: the kind's)")
+    p.add_argument(
+        "--prompts",
+        default=DEFAULT_PROMPTS,
+        help="comma list of mt-bench (first turns, by category), humaneval, chat, code, or a SPEED-Bench-layout "
+        "JSONL file (one row per prompt: category plus turns, messages or prompt); its categories become rows",
+    )
+    p.add_argument("--categories", default=None, help="comma list: only these categories (default: all)")
+    p.add_argument("--num-prompts", type=int, default=None, help="the first N prompts of each set (default: all)")
+    p.add_argument("--concurrency", default="1,4,16,64", help="requests in flight, comma list (default 1,4,16,64)")
+    p.add_argument("--num-requests", type=int, default=32, help="requests per category and level (default 32)")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up requests per level (default: the concurrency)")
+    p.add_argument("--temperature", default="0", help="comma list, e.g. 0,1 (default 0)")
+    p.add_argument("--max-tokens", type=int, default=256, help="output tokens per request at most (default 256)")
+    p.add_argument("--ignore-eos", action="store_true", help="every request generates --max-tokens (vLLM extension)")
+    p.add_argument("--api", choices=["chat", "completions"], default="chat", help="the endpoint (default chat)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--request-timeout", type=float, default=600.0, help="seconds one request may take")
+    p.add_argument("--output-dir", default="serve-bench", help="results.json, speedup.png, export and server logs")
+    eng = p.add_argument_group("the vLLM servers started here (passed through to `vllm serve`)")
+    eng.add_argument("--vllm", default=None, help="a `vllm` executable or a python with vllm (default: .engines/vllm)")
+    eng.add_argument("--tensor-parallel-size", type=int, default=None)
+    eng.add_argument("--pipeline-parallel-size", type=int, default=None)
+    eng.add_argument("--max-num-seqs", type=int, default=None)
+    eng.add_argument("--gpu-memory-utilization", type=float, default=None)
+    eng.add_argument("--dtype", default="auto", help="vLLM's --dtype (default auto)")
+    eng.add_argument("--max-model-len", type=int, default=4096)
+    eng.add_argument("--engine-arg", action="append", default=[], metavar="K=V", help="any `vllm serve --K V`")
+    eng.add_argument("--startup-timeout", type=float, default=1800.0, help="seconds a server may take to start")
+
+
+def parse_list(text: str, flag: str, cast, minimum=None) -> list:
+    try:
+        values = [cast(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise DraftsmithError(f"{flag} {text}: a comma list of numbers, e.g. 1,4,16") from None
+    if not values or (minimum is not None and min(values) < minimum):
+        raise DraftsmithError(f"{flag} {text}: a comma list of numbers >= {minimum}")
+    return sorted(set(values))
+
+
+def engine_args(args) -> list[str]:
+    """`vllm serve` arguments from the pass-through flags and every --engine-arg K=V (K alone: a switch)."""
+    out = []
+    for flag in ("tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs", "gpu_memory_utilization"):
+        if getattr(args, flag) is not None:
+            out += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    for item in args.engine_arg:
+        key, eq, value = item.partition("=")
+        key = key.strip().lstrip("-")
+        if not key:
+            raise DraftsmithError(f"--engine-arg {item!r}: write K=V, e.g. --engine-arg enforce-eager")
+        out += [f"--{key}"] + ([value] if eq else [])
+    return out
+
+
+def launcher(vllm: str | None) -> list[str] | None:
+    """The command that starts vLLM's server: a python runs the API server module, anything else is
+    a `vllm` executable (`vllm serve`); None: .engines/vllm's."""
+    if vllm is None:
+        return None
+    path = shutil.which(vllm) or vllm
+    if not pathlib.Path(path).is_file():
+        raise DraftsmithError(f"--vllm {vllm}: no such executable")
+    if pathlib.Path(path).name.startswith("python"):
+        return [path, "-I", "-m", "vllm.entrypoints.openai.api_server"]
+    return [path, "serve"]
+
+
+# --- prompts ------------------------------------------------------------------------------------------------
+
+
+def _file_rows(path: pathlib.Path) -> list[Request]:
+    """A SPEED-Bench-layout file: one JSON object a line with `category` and `turns` (the first is
+    sent), `messages` or `prompt`/`question`; `domain` stands in for a missing category."""
+    out = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DraftsmithError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise DraftsmithError(f"{path}:{lineno}: each line must be a JSON object")
+        cat = str(row.get("category") or row.get("domain") or path.stem)
+        if isinstance(row.get("messages"), list):
+            messages = [m for m in row["messages"] if m.get("role") != "assistant"][:2]
+        elif isinstance(row.get("turns"), list) and row["turns"]:
+            messages = [{"role": "user", "content": str(row["turns"][0])}]
+        elif isinstance(row.get("prompt") or row.get("question"), str):
+            messages = [{"role": "user", "content": row.get("prompt") or row.get("question")}]
+        else:
+            raise DraftsmithError(f"{path}:{lineno}: each line needs `turns`, `messages` or `prompt`")
+        out.append(Request(cat, messages))
+    if not out:
+        raise DraftsmithError(f"{path}: no prompts in it")
+    return out
+
+
+def load_requests(spec: str, limit: int | None = None, categories: str | None = None) -> dict[str, list[Request]]:
+    """category -> its prompts (as chat messages), in the sets' order."""
+    from draftsmith.evaluation import prompts as P
+
+    found: dict[str, list[Request]] = {}
+    for name in [s.strip() for s in spec.split(",") if s.strip()]:
+        if name == "mt-bench":
+            rows = [Request(r["category"], [{"role": "user", "content": r["turns"][0]}])
+                    for r in P.select_mt_bench(P.read_rows("mt-bench"), limit)]  # fmt: skip
+        elif name == "humaneval":
+            rows = [Request("humaneval", [{"role": "user", "content": r["prompt"]}]) for r in P.read_rows(name)]
+        elif name in P.BUILTIN_SETS or pathlib.Path(name).expanduser().is_file():
+            path = P._builtin_path(name) if name in P.BUILTIN_SETS else pathlib.Path(name).expanduser()
+            rows = _file_rows(path)
+        else:
+            raise DraftsmithError(
+                f"--prompts {name}: not a file; name mt-bench, humaneval, {', '.join(P.BUILTIN_SETS)} or a JSONL file"
+            )
+        for r in rows[:limit] if name != "mt-bench" else rows:
+            found.setdefault(r.category, []).append(r)
+    if categories:
+        wanted = [c.strip() for c in categories.split(",") if c.strip()]
+        unknown = [c for c in wanted if c not in found]
+        if unknown:
+            raise DraftsmithError(
+                f"--categories: unknown category {', '.join(map(repr, unknown))}; these prompts have {', '.join(found)}"
+            )
+        found = {c: found[c] for c in wanted}
+    return found
+
+
+# --- the sweep ----------------------------------------------------------------------------------------------
+
+
+def sweep(url, model, flag, sets, levels, temps, args, drafted: bool) -> dict:
+    """(temperature, category, concurrency) -> that level's figures, plus the counters' acceptance
+    on the drafted server; an `all` category per level pools every category's requests."""
+    kw = dict(api=args.api, max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
+    kw["timeout"] = args.request_timeout
+    out = {}
+    first = next(iter(sets.values()))
+    for t in temps:
+        for c in levels:
+            warm = c if args.warmup is None else args.warmup
+            if warm:
+                serve_load.run_level(url, model, [first[i % len(first)] for i in range(warm)], c, temperature=t, **kw)
+            pooled, wall, pooled_spec = [], 0.0, None
+            for cat, reqs in sets.items():
+                batch = [reqs[i % len(reqs)] for i in range(args.num_requests)]
+                before = serve_load.read_counters(url, flag)
+                if drafted and before is None:
+                    raise DraftsmithError(
+                        f"{flag} {url}: /metrics has no spec_decode counters: the server is not serving a drafter"
+                    )
+                records, wall_s = serve_load.run_level(url, model, batch, c, temperature=t, **kw)
+                after = serve_load.read_counters(url, flag)
+                row = serve_load.level_figures(records, wall_s)
+                errors = [r.error for r in records if r.error]
+                if errors:
+                    log.warning("%s: %d of %d requests failed, e.g. %s", flag, len(errors), len(records), errors[0])
+                if drafted:
+                    delta = after.minus(before)
+                    row["spec"] = delta.figures()
+                    pooled_spec = delta if pooled_spec is None else _add(pooled_spec, delta)
+                out[(t, cat, c)] = row
+                pooled += records
+                wall += wall_s
+                log.info("%s T=%g c=%d %s: %.1f tok/s", flag, t, c, cat, row["output_tokens_per_s"] or 0)
+            row = serve_load.level_figures(pooled, wall)
+            if drafted:
+                row["spec"] = pooled_spec.figures()
+            out[(t, ALL, c)] = row
+    return out
+
+
+def _add(a: serve_load.SpecCounters, b: serve_load.SpecCounters) -> serve_load.SpecCounters:
+    pos = dict(a.per_pos or {})
+    for p, v in (b.per_pos or {}).items():
+        pos[p] = pos.get(p, 0.0) + v
+    return serve_load.SpecCounters(a.drafts + b.drafts, a.draft_tokens + b.draft_tokens, a.accepted + b.accepted, pos)
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def combine(drafted: dict, baseline: dict) -> list[dict]:
+    """One row per (temperature, category, concurrency): both servers' figures and the speedups."""
+    rows = []
+    for key, d in drafted.items():
+        t, cat, c = key
+        b = baseline[key]
+        speedup = {f: _ratio(d[f], b[f]) for f in RATES}
+        speedup.update({f: _ratio(b[f], d[f]) for f in LATENCIES})
+        rows.append({"temperature": t, "category": cat, "concurrency": c, "drafted": d, "baseline": b,
+                     "speedup": speedup})  # fmt: skip
+    return rows
+
+
+def crossovers(rows: list[dict]) -> dict:
+    """temperature -> category -> the first concurrency where the drafted server's output tokens/s
+    is at or below the plain server's (None: the drafter pays at every level measured)."""
+    out: dict = {}
+    for r in sorted(rows, key=lambda r: r["concurrency"]):
+        cats = out.setdefault(f"{r['temperature']:g}", {})
+        d, b = r["drafted"]["output_tokens_per_s"], r["baseline"]["output_tokens_per_s"]
+        if r["category"] not in cats:
+            cats[r["category"]] = None
+        if cats[r["category"]] is None and d is not None and b is not None and d <= b:
+            cats[r["category"]] = r["concurrency"]
+    return out
+
+
+def _fmt(x, spec="{:.2f}", scale=1.0) -> str:
+    return "-" if x is None else spec.format(x * scale)
+
+
+def format_table(result: dict) -> str:
+    head = ("T", "category", "conc", "tok/s", "plain", "speedup", "req/s x", "TTFT p50 ms", "TTFT p99 ms",
+            "ITL p50 ms", "ITL p99 ms", "ITL x", "tau", "accept/pos")  # fmt: skip
+    lines = [head]
+    for r in result["rows"]:
+        d, b, s, spec = r["drafted"], r["baseline"], r["speedup"], r["drafted"].get("spec") or {}
+        lines.append((
+            f"{r['temperature']:g}", r["category"], str(r["concurrency"]), _fmt(d["output_tokens_per_s"], "{:.1f}"),
+            _fmt(b["output_tokens_per_s"], "{:.1f}"), _fmt(s["output_tokens_per_s"], "{:.2f}x"),
+            _fmt(s["requests_per_s"], "{:.2f}x"), _fmt(d["ttft_p50_s"], "{:.0f}", 1e3),
+            _fmt(d["ttft_p99_s"], "{:.0f}", 1e3), _fmt(d["itl_p50_s"], "{:.1f}", 1e3),
+            _fmt(d["itl_p99_s"], "{:.1f}", 1e3), _fmt(s["itl_p50_s"], "{:.2f}x"), _fmt(spec.get("tau")),
+            " ".join(f"{a:.2f}" for a in spec.get("per_position") or []) or "-",
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    text = ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in lines]
+    for t, cats in result["crossover"].items():
+        where = ", ".join(f"{c}: {'none' if v is None else v}" for c, v in cats.items())
+        text.append(f"crossover at T={t} (first concurrency where the drafter's tok/s <= plain): {where}")
+    return "\n".join(text)
+
+
+def plot(result: dict, path: pathlib.Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no PNG (pip install matplotlib)")
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    series: dict = {}
+    for r in result["rows"]:
+        series.setdefault((r["temperature"], r["category"]), []).append(
+            (r["concurrency"], r["speedup"]["output_tokens_per_s"])
+        )
+    for (t, cat), pts in series.items():
+        pts = sorted(p for p in pts if p[1] is not None)
+        width = 2.5 if cat == ALL else 1.0
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", linewidth=width, label=f"{cat} (T={t:g})")
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("requests in flight")
+    ax.set_ylabel("output tokens/s, drafted / plain")
+    ax.set_title(f"serve-bench: {result['stamp']['engine']['name']} {result['stamp']['engine']['version'] or ''}")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+# --- the stamp ----------------------------------------------------------------------------------------------
+
+
+def command_line(args) -> str:
+    if pathlib.Path(sys.argv[0]).name == "draftsmith" and sys.argv[1:2] == ["serve-bench"]:
+        return shlex.join(["draftsmith", *sys.argv[1:]])
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    argv = ["draftsmith", "serve-bench"] + ([args.checkpoint] if args.checkpoint else [])
+    for a in p._actions:
+        if not a.option_strings or a.dest == "help":
+            continue
+        v = getattr(args, a.dest, a.default)
+        if v == a.default:
+            continue
+        flag = a.option_strings[0]
+        argv += [flag] if v is True else [x for item in v for x in (flag, item)] if isinstance(v, list) else [flag, v]
+    return shlex.join(map(str, argv))
+
+
+def machine() -> dict:
+    from draftsmith.infer.hardware import cpu_info, format_cpu
+
+    cpu = cpu_info()
+    out = {"cpu": format_cpu(cpu), "cpu_flags": cpu.get("flags"), "gpus": []}
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=30)  # fmt: skip
+        out["gpus"] = [g.strip() for g in q.stdout.splitlines() if g.strip()] if q.returncode == 0 else []
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+def git_commit() -> str | None:
+    try:
+        q = subprocess.run(["git", "rev-parse", "HEAD"], cwd=pathlib.Path(__file__).resolve().parents[2],
+                           capture_output=True, text=True, timeout=30)  # fmt: skip
+        return q.stdout.strip() or None if q.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+# --- the command --------------------------------------------------------------------------------------------
+
+
+def _check(args):
+    levels = parse_list(args.concurrency, "--concurrency", int, 1)
+    temps = parse_list(args.temperature, "--temperature", float, 0)
+    for flag, v, least in (("--num-requests", args.num_requests, 1), ("--max-tokens", args.max_tokens, 1),
+                           ("--warmup", args.warmup, 0), ("--num-prompts", args.num_prompts, 1),
+                           ("--num-speculative-tokens", args.num_speculative_tokens, 1)):  # fmt: skip
+        if v is not None and v < least:
+            raise DraftsmithError(f"{flag} must be >= {least}")
+    if bool(args.base_url) != bool(args.baseline_url):
+        raise DraftsmithError(
+            "give both --base-url (drafted) and --baseline-url (plain), or neither: then serve-bench starts both "
+            "from the checkpoint"
+        )
+    if not args.base_url and not args.checkpoint:
+        raise DraftsmithError("name a checkpoint (or run folder), or give --base-url and --baseline-url")
+    engine_args(args)  # its errors, before anything starts
+    return levels, temps
+
+
+def run(args) -> int:
+    levels, temps = _check(args)
+    sets = load_requests(args.prompts, args.num_prompts, args.categories)
+    out = pathlib.Path(args.output_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    info: dict = {}
+    if args.base_url:
+        for flag, url in (("--base-url", args.base_url), ("--baseline-url", args.baseline_url)):
+            serve_load.read_counters(url, flag)  # reachable and vLLM's, before the sweep
+        model = args.model or serve_load.served_model(args.base_url)
+        base_model = args.model or serve_load.served_model(args.baseline_url, "--baseline-url")
+        version = serve_load.engine_version(args.base_url)
+        drafted = sweep(args.base_url, model, "--base-url", sets, levels, temps, args, True)
+        baseline = sweep(args.baseline_url, base_model, "--baseline-url", sets, levels, temps, args, False)
+    else:
+        drafted, baseline, version, info = _managed(args, out, sets, levels, temps)
+    rows = combine(drafted, baseline)
+    result = {
+        "rows": rows,
+        "crossover": crossovers(rows),
+        "stamp": {
+            "machine": machine(),
+            "engine": {"name": "vllm", "version": version},
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "git_commit": git_commit(),
+            "command": command_line(args),
+            "prompts": args.prompts,
+            "num_requests": args.num_requests,
+            "max_tokens": args.max_tokens,
+            "api": args.api,
+            **info,
+        },
+    }
+    print(format_table(result))
+    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out / 'results.json'}")
+    if plot(result, out / "speedup.png"):
+        print(f"wrote {out / 'speedup.png'}")
+    return 0
+
+
+def _managed(args, out: pathlib.Path, sets, levels, temps):
+    """Export the checkpoint, then serve the target with the drafter and sweep, then without it and sweep
+    (one server at a time: both at once would share the machine and skew each other's figures)."""
+    from draftsmith.kinds import KINDS
+    from draftsmith.models.checkpoint import Checkpoint
+    from draftsmith.models.sources import resolve_model
+    from draftsmith.shipping.engines.vllm_engine import VLLMServer
+    from draftsmith.shipping.export import export
+    from draftsmith.shipping.export.common import layout
+
+    ckpt = Checkpoint.open(args.checkpoint)
+    target = args.target or ckpt.target_to_load()[0]
+    if target is None:
+        raise DraftsmithError(f"{ckpt.path}: names no target; pass --target")
+    target_dir = resolve_model(target).path
+    k = args.num_speculative_tokens or KINDS[ckpt.kind].default_k
+    draft_dir = out / "export-vllm"
+    if draft_dir.exists():
+        shutil.rmtree(draft_dir)
+    export(ckpt.path, "vllm", draft_dir, num_speculative_tokens=k, verifier=str(target_dir))
+    lay = layout(ckpt.kind, "vllm")
+    spec = {"method": lay.method, "model": str(draft_dir), "num_speculative_tokens": k, **(lay.spec_extra or {})}
+    common = dict(served_name="target", dtype=args.dtype, max_model_len=args.max_model_len,
+                  startup_s=args.startup_timeout, launcher=launcher(args.vllm))  # fmt: skip
+    extra = engine_args(args)
+    with VLLMServer(target_dir, log_path=out / "vllm-drafted.log", extra_args=[*extra, "--speculative-config",
+                    json.dumps(spec)], **common) as s:  # fmt: skip
+        version = serve_load.engine_version(s.url)
+        drafted = sweep(s.url, "target", "drafted server", sets, levels, temps, args, True)
+    with VLLMServer(target_dir, log_path=out / "vllm-plain.log", extra_args=extra, **common) as s:
+        baseline = sweep(s.url, "target", "plain server", sets, levels, temps, args, False)
+    info = {"checkpoint": ckpt.identity(), "target": str(target), "speculative_config": spec, "engine_args": extra}
+    return drafted, baseline, version, info
