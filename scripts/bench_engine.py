@@ -37,10 +37,13 @@ from bench_verify_cost import SHAPES, random_model  # noqa: E402
 
 from draftsmith.errors import DraftsmithError  # noqa: E402
 from draftsmith.evaluation.benchkit import add_flags, parser, run_main, save  # noqa: E402
+from draftsmith.evaluation.graph_health import counting  # noqa: E402
 from draftsmith.infer import Engine  # noqa: E402
 from draftsmith.infer.proposal import Proposal  # noqa: E402
 from draftsmith.infer.tree import Tree, TreeConfig, full_choices  # noqa: E402
 from draftsmith.models import DraftLM, Target  # noqa: E402
+
+METHODS = ("oracle", "self", "tree")  # besides plain, always measured
 
 
 class Oracle:
@@ -74,11 +77,16 @@ class Oracle:
 
 
 def run(engine, prompt, n, repeats, speculative=True):
-    results = [engine.generate(prompt, n, eos_token_ids=(), speculative=speculative) for _ in range(repeats + 1)]
-    return results[-1], statistics.median(r.tokens_per_s for r in results[1:])  # the first warms up / compiles
+    """The last result, the median tokens/s of the timed runs (the first one warms up / compiles,
+    untimed) and the graph counters over the timed runs: after warm-up they should all be 0."""
+    results = [engine.generate(prompt, n, eos_token_ids=(), speculative=speculative)]
+    with counting() as graphs:
+        results += [engine.generate(prompt, n, eos_token_ids=(), speculative=speculative) for _ in range(repeats)]
+    return results[-1], statistics.median(r.tokens_per_s for r in results[1:]), graphs
 
 
-def measure(shape, device, dtype, k, max_new, prompt_len, repeats, tree):
+def measure(shape, device, dtype, k, max_new, prompt_len, repeats, tree, methods=METHODS, flush=None):
+    """The rows of one shape; `flush(rows)` after each, so a run stopped by a time limit keeps them."""
     model = random_model(shape, device, dtype)
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, model.config.vocab_size, (prompt_len,), generator=gen).tolist()
@@ -90,20 +98,20 @@ def measure(shape, device, dtype, k, max_new, prompt_len, repeats, tree):
         full = torch.tensor(prompt + ref, device=device)
         oracle = Oracle(full, target.vocab_size)
         mode = "compiled" if compiled else "eager"
-        result, plain_tps = run(Engine(target), prompt, max_new, repeats)
+        result, plain_tps, plain_graphs = run(Engine(target), prompt, max_new, repeats)
         eager_plain = eager_plain or plain_tps
-        methods = [
-            ("plain", None, None),
-            (f"oracle chain{k}", oracle, None),
-            (f"self chain{k}", DraftLM(model, target, "self"), None),
-        ]
-        if tree:
-            methods.append((f"oracle tree{sum(2**d for d in range(1, k + 1))}", oracle, TreeConfig(topk=2, depth=k)))
-        for method, drafter, shape_ in methods:
+        todo = [("plain", None, None)]
+        if "oracle" in methods:
+            todo.append((f"oracle chain{k}", oracle, None))
+        if "self" in methods:
+            todo.append((f"self chain{k}", DraftLM(model, target, "self"), None))
+        if tree and "tree" in methods:
+            todo.append((f"oracle tree{sum(2**d for d in range(1, k + 1))}", oracle, TreeConfig(topk=2, depth=k)))
+        for method, drafter, shape_ in todo:
             if drafter is not None:
-                result, tps = run(Engine(target, drafter, k, tree=shape_), prompt, max_new, repeats)
+                result, tps, graphs = run(Engine(target, drafter, k, tree=shape_), prompt, max_new, repeats)
             else:
-                tps = plain_tps
+                tps, graphs = plain_tps, plain_graphs
             row = {
                 "shape": shape,
                 "mode": mode,
@@ -116,8 +124,11 @@ def measure(shape, device, dtype, k, max_new, prompt_len, repeats, tree):
                 "same_as_plain": result.tokens == ref[:max_new],
                 "new_tokens": len(result.tokens),
                 "target_forwards": result.target_forwards,
+                "graphs_after_warmup": graphs,  # recompiles, breaks, CUDA-graph skips in the timed runs
             }
             rows.append(row)
+            if flush:
+                flush(rows)
             print(
                 f"{shape:<13} {mode:<9} {method:<16} {tps:9.1f} tok/s  {row['speedup']:5.2f}x  "
                 f"(vs eager plain {row['speedup_vs_eager_plain']:5.2f}x)  tau {row['mean_acceptance_length']:.2f}  "
@@ -143,6 +154,11 @@ def main() -> int:
     ap.add_argument("--prompt-len", type=int, default=128)
     add_flags(ap, repeats={"default": 3, "help": "timed runs per row after one warm-up (median)"})
     ap.add_argument("--no-tree", action="store_true", help="skip the oracle tree row")
+    ap.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help=f"comma-separated, besides plain: {', '.join(METHODS)} (self costs a second target per step)",
+    )
     add_flags(ap, out="runs/bench/engine.json")
     args = ap.parse_args()
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -159,19 +175,35 @@ def main() -> int:
         "torch": torch.__version__,
         "transformers": __import__("transformers").__version__,
     }
+    methods = [m for m in args.methods.split(",") if m]
+    if set(methods) - set(METHODS):
+        raise DraftsmithError(f"--methods: unknown {', '.join(set(methods) - set(METHODS))}; of {', '.join(METHODS)}")
     rows = []
-    for shape in shapes:  # written after every shape: a run stopped by a time limit keeps what it measured
-        rows += measure(
-            shape, device, dtype, args.k, args.max_new_tokens, args.prompt_len, args.repeats, not args.no_tree
-        )
+
+    def flush(shape_rows):  # after every row: a run stopped by a time limit keeps what it measured
         result = {
             "command": " ".join(sys.argv),
             "environment": env,
             "prompt_len": args.prompt_len,
             "max_new_tokens": args.max_new_tokens,
-            "rows": rows,
+            "rows": rows + shape_rows,
         }
         save(result, args.out, quiet=True)
+
+    for shape in shapes:
+        rows += measure(
+            shape,
+            device,
+            dtype,
+            args.k,
+            args.max_new_tokens,
+            args.prompt_len,
+            args.repeats,
+            not args.no_tree,
+            methods,
+            flush,
+        )
+        flush([])
     print(f"wrote {args.out}")
     return 0
 

@@ -55,6 +55,15 @@ SHAPES = {  # LlamaConfig keyword arguments
         vocab_size=128256,
         tie_word_embeddings=True,
     ),
+    "llama-3.1-8b": dict(  # configs/llama-3.1-8b-instruct/config.json (rope scaling changes no cost)
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        tie_word_embeddings=False,
+    ),
 }
 
 
@@ -73,15 +82,21 @@ def timed(fn, repeats: int, device) -> float:
 
 
 def random_model(shape: str, device, dtype):
-    """A seeded, randomly initialised Llama of one of SHAPES (also used by bench_engine.py)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """A seeded, randomly initialised Llama of one of SHAPES (also used by bench_engine.py), built
+    where it runs, in `dtype`: an 8B shape initialised in host memory in fp32 would take 32 GB of
+    RAM and a minute of copying before the first measurement."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
 
     torch.manual_seed(0)
     config = LlamaConfig(max_position_embeddings=4096, **SHAPES[shape])
-    return LlamaForCausalLM(config).to(device=device, dtype=dtype)
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
 
 
-def measure(shape: str, compile: bool, context: int, chains, trees, repeats: int, device, dtype) -> dict:
+def measure(shape: str, compile: bool, context: int, chains, trees, repeats: int, device, dtype, flush=None) -> dict:
+    """One row of costs; `flush(row)` after every figure, so a run stopped by a time limit keeps
+    what it measured."""
+    flush = flush or (lambda row: None)
     model = random_model(shape, device, dtype)
     config = model.config
     target = Target(model, None, f"random {shape}", compile=compile)
@@ -90,7 +105,7 @@ def measure(shape: str, compile: bool, context: int, chains, trees, repeats: int
     cache = target.new_cache(max_length)
     _, hidden = target.forward_hidden(prompt, cache, logits_to_keep=1, hidden_layers=(-1,))
     base = cache.length
-    row = {"shape": shape, "compiled": compile, "context": context}
+    row = {"shape": shape, "compiled": compile, "context": context, "dtype": str(dtype).removeprefix("torch.")}
 
     def step(tree: Tree):
         q = tree.num_nodes + 1
@@ -105,34 +120,38 @@ def measure(shape: str, compile: bool, context: int, chains, trees, repeats: int
         return run
 
     row["t_step"] = timed(step(Tree.chain(0)), repeats, device)
+    flush(row)
     for k in chains:
         row[f"t_verify_chain{k}"] = timed(step(Tree.chain(k)), repeats, device)
-    heads = MedusaHeads.from_target(model, num_heads=4, num_layers=1, share_lm_head=False).to(
-        device=device, dtype=dtype
-    )
+        flush(row)
+    with torch.device(device):  # the drafters too: full-vocabulary heads of an 8B shape are GBs
+        heads = MedusaHeads.from_target(model, num_heads=4, num_layers=1, share_lm_head=False).to(dtype=dtype)
     medusa = Medusa(heads, target, "untrained")
     medusa.start(prompt, max_length, hidden=hidden)
     seq = prompt
     for n in trees:
         tree = Tree.from_choices(choices_from_accuracies(prior_accuracies(4), n, topk=8, depth=4))
         row[f"t_verify_tree{n}"] = timed(step(tree), repeats, device)
+        flush(row)
         cfg = TreeConfig(choices=tuple(tree.paths[1:]))
         row[f"t_propose_tree{n}"] = timed(
             lambda cfg=cfg: medusa.propose(seq, 4, GREEDY, None, tree=cfg), repeats, device
         )
+        flush(row)
     row["t_propose_chain4"] = timed(lambda: medusa.propose(seq, 4, GREEDY, None), repeats, device)
     # EAGLE-3 (untrained: same cost as trained), a 32k draft vocabulary as in the paper's recipes
     # (capped at the target's): one catch-up row per step plus `depth` draft forwards.
     aux = default_aux_layers(config.num_hidden_layers)
-    e3 = Eagle3Model(
-        Eagle3Config(
-            vocab_size=config.vocab_size,
-            draft_vocab_size=min(32000, config.vocab_size),
-            hidden_layers=aux,
-            **EagleConfig.layer_fields(config),
+    with torch.device(device):
+        e3 = Eagle3Model(
+            Eagle3Config(
+                vocab_size=config.vocab_size,
+                draft_vocab_size=min(32000, config.vocab_size),
+                hidden_layers=aux,
+                **EagleConfig.layer_fields(config),
+            )
         )
-    )
-    e3.set_vocab(torch.arange(min(32000, config.vocab_size)))
+        e3.set_vocab(torch.arange(min(32000, config.vocab_size)))
     eagle = Eagle3(e3.to(device=device, dtype=dtype), target, "untrained")
     _, aux_hidden = target.forward_hidden(prompt[:, -2:], cache, logits_to_keep=1, hidden_layers=tuple(aux))
     cache.crop(base)
@@ -147,9 +166,11 @@ def measure(shape: str, compile: bool, context: int, chains, trees, repeats: int
     eagle.start(prompt, max_length, hidden=torch.zeros(context - 1, aux_hidden.shape[-1], device=device, dtype=dtype))
     eagle._catch_up(prompt)  # fill the draft's cache with the prefix once
     row["t_propose_eagle3_chain4"] = timed(eagle_propose(None), repeats, device)
+    flush(row)
     for n in trees:
         cfg = TreeConfig(topk=8 if n > 16 else 4, depth=4 if n <= 16 else 6, num_draft_tokens=n + 1)
         row[f"t_propose_eagle3_tree{n}"] = timed(eagle_propose(cfg), repeats, device)
+        flush(row)
     return row  # the models go with this frame; main() empties the CUDA cache between shapes
 
 
@@ -198,14 +219,6 @@ def main() -> int:
     trees = [int(x) for x in args.trees.split(",")]
     rows = []
     print(f"machine: {machine_line(device)}", flush=True)
-    for shape in args.shapes.split(","):
-        for compile, dtype in [(c, d) for c in ([False, True] if device.type == "cuda" else [False]) for d in dtypes]:
-            row = measure(shape, compile, args.context, chains, trees, args.repeats, device, dtype)
-            row["dtype"] = str(dtype).removeprefix("torch.")
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-            rows.append(row)
-            print(row_line(row, chains, trees), flush=True)
     env = {
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "dtypes": [str(d) for d in dtypes],
@@ -213,6 +226,17 @@ def main() -> int:
         "cpu": cpu_info(),
         "torch": torch.__version__,
     }
+
+    def flush(row):  # the rows so far plus the one being measured (partial until printed)
+        save({"environment": env, "rows": [*rows, row]}, args.out, stamp=False, quiet=True)
+
+    for shape in args.shapes.split(","):
+        for compile, dtype in [(c, d) for c in ([False, True] if device.type == "cuda" else [False]) for d in dtypes]:
+            row = measure(shape, compile, args.context, chains, trees, args.repeats, device, dtype, flush)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            rows.append(row)
+            print(row_line(row, chains, trees), flush=True)
     save({"environment": env, "rows": rows}, args.out)
     return 0
 

@@ -15,10 +15,16 @@ is what this device reaches), and prints plan vs measured:
 
     python scripts/plan_check.py configs/smollm2-135m-instruct/eagle3.yaml --steps 8 --rows 120 --batch-size 2 \
         --json runs/plan_check.json
+
+--random-target trains over a randomly initialised target of the recipe's shape (its shipped
+config, built on the device in the target's dtype) tokenised by tiny-random's byte-level
+tokenizer: a real-scale memory and speed check where the weights are absent (the costs do not
+depend on the weights or on which token ids the rows hold).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import statistics
@@ -52,13 +58,48 @@ def measure_run(recipe, dtype: str, device: str) -> tuple[int, float, int, float
     return base, before, peak, after, rates
 
 
+@contextlib.contextmanager
+def random_target():
+    """Inside, loading any target builds it from its config with random weights, directly on the
+    device asked for and in the dtype asked for (never through host memory: an 8B target would
+    take 32 GB of RAM in fp32), and every tokenizer is tiny-random's byte-level one."""
+    from transformers import AutoModelForCausalLM
+
+    from draftsmith.models import sources, target
+
+    def build(name, dtype=None, device="cpu"):
+        import torch
+
+        config = sources.load_config(name)
+        torch.manual_seed(0)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype or torch.float32)
+        return model.eval()
+
+    def tokenizer(name):
+        return saved["tokenizer"]("tiny-random")
+
+    saved = {"model": target.load_causal_lm, "tokenizer": sources.load_tokenizer}
+    target.load_causal_lm, target.load_tokenizer, sources.load_tokenizer = build, tokenizer, tokenizer
+    try:
+        yield
+    finally:
+        target.load_causal_lm = saved["model"]
+        target.load_tokenizer = sources.load_tokenizer = saved["tokenizer"]
+
+
 def main(argv=None) -> int:
     p = parser(__doc__, recipe={}, steps=12)
     p.add_argument("--rows", type=int, default=200, help="data.max_rows: enough for the steps, quick to build")
     p.add_argument("--batch-size", type=int, default=None, help="optim.batch_size (default: the recipe's)")
+    p.add_argument("--random-target", action="store_true", help="random weights of the target's shape (see above)")
     add_flags(p, json=None)
     args, overrides = p.parse_known_args(argv)
+    with random_target() if args.random_target else contextlib.nullcontext():
+        return check(args, overrides)
 
+
+def check(args, overrides) -> int:
     import torch
 
     from draftsmith.plan import make_plan
@@ -100,6 +141,7 @@ def main(argv=None) -> int:
     measured_mem = peak if cuda else peak - base
     result = {
         "recipe": args.recipe,
+        "random_target": args.random_target,
         "device": torch.cuda.get_device_name(0) if cuda else _cpu_name(),
         "steps": args.steps,
         "tokens_per_step": plan.tokens_per_step,
