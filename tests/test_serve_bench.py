@@ -27,7 +27,7 @@ class StandIn:
     """A fake vLLM: /v1/models, /version, /metrics (counters grow by PER_REQUEST per finished
     request when `drafted`), streamed /v1/chat/completions and /v1/completions."""
 
-    def __init__(self, drafted: bool, vllm: bool = True, total_suffix: bool = True):
+    def __init__(self, drafted: bool, vllm: bool = True, total_suffix: bool = True, port: int = 0):
         self.drafted, self.vllm, self.suffix = drafted, vllm, "_total" if total_suffix else ""
         self.done = 0
         self.lock = threading.Lock()
@@ -72,7 +72,7 @@ class StandIn:
                 usage = {"choices": [], "usage": {"completion_tokens": min(TOKENS, body["max_tokens"])}}
                 self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -295,6 +295,59 @@ def test_engine_arguments_pass_through(tmp_path):
     vllm = tmp_path / "vllm"
     vllm.write_text("#!/bin/sh\n")
     assert serve_bench.launcher(str(vllm)) == [str(vllm), "serve"]
+
+
+FAKE_VLLM = """#!{python}
+# `vllm serve ...` as serve-bench starts it: records its arguments, serves a stand-in on --port
+import json, pathlib, sys, threading
+sys.path.insert(0, {tests!r})
+from test_serve_bench import StandIn
+argv = sys.argv[1:]
+with open({log!r}, "a") as f:
+    f.write(json.dumps(argv) + "\\n")
+StandIn(drafted="--speculative-config" in argv, port=int(argv[argv.index("--port") + 1]))
+threading.Event().wait()
+"""
+
+
+def test_a_checkpoint_is_exported_and_both_servers_started(tmp_path, tiny_cache, capsys):
+    """The path without endpoints: the checkpoint's vLLM export becomes the drafted server's
+    speculative config, the engine arguments reach both servers, each server is stopped after its
+    sweep (a fake `vllm` executable that serves a stand-in stands in for vLLM)."""
+    import pathlib
+
+    from draftsmith.models.sources import resolve_model
+    from draftsmith.train.config import load_recipe
+    from draftsmith.train.trainer.loop import train
+
+    quick = ["--optim.max_steps=1", "--optim.batch_size=2", "--data.max_rows=8", "--data.max_length=32",
+             "--data.eval_rows=2", "--logging.eval_every=1000", "--logging.eval_batches=1",
+             "--logging.acceptance_prompts=0", "--logging.progress=false", "--checkpoint.save_every=100"]  # fmt: skip
+    recipe = load_recipe("configs/tiny/eagle3.yaml", quick)
+    recipe.checkpoint.output_dir = str(tmp_path / "run")
+    train(recipe)
+    calls = tmp_path / "calls.jsonl"
+    fake = tmp_path / "bin" / "vllm"
+    fake.parent.mkdir()
+    tests = str(pathlib.Path(__file__).resolve().parent)
+    fake.write_text(FAKE_VLLM.format(python=sys.executable, tests=tests, log=str(calls)))
+    fake.chmod(0o755)
+    out = tmp_path / "sb"
+    argv = [tmp_path / "run", "--vllm", fake, "--prompts", "chat", "--num-prompts", 3, "--concurrency", "1,2",
+            "--num-requests", 3, "--tensor-parallel-size", 2, "--engine-arg", "enforce-eager",
+            "--startup-timeout", 600, "--output-dir", out]  # fmt: skip
+    rc, stdout, err = _run(argv, capsys)
+    assert rc == 0, err
+    drafted_argv, plain_argv = (json.loads(line) for line in calls.read_text().splitlines())
+    for argv in (drafted_argv, plain_argv):
+        assert argv[0] == "serve" and argv[argv.index("--model") + 1] == str(resolve_model("tiny-random").path)
+        assert argv[argv.index("--tensor-parallel-size") + 1] == "2" and "--enforce-eager" in argv
+    spec = json.loads(drafted_argv[drafted_argv.index("--speculative-config") + 1])
+    assert spec["method"] == "eagle3" and pathlib.Path(spec["model"]) == out / "export-vllm"
+    assert (out / "export-vllm" / "config.json").is_file() and "--speculative-config" not in plain_argv
+    result = json.loads((out / "results.json").read_text())
+    assert result["stamp"]["checkpoint"]["kind"] == "eagle3" and result["stamp"]["speculative_config"] == spec
+    assert all(r["drafted"]["spec"]["tau"] == pytest.approx(3.0) for r in result["rows"])
 
 
 @pytest.mark.engines
