@@ -58,6 +58,9 @@ class StandIn:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 chat = self.path == "/v1/chat/completions"
+                if body["model"] not in ("stand-in", "target"):  # as vLLM answers a model it does not serve
+                    self.send_error(404, "model not found")
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
@@ -245,6 +248,10 @@ def test_bad_input_is_one_clear_line(servers, speed_file, tmp_path, capsys):
         ([*both, "--prompts", speed_file, "--concurrency", "1,x"], "--concurrency 1,x: a comma list"),
         ([*both, "--prompts", speed_file, "--concurrency", "0"], ">= 1"),
         ([*both, "--prompts", speed_file, "--engine-arg", "=3"], "--engine-arg"),
+        (
+            [*both, "--prompts", speed_file, "--model", "nobody", "--concurrency", 1, "--num-requests", 1],
+            "every request failed",
+        ),  # fmt: skip
         (["--base-url", drafted.url, "--prompts", speed_file], "give both --base-url"),
         (["--prompts", speed_file], "name a checkpoint"),
         ([tmp_path / "nothing", "--prompts", speed_file, "--output-dir", tmp_path / "y"], "no such checkpoint"),
@@ -276,7 +283,8 @@ def test_bad_input_is_one_clear_line(servers, speed_file, tmp_path, capsys):
         assert message in err and len(err.strip().splitlines()) == 1, (argv, err)
     web = StandIn(drafted=True, vllm=False)
     try:
-        rc, _, err = _run(["--base-url", web.url, "--baseline-url", plain.url, "--prompts", speed_file], capsys)
+        rc, _, err = _run(["--base-url", web.url, "--baseline-url", plain.url, "--prompts", speed_file,
+                           "--output-dir", tmp_path / "w"], capsys)  # fmt: skip
     finally:
         web.close()
     assert rc == 2 and "no vllm: metrics" in err and len(err.strip().splitlines()) == 1, err

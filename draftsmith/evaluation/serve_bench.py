@@ -202,6 +202,8 @@ def sweep(url, model, flag, sets, levels, temps, args, drafted: bool) -> dict:
                 after = serve_load.read_counters(url, flag)
                 row = serve_load.level_figures(records, wall_s)
                 errors = [r.error for r in records if r.error]
+                if len(errors) == len(records):
+                    raise DraftsmithError(f"{flag} {url}: every request failed, e.g. {errors[0]}")
                 if errors:
                     log.warning("%s: %d of %d requests failed, e.g. %s", flag, len(errors), len(records), errors[0])
                 if drafted:
@@ -385,7 +387,6 @@ def run(args) -> int:
     levels, temps = _check(args)
     sets = load_requests(args.prompts, args.num_prompts, args.categories)
     out = pathlib.Path(args.output_dir).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
     info: dict = {}
     if args.base_url:
         for flag, url in (("--base-url", args.base_url), ("--baseline-url", args.baseline_url)):
@@ -415,6 +416,7 @@ def run(args) -> int:
         },
     }
     print(format_table(result))
+    out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out / 'results.json'}")
     if plot(result, out / "speedup.png"):
@@ -425,11 +427,10 @@ def run(args) -> int:
 def _managed(args, out: pathlib.Path, sets, levels, temps):
     """Export the checkpoint, then serve the target with the drafter and sweep, then without it and sweep
     (one server at a time: both at once would share the machine and skew each other's figures)."""
-    from draftsmith.kinds import KINDS
     from draftsmith.models.checkpoint import Checkpoint
     from draftsmith.models.sources import resolve_model
     from draftsmith.shipping.engines.vllm_engine import VLLMServer
-    from draftsmith.shipping.export import export
+    from draftsmith.shipping.export import EXPORT_META, export
     from draftsmith.shipping.export.common import layout
 
     ckpt = Checkpoint.open(args.checkpoint)
@@ -437,11 +438,12 @@ def _managed(args, out: pathlib.Path, sets, levels, temps):
     if target is None:
         raise DraftsmithError(f"{ckpt.path}: names no target; pass --target")
     target_dir = resolve_model(target).path
-    k = args.num_speculative_tokens or KINDS[ckpt.kind].default_k
     draft_dir = out / "export-vllm"
     if draft_dir.exists():
         shutil.rmtree(draft_dir)
-    export(ckpt.path, "vllm", draft_dir, num_speculative_tokens=k, verifier=str(target_dir))
+    out.mkdir(parents=True, exist_ok=True)
+    export(ckpt.path, "vllm", draft_dir, num_speculative_tokens=args.num_speculative_tokens, verifier=str(target_dir))
+    k = json.loads((draft_dir / EXPORT_META).read_text())["num_speculative_tokens"]  # the kind's default, capped
     lay = layout(ckpt.kind, "vllm")
     spec = {"method": lay.method, "model": str(draft_dir), "num_speculative_tokens": k, **(lay.spec_extra or {})}
     common = dict(served_name="target", dtype=args.dtype, max_model_len=args.max_model_len,
