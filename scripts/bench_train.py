@@ -55,18 +55,30 @@ def print_profile(prof, tokens: int) -> None:
         )
 
 
+def device_sync(device):
+    """A call that waits for `device` to finish what was queued on it: CUDA kernels run
+    asynchronously, so a clock read without it times the launches, not the work."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
 def time_steps(trainer, batches, args) -> tuple[list, list, list, int]:
     """Per batch, in alternation, the target's forward alone and one full training step: forward
     and training tokens/s, where the step's time went (plus one profiled step with --profile),
     and the last batch's token count."""
     acc, task, model, opt = trainer.acc, trainer.task, trainer.model, trainer.optimizer
     target = task.target.model
+    sync = device_sync(acc.device)
     inside = []  # seconds spent in the target's forward during the current training step
     forward = target.forward
 
     def timed_forward(*a, **k):
+        sync()
         t = time.perf_counter()
         out = forward(*a, **k)
+        sync()
         inside.append(time.perf_counter() - t)
         return out
 
@@ -74,9 +86,11 @@ def time_steps(trainer, batches, args) -> tuple[list, list, list, int]:
     for i in range(args.warmup + args.steps + (1 if args.profile else 0)):
         batch = next(batches)
         n = batch["input_ids"].numel()
+        sync()
         t0 = time.perf_counter()
         with torch.no_grad():
             target(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
+        sync()
         t1 = time.perf_counter()
         profiling = args.profile and i == args.warmup + args.steps  # one extra step, untimed
         prof = (
@@ -89,11 +103,14 @@ def time_steps(trainer, batches, args) -> tuple[list, list, list, int]:
         with prof:
             loss, _ = task.loss(model, batch, step=i)
             target.forward = forward
+            sync()
             ta = time.perf_counter()
             acc.backward(loss)
+            sync()
             tb = time.perf_counter()
             opt.step()
             opt.zero_grad(set_to_none=True)
+            sync()
         t2 = time.perf_counter()
         if profiling:
             print_profile(prof, n)

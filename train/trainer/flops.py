@@ -126,25 +126,35 @@ def module_flops(model, T: int, scored: float, steps: int = 1, vocab_sizes: tupl
 # --- measuring a device --------------------------------------------------------------------------
 
 
-def measure_tflops(dtype: str = "float32", n: int = 1024, seconds: float = 2.0, device: str = "cpu") -> float:
+def measure_tflops(
+    dtype: str = "float32", n: int | None = None, seconds: float = 2.0, device: str = "cpu", products: int | None = None
+) -> float:
     """This device's matmul rate (TFLOP/s) for n x n x n matmuls in `dtype`: the rate a plan's
-    tokens/s is fed when there is no datasheet figure (a CPU). Median of one-matmul timings."""
+    tokens/s is fed when there is no datasheet figure. Median over timings of `products` matmuls
+    each. On a GPU the products must be large (default n 8192) and many between two
+    synchronisations (default 16): a 1024^3 product takes microseconds there, so timing it alone
+    measures the launch and the synchronisation, not the tensor cores (a fifth of their rate)."""
     import statistics
     import time
 
     import torch
 
+    cuda = torch.device(device).type == "cuda"
+    n = n or (8192 if cuda else 1024)
+    products = products or (16 if cuda else 1)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     dt = getattr(torch, dtype)
     a, b = torch.randn(n, n, dtype=dt, device=device), torch.randn(n, n, dtype=dt, device=device)
-    for _ in range(2):  # warm-up: thread pools, kernels
+    for _ in range(2):  # warm-up: thread pools, kernels, the allocator
         a @ b
+    sync()
     times, start = [], time.perf_counter()
     while time.perf_counter() - start < seconds or len(times) < 5:
         t = time.perf_counter()
-        a @ b
-        if device != "cpu":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
+        for _ in range(products):
+            a @ b
+        sync()  # the products queued on the device have finished: the time is theirs
+        times.append((time.perf_counter() - t) / products)
     return 2 * n**3 / statistics.median(times) / 1e12
 
 
