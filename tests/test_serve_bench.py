@@ -34,8 +34,15 @@ class StandIn:
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # streams in chunked transfer encoding, as vLLM's server does
+
             def log_message(self, *a):
                 pass
+
+            def _chunk(self, text: str):
+                data = text.encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
 
             def _send(self, body: str, ctype="application/json"):
                 data = body.encode()
@@ -63,17 +70,20 @@ class StandIn:
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 time.sleep(FIRST_TOKEN_S)
                 for _ in range(min(TOKENS, body["max_tokens"])):
                     choice = {"delta": {"content": "x"}} if chat else {"text": "x"}
-                    self.wfile.write(f"data: {json.dumps({'choices': [choice]})}\n\n".encode())
-                    self.wfile.flush()
+                    self._chunk(f"data: {json.dumps({'choices': [choice]})}\n\n")
                     time.sleep(0.001)
                 with stand_in.lock:
                     stand_in.done += 1
                 usage = {"choices": [], "usage": {"completion_tokens": min(TOKENS, body["max_tokens"])}}
-                self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+                self._chunk(f"data: {json.dumps(usage)}\n\n")
+                self._chunk("data: [DONE]\n\n")
+                self.wfile.write(b"0\r\n\r\n")
+                self.close_connection = True
 
         self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
