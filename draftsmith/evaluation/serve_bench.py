@@ -183,7 +183,7 @@ def sweep(url, model, flag, sets, levels, temps, args, drafted: bool) -> dict:
     on the drafted server; an `all` category per level pools every category's requests."""
     kw = dict(api=args.api, max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
     kw["timeout"] = args.request_timeout
-    out = {}
+    out, side = {}, "drafted" if drafted else "plain"
     first = next(iter(sets.values()))
     for t in temps:
         for c in levels:
@@ -213,7 +213,7 @@ def sweep(url, model, flag, sets, levels, temps, args, drafted: bool) -> dict:
                 out[(t, cat, c)] = row
                 pooled += records
                 wall += wall_s
-                log.info("%s T=%g c=%d %s: %.1f tok/s", flag, t, c, cat, row["output_tokens_per_s"] or 0)
+                log.info("%s: T=%g, %d in flight, %s: %.1f tok/s", side, t, c, cat, row["output_tokens_per_s"] or 0)
             row = serve_load.level_figures(pooled, wall)
             if drafted:
                 row["spec"] = pooled_spec.figures()
