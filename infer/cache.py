@@ -15,12 +15,19 @@ a device sync. Two layouts:
 
 Tree verification (infer/tree.py) writes a whole tree after the valid prefix and keeps
 only the accepted path: `compact` gathers those positions down in one index op.
+
+A model keeps its caches in a `CachePool`, one per length bucket, reset between requests rather
+than made anew: transformers marks a new cache's tensors as static addresses, so a new cache per
+request re-records every CUDA graph that reads it (and after enough re-records torch falls back
+to eager without saying so). A reset cache holds what a new one holds (zeros), at the same
+addresses.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import threading
 
 import torch
 from transformers import DynamicCache, StaticCache
@@ -40,6 +47,7 @@ class KVCache:
         if layout not in ("static", "dynamic"):
             raise ValueError(f"unknown cache layout {layout!r} (static|dynamic)")
         self.layout = layout
+        self.config = config
         self.max_length = max_length
         self.length = 0
         self.hf = (
@@ -47,6 +55,15 @@ class KVCache:
         )
         # transformers <= 5.18: StaticLayer has no crop(); decided once here, not on every rollback
         self._move_pointers = not all(hasattr(layer, "crop") for layer in self.hf.layers)
+
+    def reset(self) -> None:
+        """Empty, as a new cache of this size: static buffers zeroed in place (the addresses CUDA
+        graphs captured stay valid), write pointers at 0."""
+        if self.layout == "static":
+            self.hf.reset()
+        else:
+            self.hf = DynamicCache(config=self.config)
+        self.length = 0
 
     def forward_kwargs(self, model) -> dict:
         """{keyword: transformers cache} for `model(...)`, whichever keyword this transformers uses."""
@@ -94,3 +111,27 @@ class KVCache:
             self.crop(start + m)  # moves each layer's write pointer
         else:
             self.length = start + m  # dynamic layers derive their length from the tensors
+
+
+class CachePool:
+    """A model's caches, one per (thread, max_length, layout), reused across requests: `get` hands back
+    the cache of that length, reset, or makes one. At most `keep` are held (the least recently
+    used goes first): compiled models see a few length buckets; an eager one gains nothing from
+    keeping lengths that vary per prompt. Per thread: a cache is in use until its owner's next
+    request, and two threads decoding with one model must not share one."""
+
+    def __init__(self, keep: int = 4):
+        self.keep = keep
+        self._caches: dict[tuple[int, int, str], KVCache] = {}
+
+    def get(self, max_length: int, make, layout: str = "static") -> KVCache:
+        key = (threading.get_ident(), max_length, layout)
+        cache = self._caches.pop(key, None)
+        if cache is None:
+            cache = make()
+        else:
+            cache.reset()
+        self._caches[key] = cache  # now the most recently used
+        while len(self._caches) > max(self.keep, 1):
+            del self._caches[next(iter(self._caches))]
+        return cache

@@ -32,7 +32,7 @@ import re
 import torch
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.infer.cache import KVCache
+from draftsmith.infer.cache import CachePool, KVCache
 from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 
@@ -159,7 +159,11 @@ class Pard(TrainedDrafter):
         return drafter
 
     def start(self, prompt: torch.Tensor, max_length: int, hidden=None) -> None:
-        self.cache = KVCache(self.model.config, max_length)
+        # this draft's cache of that length, reset, if it has one: graphs over it replay
+        pool = self.__dict__.get("_cache_pool")
+        if pool is None:  # compiled: a few length buckets; eager: lengths vary, keep the last
+            pool = self.__dict__["_cache_pool"] = CachePool(keep=4 if self._compiled is not None else 1)
+        self.cache = pool.get(max_length, lambda: KVCache(self.model.config, max_length))
         self._forward(prompt, 1, decode=False)
 
     def _forward(self, ids: torch.Tensor, keep: int, decode: bool = True) -> torch.Tensor:

@@ -13,7 +13,7 @@ import logging
 import torch
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.infer.cache import KVCache
+from draftsmith.infer.cache import CachePool, KVCache
 from draftsmith.infer.hardware import auto_dtype, use_affinity_threads
 
 from .sources import load_causal_lm, load_tokenizer, resolve_model
@@ -180,7 +180,13 @@ class Target:
         return chosen
 
     def new_cache(self, max_length: int) -> KVCache:
-        return KVCache(self.config, max_length, self.cache_layout)
+        """An empty cache of `max_length` positions: this model's cache of that length, reset, if
+        it has one (the graphs captured over its tensors replay), else a new one."""
+        pool = self.__dict__.get("_cache_pool")
+        if pool is None:  # compiled: a few length buckets; eager: lengths vary, keep the last
+            pool = self.__dict__["_cache_pool"] = CachePool(keep=4 if self.compiled else 1)
+        layout = self.cache_layout
+        return pool.get(max_length, lambda: KVCache(self.config, max_length, layout), layout)
 
     def forward(
         self,
