@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.evaluation.graph_health import counting
 from draftsmith.evaluation.report import stamp
 from draftsmith.infer.engine import Engine, GenerationResult, predicted_speedup
 from draftsmith.infer.hardware import cpu_info, format_cpu  # noqa: F401 (format_cpu: the scripts import it from here)
@@ -218,7 +219,8 @@ def run_bench(
     try:
         for name in names:  # warm-up: allocator, kernels, lazy init; not recorded
             methods[name](prompts[0], seed)
-        interleaved(lambda name, p, i: methods[name](p, seed + i), names, prompts, "bench", progress, into=outputs)
+        with counting() as graphs:  # compiles, breaks and CUDA-graph skips while timed: 0 when healthy
+            interleaved(lambda name, p, i: methods[name](p, seed + i), names, prompts, "bench", progress, into=outputs)
     except KeyboardInterrupt:  # Ctrl-C: hand back the runs that finished, marked partial
         partial = {
             **environment(target, drafter, engine),
@@ -264,6 +266,7 @@ def run_bench(
         "plain_vs_hf_plain": ratio("plain", "hf_plain"),
         "greedy_outputs_match": same("speculative", "plain") if sampling.greedy else None,
         "step_costs_s": costs,
+        "graphs_after_warmup": graphs,
         **_in_loop_prediction(tau, loop.get("plain"), loop.get("speculative")),
         **breakdown(prompts, spec, outputs["plain"]),  # the speculative method's, speedup vs plain per group
         "methods": {
@@ -366,7 +369,8 @@ def run_compare(
     }
     for n in names:  # warm-up, not recorded
         run[n](prompts[0], seed)
-    outputs = interleaved(lambda n, p, i: run[n](p, seed + i), names, prompts, "compare", progress)
+    with counting() as graphs:  # compiles, breaks and CUDA-graph skips while timed: 0 when healthy
+        outputs = interleaved(lambda n, p, i: run[n](p, seed + i), names, prompts, "compare", progress)
     tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in outs]) for n, outs in outputs.items()}
     in_loop = {n: in_loop_times(outs) for n, outs in outputs.items()}
     rows = {}
@@ -410,6 +414,7 @@ def run_compare(
         "seed": seed,
         "max_new_tokens": max_new_tokens,
         "num_prompts": len(prompts),
+        "graphs_after_warmup": graphs,
         "methods": rows,
     }
 
@@ -585,6 +590,9 @@ def format_table(result: dict) -> str:
         )
     if result.get("time_split_s"):
         lines.append(time_split_line(result))
+    graphs = result.get("graphs_after_warmup")
+    if graphs and (result.get("compiled") or any(graphs.values())):  # eager and healthy: nothing to say
+        lines.append(graphs_line(graphs))
     for role, c in (result.get("cpu_matmul") or {}).items():  # what --cpu-matmul / --draft-dtype chose, and why
         lines.append(f"{role}: {c.get('kernel') or c.get('dtype')} ({c['why']})")
     for field in GROUP_FIELDS:
@@ -598,6 +606,13 @@ def format_table(result: dict) -> str:
                 + " ".join(f"{a:.2f}" for a in m["per_position_acceptance"])
             )
     return "\n".join(lines)
+
+
+def graphs_line(graphs: dict) -> str:
+    """The graph counters of the timed runs; anything but zeros means the compiled path was not
+    what was measured (a recompile or a re-record inside the timing, or an eager fallback)."""
+    cells = "  ".join(f"{k} {v}" for k, v in graphs.items())
+    return f"graphs after warm-up: {cells}" + ("" if not any(graphs.values()) else "   (not all 0: see torch's log)")
 
 
 def write_json(result: dict, path: str) -> None:
