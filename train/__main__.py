@@ -27,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-only",
         action="store_true",
         help="prepare the data (regenerate it: data.regenerate=true; tokenise), print its counts and exit: "
-        "e.g. regenerate through a server (data.regenerate_with=endpoint) first, stop it, then train",
+        "e.g. regenerate through a server (data.regenerate_with=endpoint) into data.regenerated_path, stop it, "
+        "then train with the recipe as it is",
     )
     return p
 
@@ -102,12 +103,20 @@ def _data_only(recipe) -> int:
 
     from .data import build_data
 
-    target = Target.load(
-        recipe.model.target,
-        dtype="float32" if recipe.model.target_dtype == "auto" else recipe.model.target_dtype,
-        device="cpu",
-    )
-    data = build_data(recipe.data, target.tokenizer, target=target, progress=recipe.logging.progress)
+    d = recipe.data
+    saved = bool(d.regenerated_path) and pathlib.Path(d.regenerated_path).expanduser().is_file()
+    if not d.regenerate or d.regenerate_with == "endpoint" or saved:  # the tokenizer is all it needs
+        from draftsmith.models.sources import load_tokenizer
+
+        tokenizer, target = load_tokenizer(recipe.model.target), None
+    else:
+        target = Target.load(
+            recipe.model.target,
+            dtype="float32" if recipe.model.target_dtype == "auto" else recipe.model.target_dtype,
+            device="cpu",
+        )
+        tokenizer = target.tokenizer
+    data = build_data(d, tokenizer, target=target, progress=recipe.logging.progress)
     print(json.dumps(data.stats, indent=1))
     return 0
 

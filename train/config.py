@@ -110,7 +110,7 @@ class ModelConfig:
                 f"logging.acceptance_prompts=0 and measure the checkpoint with draftsmith crosscheck or bench {fix}",
             ),
             (
-                r.data.source != "regenerated" or r.data.regenerate_with == "endpoint",
+                r.data.source != "regenerated" or r.data.regenerate_with == "endpoint" or bool(r.data.regenerated_path),
                 "model.target_parts readers cannot regenerate the replies in process: use "
                 f"data.regenerate_with=endpoint (vllm serve) {fix}",
             ),
@@ -150,7 +150,7 @@ class DataConfig:
     regenerate: bool = False  # the older spelling of source: regenerated (either may be given)
     regenerate_with: str = "batched"  # batched (in-process, many chats at once) | engine (batch 1) | endpoint
     regenerate_max_rows: int | None = None  # regenerate only the first N usable rows; the rest train as they are
-    regenerate_max_new_tokens: int = 256
+    regenerate_max_new_tokens: int | None = None  # None: data.max_length (a reply may fill a training row)
     regenerate_temperature: float = 0.0
     regenerate_batch_size: int = 16  # batched: chats whose next reply is decoded together
     regenerate_endpoint: str | None = None  # endpoint: an OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1
@@ -158,7 +158,18 @@ class DataConfig:
     regenerate_concurrency: int = 8  # endpoint: requests in flight
     regenerate_timeout_s: float = 300.0  # endpoint: per request
     regenerate_retries: int = 3  # endpoint: extra tries on transient failures (refused, reset, timeout, 429, 5xx)
+    # A JSONL file of the regenerated chats: written by the run that regenerates (e.g. `draftsmith train
+    # RECIPE --data-only` with the endpoint's URL), read by every later run of the recipe, so training
+    # finds the regenerated replies without repeating the regeneration's overrides. Delete it to regenerate.
+    regenerated_path: str | None = None
+    # Keyword arguments to the target's chat template, for regeneration and training prompts alike,
+    # e.g. {enable_thinking: false} for Qwen3 (a drafter trained with thinking off fails with it on).
+    chat_template_kwargs: dict = field(default_factory=dict)
     seed: int = 0
+
+    def max_new_tokens(self) -> int:
+        """Tokens a regenerated reply may have: regenerate_max_new_tokens, else max_length."""
+        return self.regenerate_max_new_tokens or self.max_length
 
     RANGES: typing.ClassVar[dict[str, str]] = {  # every numeric knob above (see check_ranges)
         "max_length": ">=8",
@@ -180,7 +191,7 @@ class DataConfig:
         url, endpoint = self.regenerate_endpoint, self.regenerate_with == "endpoint"
         return [
             (
-                not endpoint or bool(url),
+                not endpoint or bool(url) or bool(self.regenerated_path),
                 "data.regenerate_with=endpoint needs data.regenerate_endpoint (e.g. http://127.0.0.1:8000/v1)",
             ),
             (
@@ -188,7 +199,7 @@ class DataConfig:
                 f"data.regenerate_endpoint must be an http(s):// URL, got {url!r}",
             ),
             (
-                not endpoint or bool(self.regenerate_model),
+                not endpoint or bool(self.regenerate_model) or bool(self.regenerated_path),
                 "data.regenerate_with=endpoint needs data.regenerate_model (the served model name)",
             ),
             (endpoint or not url, "data.regenerate_endpoint is set: add data.regenerate_with=endpoint to use it"),
@@ -388,6 +399,8 @@ def _convert(value, hint, where: str):
         return [_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
     if hint is typing.Any:
         return value
+    if hint is dict and isinstance(value, dict):
+        return dict(value)
     if hint is bool:
         if isinstance(value, bool):
             return value

@@ -27,7 +27,7 @@ from draftsmith.errors import DraftsmithError
 from draftsmith.evaluation.prompts import Prompt
 from draftsmith.models.cache_folder import cache_dir
 from draftsmith.train.config import DataConfig
-from draftsmith.train.data import corpora
+from draftsmith.train.data import corpora, regenerated_file
 from draftsmith.train.data.corpora import SHAREGPT_ROLES
 from draftsmith.train.data.regeneration import regenerate
 
@@ -261,12 +261,12 @@ class _ChatSpans:
 
     PLACEHOLDER = "\x00draftsmith-content\x00"
 
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer, template: dict | None = None):
+        self.tokenizer, self.template = tokenizer, template or {}
         self.layouts: dict[tuple[str, str], tuple[str, str, str] | None] = {}
 
     def render(self, messages: list[dict], gen: bool = False) -> str:
-        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=gen, tokenize=False)
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=gen, tokenize=False, **self.template)
 
     def __call__(self, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
         full = self.render(messages)
@@ -322,12 +322,14 @@ class _TemplateMismatch(Exception):
     """A rendered prefix is not a prefix of the whole rendered chat."""
 
 
-def _encode(rows: list[dict], fmt: str, tokenizer, stats: dict[str, int], bar) -> list[tuple[np.ndarray, np.ndarray]]:
+def _encode(
+    rows: list[dict], fmt: str, tokenizer, stats: dict[str, int], bar, template: dict | None = None
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """(int32 ids, uint8 loss mask) per row. Chats: the rendered template, character spans
     mapped to tokens through the offsets mapping (a token overlapping a span is trained).
     Text: the text's tokens + EOS, all trained. Batched: the fast tokenizer runs in Rust."""
     if fmt == "chat":
-        texts, spans, chat_spans = [], [], _ChatSpans(tokenizer)
+        texts, spans, chat_spans = [], [], _ChatSpans(tokenizer, template)
         for row in rows:
             try:
                 text, row_spans = chat_spans(row["messages"])
@@ -409,14 +411,16 @@ def _rows(ids: np.ndarray, mask: np.ndarray, attention: np.ndarray, stats: dict,
 # --- Held-out prompts ----------------------------------------------------------------------------
 
 
-def _eval_prompts(rows: list[dict], fmt: str, tokenizer, domain: str) -> list[Prompt]:
+def _eval_prompts(rows: list[dict], fmt: str, tokenizer, domain: str, template: dict | None = None) -> list[Prompt]:
     """Chats: the turns before the first assistant reply, with a generation prompt. Text: the
     first 64 tokens. At most 32, from held-out rows only (the drafter never trained on them)."""
     prompts = []
     for row in rows[:MAX_EVAL_PROMPTS]:
         if fmt == "chat":
             first = next(i for i, m in enumerate(row["messages"]) if m["role"] == "assistant")
-            text = tokenizer.apply_chat_template(row["messages"][:first], add_generation_prompt=True, tokenize=False)
+            text = tokenizer.apply_chat_template(
+                row["messages"][:first], add_generation_prompt=True, tokenize=False, **(template or {})
+            )
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         else:
             ids = tokenizer(row["text"], add_special_tokens=False)["input_ids"][:TEXT_PROMPT_TOKENS]
@@ -428,7 +432,7 @@ def _eval_prompts(rows: list[dict], fmt: str, tokenizer, domain: str) -> list[Pr
 CODE_CORPORA = ("stdlib",)  # corpora whose held-out rows are code; the rest count as chat
 
 
-def mix_domains(held_out: list[Prompt], tokenizer, path: str) -> list[Prompt]:
+def mix_domains(held_out: list[Prompt], tokenizer, path: str, template: dict | None = None) -> list[Prompt]:
     """The acceptance prompts: held-out rows interleaved one for one with the built-in prompt set
     of the other domain (code for a chat corpus, chat for a code corpus), so the first N measured
     cover both. A draft tuned on chat alone can lose on code, and the best-τ checkpoint is
@@ -437,10 +441,27 @@ def mix_domains(held_out: list[Prompt], tokenizer, path: str) -> list[Prompt]:
         return held_out
     from draftsmith.evaluation.prompts import load_prompts
 
-    other = load_prompts("chat" if path in CODE_CORPORA else "code", tokenizer, limit=max(len(held_out), 1))
+    rendering = _Templated(tokenizer, template) if template else tokenizer
+    other = load_prompts("chat" if path in CODE_CORPORA else "code", rendering, limit=max(len(held_out), 1))
     mixed = [p for pair in zip(held_out, other) for p in pair]
     n = min(len(held_out), len(other))
     return mixed + held_out[n:] + other[n:]
+
+
+class _Templated:
+    """A tokenizer whose chat template always gets the recipe's switches (data.chat_template_kwargs)."""
+
+    def __init__(self, tokenizer, template: dict):
+        self._tokenizer, self._template = tokenizer, template
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+    def __call__(self, *args, **kwargs):
+        return self._tokenizer(*args, **kwargs)
+
+    def apply_chat_template(self, *args, **kwargs):
+        return self._tokenizer.apply_chat_template(*args, **{**self._template, **kwargs})
 
 
 # --- Entry point ---------------------------------------------------------------------------------
@@ -448,7 +469,8 @@ def mix_domains(held_out: list[Prompt], tokenizer, path: str) -> list[Prompt]:
 
 def build_data(cfg: DataConfig, tokenizer, target=None, progress: bool = True) -> TrainData:
     """Training and held-out rows of `cfg.max_length` tokens, held-out prompts, and counts."""
-    if cfg.regenerate and target is None and cfg.regenerate_with != "endpoint":
+    saved = regenerated_file.saved_path(cfg)
+    if cfg.regenerate and target is None and cfg.regenerate_with != "endpoint" and not (saved and saved.is_file()):
         raise DraftsmithError("data.regenerate needs the target model: pass target= to build_data")
     raw, fmt, loader_stats = _load(cfg)
     if fmt == "chat" and getattr(tokenizer, "chat_template", None) is None:
@@ -460,7 +482,7 @@ def build_data(cfg: DataConfig, tokenizer, target=None, progress: bool = True) -
     stats["rows_used"] = len(rows)
     log.info("data %s: read %d rows, using %d; %s", cfg.path, len(raw), len(rows), _brief(stats, "skipped_"))
     if cfg.regenerate:  # user turns stay as they were, so held-out prompts are the originals'
-        rows, regen_stats = regenerate(rows, cfg, tokenizer, target, progress)
+        rows, regen_stats = _regenerated(rows, cfg, tokenizer, target, progress)
         stats.update(regen_stats)
     train_rows, eval_rows = _split(rows, cfg)
     stats["train_rows"], stats["eval_rows"] = len(train_rows), len(eval_rows)
@@ -475,8 +497,26 @@ def build_data(cfg: DataConfig, tokenizer, target=None, progress: bool = True) -
     if len(train) == 0:
         raise DraftsmithError(f"dataset {cfg.path!r}: no training rows left after tokenising ({_brief(stats)})")
     log.info("data %s: %s", cfg.path, _brief(stats))
-    prompts = mix_domains(_eval_prompts(eval_rows, fmt, tokenizer, cfg.path), tokenizer, cfg.path)
+    held_out = _eval_prompts(eval_rows, fmt, tokenizer, cfg.path, cfg.chat_template_kwargs)
+    prompts = mix_domains(held_out, tokenizer, cfg.path, cfg.chat_template_kwargs)
     return TrainData(train, evaluation, prompts, dict(stats))
+
+
+def _regenerated(rows: list[dict], cfg: DataConfig, tokenizer, target, progress: bool) -> tuple[list[dict], dict]:
+    """The rows with the target's replies: from data.regenerated_path when it exists, else regenerated
+    (and written there when it is set)."""
+    saved = regenerated_file.saved_path(cfg)
+    if saved is not None and saved.is_file():
+        return regenerated_file.read_into(rows, saved)
+    if cfg.regenerate_with == "endpoint" and not (cfg.regenerate_endpoint and cfg.regenerate_model):
+        raise DraftsmithError(
+            f"data.regenerated_path {saved} does not exist: regenerate first, e.g. draftsmith train RECIPE "
+            "--data-only --data.regenerate_endpoint=http://127.0.0.1:8000/v1 --data.regenerate_model=NAME"
+        )
+    rows, counts = regenerate(rows, cfg, tokenizer, target, progress)
+    if saved is not None:
+        regenerated_file.write(rows, saved)
+    return rows, counts
 
 
 def _tokenized(
@@ -484,7 +524,7 @@ def _tokenized(
 ) -> TokenRows:
     """One split as fixed-length rows (packed or padded)."""
     with tqdm(total=len(rows), desc=f"tokenising {split}", unit="row", disable=not progress) as bar:
-        seqs = _encode(rows, fmt, tokenizer, stats, bar)
+        seqs = _encode(rows, fmt, tokenizer, stats, bar, cfg.chat_template_kwargs)
     if rows and not seqs:
         raise DraftsmithError(
             f"dataset {cfg.path!r}: the chat template renders a chat's prefixes differently "

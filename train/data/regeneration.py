@@ -72,11 +72,13 @@ def regen_key(cfg: DataConfig, target) -> str:
         *source,
         cfg.max_rows,
         cfg.max_turn_chars,
-        cfg.regenerate_max_new_tokens,
+        cfg.max_new_tokens(),
         cfg.regenerate_temperature,
         cfg.seed,
         REGEN_FORMAT,
     ]
+    if cfg.chat_template_kwargs:  # only when set: caches made without it keep their key
+        parts.append(sorted(cfg.chat_template_kwargs.items()))
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
@@ -171,7 +173,7 @@ def _context_limit(target, tokenizer) -> int | None:
     return int(limit) if limit and limit < 10**7 else None  # tokenizers without one say 1e30
 
 
-def _conversation(messages: list[dict], tokenizer, limit: int | None, max_new: int):
+def _conversation(messages: list[dict], tokenizer, limit: int | None, max_new: int, template: dict | None = None):
     """A chat regenerated turn by turn, as a coroutine: yields (history, prompt ids) before each
     assistant turn and is sent the reply text. Returns the new messages; cut before the first
     turn whose prompt + max_new tokens overflow `limit` (None if that is the first reply)."""
@@ -180,7 +182,7 @@ def _conversation(messages: list[dict], tokenizer, limit: int | None, max_new: i
         if m["role"] != "assistant":
             history.append(m)
             continue
-        text = tokenizer.apply_chat_template(history, add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(history, add_generation_prompt=True, tokenize=False, **(template or {}))
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         if limit is not None and len(ids) + max_new > limit:
             last = max((i for i, h in enumerate(history) if h["role"] == "assistant"), default=None)
@@ -234,12 +236,15 @@ def _engine(todo, cfg, tokenizer, target, limit, write, bar) -> None:
 
         def reply(history, ids, seed=cfg.seed + row["index"]):
             nonlocal tokens
-            out = engine.generate(ids, cfg.regenerate_max_new_tokens, sampling, seed=seed, speculative=False)
+            out = engine.generate(ids, cfg.max_new_tokens(), sampling, seed=seed, speculative=False)
             tokens += len(out.tokens)
             return tokenizer.decode(out.tokens, skip_special_tokens=True).strip()
 
         write(
-            row["index"], _drive(_conversation(row["messages"], tokenizer, limit, cfg.regenerate_max_new_tokens), reply)
+            row["index"],
+            _drive(
+                _conversation(row["messages"], tokenizer, limit, cfg.max_new_tokens(), cfg.chat_template_kwargs), reply
+            ),
         )
         bar.update(1, tokens)
 
@@ -256,7 +261,7 @@ def _batched(todo, cfg, tokenizer, target, limit, write, bar) -> None:
     while queue or active:
         while queue and len(active) < POOL_FACTOR * size:
             row = queue.popleft()
-            chat = _conversation(row["messages"], tokenizer, limit, cfg.regenerate_max_new_tokens)
+            chat = _conversation(row["messages"], tokenizer, limit, cfg.max_new_tokens(), cfg.chat_template_kwargs)
             active.append([row, chat, None])
         finished = 0
         for item in list(active):
@@ -302,7 +307,7 @@ def _generate(
         else {"do_sample": False}
     )
     # A fresh config: the model's own defaults (sampling, lengths) must not change the outputs.
-    gen = GenerationConfig(max_new_tokens=cfg.regenerate_max_new_tokens, eos_token_id=eos, pad_token_id=pad, **sampling)
+    gen = GenerationConfig(max_new_tokens=cfg.max_new_tokens(), eos_token_id=eos, pad_token_id=pad, **sampling)
     device = target.device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
@@ -357,12 +362,14 @@ class _Endpoint:
         body = {
             "model": cfg.regenerate_model,
             "messages": messages,
-            "max_tokens": cfg.regenerate_max_new_tokens,
+            "max_tokens": cfg.max_new_tokens(),
             "temperature": cfg.regenerate_temperature,
             "top_p": 1.0,
             "seed": seed,
             "stream": False,
         }
+        if cfg.chat_template_kwargs:  # vLLM and SGLang pass these to the chat template
+            body["chat_template_kwargs"] = cfg.chat_template_kwargs
         answer = self._post(body)
         try:
             text = answer["choices"][0]["message"]["content"] or ""
@@ -479,7 +486,7 @@ def _endpoint(todo, cfg, tokenizer, target, limit, write, bar) -> None:
                 return end.value
 
         try:
-            chat = _conversation(row["messages"], tokenizer, limit, cfg.regenerate_max_new_tokens)
+            chat = _conversation(row["messages"], tokenizer, limit, cfg.max_new_tokens(), cfg.chat_template_kwargs)
             return row["index"], locked(chat), tokens
         except DraftsmithError:
             stop.set()  # at once, not when the main thread gets to it: no new request after a final failure
