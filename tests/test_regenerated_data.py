@@ -111,3 +111,25 @@ def test_template_switches_from_the_command_line(tmp_path, tiny_cache):
     assert recipe.data.chat_template_kwargs == {"enable_thinking": True}
     with pytest.raises(DraftsmithError, match="chat_template_kwargs"):
         load_recipe(write_recipe(tmp_path), ["--data.chat_template_kwargs=off"])
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "llama-3.1-8b-instruct/eagle3.yaml",
+        "llama-3.1-8b-instruct/dflash.yaml",
+        "llama-3.1-8b-instruct/draft_lm.yaml",
+        "llama-3.1-8b-instruct/medusa.yaml",
+        "qwen3-8b/eagle3.yaml",
+        "qwen3-8b/dflash.yaml",
+        "llama-3.3-70b-instruct/eagle3.yaml",
+    ],
+)
+def test_gpu_recipes_train_on_their_regenerated_file(name):
+    """The page's one regeneration command (only the server's URL) fills the file the recipe trains on."""
+    d = load_recipe(f"configs/{name}", []).data
+    assert d.source == "regenerated" and d.regenerate_with == "endpoint" and d.regenerated_path
+    assert d.max_new_tokens() == d.max_length
+    assert d.chat_template_kwargs == ({"enable_thinking": False} if name.startswith("qwen3") else {})
+    page = open("docs/your-target.md").read()
+    assert "--data-only --data.regenerate_endpoint http://127.0.0.1:8000/v1\n" in page
