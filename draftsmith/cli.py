@@ -99,6 +99,17 @@ def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def _adaptive_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--adaptive-k",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="choose each step's K in 0..K from the acceptance and step costs measured so far (0: a plain step, "
+        "so a weak draft cannot make decoding much slower than plain); output unchanged, lossless. Default: on "
+        "unless -k is given or verification is typical-lossy; with -k, -k is the most it drafts",
+    )
+
+
 def _prompt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prompts",
@@ -137,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="speed and acceptance vs plain decoding and transformers")
     _common(bench)
     _prompt_args(bench)
+    _adaptive_arg(bench)
     bench.add_argument("--plot", default=None, help="PNG of per-position acceptance")
     bench.add_argument("--no-hf", action="store_true", help="skip the transformers baselines")
 
@@ -146,12 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="decode one prompt, optionally showing drafted tokens")
     _common(gen, draft_required=False)
+    _adaptive_arg(gen)
     gen.add_argument("prompt", help="the prompt text")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat template")
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--show-draft", action="store_true", help="mark tokens that came from the draft: [[like this]]")
 
-    from draftsmith import export, hub  # light: torch and huggingface_hub load when they run
+    from draftsmith.shipping import export, hub  # light: torch and huggingface_hub load when they run
 
     export.add_arguments(
         sub.add_parser("export", help=f"write a checkpoint in the layout an engine loads ({', '.join(export.FORMATS)})")
@@ -249,9 +262,8 @@ def _context_fit(args, target, drafter):
     from draftsmith.evaluation.prompts import ContextFit
     from draftsmith.infer.engine import Engine
 
-    draft_tokens = (
-        Engine(target, drafter, args.num_speculative_tokens, tree=args.tree).max_draft_tokens if drafter else 0
-    )
+    k = args.k_ceiling if getattr(args, "adaptive_k", False) else args.num_speculative_tokens
+    draft_tokens = Engine(target, drafter, k, tree=args.tree).max_draft_tokens if drafter else 0
     cfg = target.config
     positions = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
     truncate_flag = "--truncate-prompts" if hasattr(args, "truncate_prompts") else None  # generate has no such option
@@ -313,6 +325,13 @@ def _setup(args):
     from draftsmith.infer.proposal import check_num_speculative_tokens, default_num_speculative_tokens, speculative_cap
 
     cap = speculative_cap(drafter)
+    # Adaptive K: generate and bench default to it when no -k pins K (eval and crosscheck count
+    # acceptance at one K, so they stay fixed); the ceiling is -k, else the drafter's.
+    adaptive = getattr(args, "adaptive_k", False)
+    if adaptive is None:
+        adaptive = args.num_speculative_tokens is None and args.verification == "lossless"
+    args.adaptive_k = bool(adaptive) and drafter is not None
+    args.k_ceiling = args.num_speculative_tokens
     if args.num_speculative_tokens is None:  # the drafter's kind's default_k (draftsmith/kinds.py), within its cap
         args.num_speculative_tokens = default_num_speculative_tokens(drafter)
     elif drafter is not None and args.tree is None:  # a tree's size comes from the tree flags, not -k
@@ -320,6 +339,10 @@ def _setup(args):
 
         what = f"{args.draft} ({article(getattr(drafter, 'kind', 'draft'))} drafter)"
         check_num_speculative_tokens(args.num_speculative_tokens, cap, what)
+    if args.adaptive_k and args.k_ceiling is None:
+        from draftsmith.infer.engine import adaptive_ceiling
+
+        args.k_ceiling = adaptive_ceiling(drafter)
     if drafter is not None:  # plain decoding runs one row at a time: the default GEMV
         rows = args.num_speculative_tokens + 1
         target.use_cpu_matmul(args.cpu_matmul, rows, drafter, args.draft_dtype)
@@ -345,6 +368,7 @@ def cmd_bench(args) -> None:
             not args.quiet,
             tree=args.tree,
             verification=args.verification,
+            adaptive_k=args.k_ceiling if args.adaptive_k else None,
         )
     except BenchInterrupted as e:
         _keep_partial(e.result, args)
@@ -409,7 +433,8 @@ def cmd_generate(args) -> None:
     from draftsmith.evaluation.prompts import Prompt
 
     _context_fit(args, target, drafter)(Prompt(ids, args.prompt, "prompt"), "given")
-    engine = Engine(target, drafter, args.num_speculative_tokens, tree=args.tree, verification=args.verification)
+    k = args.k_ceiling if args.adaptive_k else args.num_speculative_tokens
+    engine = Engine(target, drafter, k, tree=args.tree, verification=args.verification, adaptive=args.adaptive_k)
     r = engine.generate(ids, args.max_new_tokens, sampling, seed=args.seed, stop_strings=args.stop)
     if args.show_draft:
         pieces, run = [], []
@@ -430,6 +455,10 @@ def cmd_generate(args) -> None:
         "stop_reason": r.stop_reason,
         **r.metrics.as_dict(),
     }
+    if "adaptive_k" in r.extra:  # the K each step drafted (0: a plain step)
+        summary["adaptive_k"] = {key: r.extra["adaptive_k"][key] for key in ("k_max", "k_counts")}
+    elif drafter is not None:
+        summary["num_speculative_tokens"] = engine.k
     print(json.dumps(summary), file=sys.stderr)
 
 

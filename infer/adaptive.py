@@ -157,7 +157,7 @@ class AdaptiveK:
     def summary(self) -> dict:
         """What a report records: the K chosen at each step and how often each was chosen."""
         counts: dict[str, int] = {}
-        for k in self.history:
+        for k in sorted(self.history, key=lambda k: k if k != TREE else 1 << 30):
             key = "tree" if k == TREE else str(k)
             counts[key] = counts.get(key, 0) + 1
         return {

@@ -5,6 +5,7 @@ plain steps chosen when drafting cannot pay."""
 from __future__ import annotations
 
 import itertools
+import json
 import time
 
 import pytest
@@ -225,3 +226,47 @@ def test_the_adaptive_ceiling_is_the_cap_or_twice_the_default(tiny_target, tiny)
         _, _, drafter = tiny(name)
         cap = speculative_cap(drafter)
         assert adaptive_ceiling(drafter) == (cap if cap is not None else 2 * Engine(tiny_target, drafter).k)
+
+
+# --- the commands -------------------------------------------------------------------------------
+
+TINY = ["--target", "tiny-random", "--quiet", "--no-hf", "--num-prompts", "2", "--max-new-tokens", "16"]
+
+
+def test_bench_runs_adaptive_k_beside_the_fixed_k_unless_k_is_given(tiny_cache, tmp_path, capsys):
+    from draftsmith.cli import main
+
+    out = tmp_path / "a.json"
+    assert main(["bench", *TINY, "--draft", "truncated:2", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert set(r["methods"]) == {"plain", "speculative", "speculative_fixed_k"}
+    assert all(m["outputs_match_plain"] for m in r["methods"].values())
+    a = r["adaptive_k"]
+    assert a["k_max"] == r["num_speculative_tokens"] == 8  # no cap: twice the default K
+    assert r["fixed_k"]["num_speculative_tokens"] == 4 and r["fixed_k"]["predicted_speedup"] > 0
+    assert sum(a["k_counts"].values()) == sum(len(steps) for steps in a["k_per_step"])
+    assert all(0 <= k <= 8 for steps in a["k_per_step"] for k in steps)
+    assert "adaptive K (0..8" in capsys.readouterr().out
+
+    fixed = tmp_path / "f.json"
+    assert main(["bench", *TINY, "--draft", "truncated:2", "-k", "3", "--json", str(fixed)]) == 0
+    r = json.loads(fixed.read_text())
+    assert "adaptive_k" not in r and set(r["methods"]) == {"plain", "speculative"}
+    assert r["num_speculative_tokens"] == 3
+
+    ceiling = tmp_path / "c.json"
+    assert main(["bench", *TINY, "--draft", "truncated:2", "-k", "3", "--adaptive-k", "--json", str(ceiling)]) == 0
+    r = json.loads(ceiling.read_text())
+    assert r["adaptive_k"]["k_max"] == 3 and r["fixed_k"]["num_speculative_tokens"] == 3
+
+
+def test_generate_reports_the_k_it_drafted(tiny_cache, capsys):
+    from draftsmith.cli import main
+
+    args = ["generate", "--target", "tiny-random", "--draft", "truncated:2", "--max-new-tokens", "12", "abcabc"]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert summary["adaptive_k"]["k_max"] == 8 and sum(summary["adaptive_k"]["k_counts"].values()) >= 1
+    assert main([*args, "--no-adaptive-k"]) == 0
+    summary = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert summary["num_speculative_tokens"] == 4 and "adaptive_k" not in summary

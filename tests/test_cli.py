@@ -89,7 +89,7 @@ def test_bench_prompt_lookup_has_no_hf_assisted_baseline(tiny_cache, tmp_path):
     )
     r = json.loads(out.read_text())
     assert r["speedup_vs_hf_assisted"] is None and r["plain_vs_hf_plain"] is None
-    assert set(r["methods"]) == {"plain", "speculative"}
+    assert set(r["methods"]) == {"plain", "speculative", "speculative_fixed_k"}  # adaptive K beside the fixed K
 
 
 def test_eval_reports_acceptance_by_domain(tiny_cache, tmp_path):

@@ -189,17 +189,27 @@ def run_bench(
     progress=True,
     tree=None,
     verification="lossless",
+    adaptive_k: int | None = None,
 ) -> dict:
-    """Plain vs speculative decoding (ours) plus the transformers `baselines` named, interleaved."""
+    """Plain vs speculative decoding (ours) plus the transformers `baselines` named, interleaved.
+
+    adaptive_k: K's ceiling for an adaptive engine (infer/adaptive.py), which is then the
+    "speculative" method, run beside the fixed-K engine ("speculative_fixed_k") in the same run;
+    the speed model's prediction is a fixed K's, so it is reported for that one."""
     engine = Engine(target, drafter, k, tree=tree, verification=verification)
+    adaptive = (
+        Engine(target, drafter, adaptive_k, tree=tree, verification=verification, adaptive=True)
+        if adaptive_k and drafter is not None
+        else None
+    )
     assistant = drafter.as_assistant_model() if hasattr(drafter, "as_assistant_model") else None
     if assistant is not None:
         configure_hf_assistant(assistant, k)
     eos, pad = target.eos_token_ids, target.tokenizer.pad_token_id
     pad = pad if pad is not None else min(eos)
 
-    def ours(speculative):
-        return lambda p, s: engine.generate(p.ids, max_new_tokens, sampling, seed=s, speculative=speculative)
+    def ours(speculative, e=engine):
+        return lambda p, s: e.generate(p.ids, max_new_tokens, sampling, seed=s, speculative=speculative)
 
     def hf(assistant_model):
         def run(p, s):
@@ -208,7 +218,9 @@ def run_bench(
 
         return run
 
-    methods = {"plain": ours(False), "speculative": ours(True)}
+    methods = {"plain": ours(False), "speculative": ours(True, adaptive or engine)}
+    if adaptive is not None:
+        methods["speculative_fixed_k"] = ours(True)
     if "hf_plain" in baselines:
         methods["hf_plain"] = hf(None)
     if "hf_assisted" in baselines and assistant is not None:
@@ -233,15 +245,20 @@ def run_bench(
         raise BenchInterrupted(partial) from None
 
     spec = outputs["speculative"]
-    metrics = SpecMetrics()
+    fixed_name = "speculative" if adaptive is None else "speculative_fixed_k"
+    metrics, fixed = SpecMetrics(), SpecMetrics()
     for r in spec:
         metrics = metrics.merge(r.metrics)
+    for r in outputs[fixed_name]:
+        fixed = fixed.merge(r.metrics)
     tps = {n: _mean_tps([(len(r.tokens), r.elapsed_s) for r in outs]) for n, outs in outputs.items()}
     costs = engine.measure_step_costs(
-        prompts[0].ids, per_position_acceptance=metrics.per_position_acceptance, max_new_tokens=max_new_tokens
+        prompts[0].ids, per_position_acceptance=fixed.per_position_acceptance, max_new_tokens=max_new_tokens
     )
-    tau = metrics.mean_acceptance_length
+    tau = fixed.mean_acceptance_length
     loop = {n: in_loop_times(outs) for n, outs in outputs.items()}
+    predicted = predicted_speedup(tau, costs["t_step"], costs["t_draft_k"], costs["t_verify"])
+    in_loop = _in_loop_prediction(tau, loop.get("plain"), loop.get(fixed_name))
 
     def ratio(a, b):
         return tps[a] / tps[b] if tps.get(a) and tps.get(b) else None
@@ -262,12 +279,12 @@ def run_bench(
         "tokens_per_s": tps["speculative"],
         "speedup": ratio("speculative", "plain"),
         "speedup_vs_hf_assisted": ratio("speculative", "hf_assisted"),
-        "predicted_speedup": predicted_speedup(tau, costs["t_step"], costs["t_draft_k"], costs["t_verify"]),
+        "predicted_speedup": predicted if adaptive is None else None,
         "plain_vs_hf_plain": ratio("plain", "hf_plain"),
         "greedy_outputs_match": same("speculative", "plain") if sampling.greedy else None,
         "step_costs_s": costs,
         "graphs_after_warmup": graphs,
-        **_in_loop_prediction(tau, loop.get("plain"), loop.get("speculative")),
+        **(in_loop if adaptive is None else {}),
         **breakdown(prompts, spec, outputs["plain"]),  # the speculative method's, speedup vs plain per group
         "methods": {
             n: {
@@ -280,7 +297,34 @@ def run_bench(
             for n in names
         },
     }
+    if adaptive is not None:  # what the policy chose, and the fixed K it ran beside
+        result["num_speculative_tokens"] = adaptive.k
+        result["adaptive_k"] = adaptive_summary(spec)
+        result["fixed_k"] = {
+            "num_speculative_tokens": k,
+            **fixed.as_dict(),
+            "tokens_per_s": tps[fixed_name],
+            "speedup": ratio(fixed_name, "plain"),
+            "predicted_speedup": predicted,
+            **in_loop,
+        }
     return result
+
+
+def adaptive_summary(results: list[GenerationResult]) -> dict:
+    """The K an adaptive engine drafted at each step, per generation, and how often each K was
+    chosen overall (0: a plain step)."""
+    per = [r.extra["adaptive_k"] for r in results]
+    counts: dict[str, int] = {}
+    for a in per:
+        for key, n in a["k_counts"].items():
+            counts[key] = counts.get(key, 0) + n
+    order = sorted(counts, key=lambda key: (key == "tree", int(key) if key.isdigit() else 0))
+    return {
+        "k_max": per[0]["k_max"],
+        "k_counts": {key: counts[key] for key in order},
+        "k_per_step": [a["k_per_step"] for a in per],
+    }
 
 
 class BenchInterrupted(KeyboardInterrupt):
@@ -568,6 +612,14 @@ def format_table(result: dict) -> str:
         f"draft_acceptance_rate {rate if rate is None else round(rate, 3)}   drafts {result['drafts']}"
     )
     lines.append("per_position_acceptance " + " ".join(f"{a:.2f}" for a in result["per_position_acceptance"]))
+    if result.get("adaptive_k"):
+        a, f = result["adaptive_k"], result["fixed_k"]
+        chosen = ", ".join(f"K={key} x{n}" for key, n in a["k_counts"].items())
+        lines.append(f"adaptive K (0..{a['k_max']}; K=0: a plain step), steps: {chosen}")
+        lines.append(
+            f"fixed K={f['num_speculative_tokens']} beside it: mean_acceptance_length {f['mean_acceptance_length']:.2f}"
+            f"  speedup {f['speedup']:.2f}x  predicted {f['predicted_speedup']:.2f}x"
+        )
     if "speedup" in result:
         fmt = lambda v: "n/a" if v is None else f"{v:.2f}x"  # noqa: E731
         lines.append(
