@@ -110,7 +110,7 @@ class ModelConfig:
                 f"logging.acceptance_prompts=0 and measure the checkpoint with draftsmith crosscheck or bench {fix}",
             ),
             (
-                r.data.source != "regenerated" or r.data.regenerate_with == "endpoint" or bool(r.data.regenerated_path),
+                r.data.source != "regenerated" or r.data.regenerate_with == "endpoint",
                 "model.target_parts readers cannot regenerate the replies in process: use "
                 f"data.regenerate_with=endpoint (vllm serve) {fix}",
             ),
