@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass, field
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.plan_job import DEFAULT_BANDWIDTH, job_times, render_job
 
 HEADROOM = 0.9  # of a GPU's memory a plan may fill
 ADAM_BYTES = 4 + 4 + 8  # fp32 master weight + fp32 gradient + AdamW's two fp32 moments
@@ -62,7 +63,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "or 'measured': time matmuls on this machine's device (a CPU: --gpus 1)",
     )
     p.add_argument(
-        "--utilisation", type=_fraction, default=0.4, help="share of the peak training reaches, in (0, 1] (default 0.4)"
+        "--utilisation",
+        type=_fraction,
+        default=0.4,
+        help="share of the peak training reaches, in (0, 1] (default 0.4: near the MFU reported for Llama 3's "
+        "bf16 training on H100s, 38-43%%)",
+    )
+    p.add_argument(
+        "--gpu-bandwidth",
+        type=_memory_size,
+        default=DEFAULT_BANDWIDTH,
+        help="one GPU's memory bandwidth per second, for regenerating replies, e.g. 4.8TB (default 3.35TB: H100 SXM)",
     )
     p.add_argument(
         "--scored-fraction",
@@ -185,6 +196,7 @@ class Plan:
     epoch_tokens: float | None = None
     epoch_hours: float | None = None
     feature_cache_bytes: float | None = None
+    job: dict = field(default_factory=dict)  # hours per phase and in all (draftsmith/plan_job.py)
     advice: str = ""
 
     @property
@@ -201,6 +213,10 @@ class Plan:
             else f"does not fit ({best.strategy}: {_gb(best.total)} > {_gb(self.gpu_memory * HEADROOM)} per GPU)"
         )
         epoch = f"; epoch ~{self.epoch_hours:.1f} h" if self.epoch_hours is not None else ""
+        if self.job:
+            epoch += f"; whole job ~{self.job['total_hours']:.1f} h"
+        if self.feature_cache_bytes and self.features != "online":
+            epoch += f"; feature cache {_gb(self.feature_cache_bytes)}"
         return (
             f"plan: {self.target} {_count_str(self.target_params)} frozen + {self.kind} "
             f"{_count_str(self.drafter_params)} trained; {fit}; ~{self.tokens_per_s:,.0f} tokens/s on {self.world} "
@@ -213,12 +229,15 @@ class Plan:
 
 def make_plan(recipe, *, recipe_path: str = "", gpus: int = 8, nodes: int = 1, gpu_memory: float = 80e9,
               gpu_tflops: float = 989.0, utilisation: float = 0.4, scored: float = DEFAULT_SCORED,
-              epoch_tokens: float | None = None, device: str = "cuda") -> Plan:  # fmt: skip
+              epoch_tokens: float | None = None, device: str = "cuda",
+              bandwidth: float = DEFAULT_BANDWIDTH) -> Plan:  # fmt: skip
     """The plan of a loaded recipe (train/config.py's Recipe); builds on the meta device."""
     built = build_meta(recipe, device, scored)
     world = gpus * nodes
     T, b = recipe.data.max_length, recipe.optim.batch_size
-    return _plan(recipe, built, recipe_path, world, gpu_memory, gpu_tflops, utilisation, scored, epoch_tokens, T, b)
+    plan = _plan(recipe, built, recipe_path, world, gpu_memory, gpu_tflops, utilisation, scored, epoch_tokens, T, b)
+    plan.job = job_times(plan, recipe, built, bandwidth)
+    return plan
 
 
 @dataclass
@@ -503,6 +522,7 @@ def run(args, overrides: list[str]) -> int:
         scored=args.scored_fraction,
         epoch_tokens=args.epoch_tokens,
         device=args.device,
+        bandwidth=args.gpu_bandwidth,
     )
     print(render(plan))
     if args.json:
@@ -568,6 +588,7 @@ def render(plan: Plan) -> str:
         lines.append("  epoch: corpus size unknown (pass --epoch-tokens N)")
     if plan.feature_cache_bytes:
         lines.append(f"  feature cache on disk (bf16, one epoch): {_gb(plan.feature_cache_bytes)}")
+    lines += render_job(plan)
     lines.append(plan.summary())
     return "\n".join(lines)
 

@@ -103,7 +103,7 @@ def test_readers_only_refuses_what_needs_the_whole_target():
     with pytest.raises(DraftsmithError, match="logging.acceptance_prompts=0"):
         load_recipe(L70 / "eagle3.yaml", [*base, "--logging.acceptance_prompts=4"])
     with pytest.raises(DraftsmithError, match="regenerate_with=endpoint"):
-        load_recipe(L70 / "eagle3.yaml", [*base, "--data.source=regenerated"])
+        load_recipe(L70 / "eagle3.yaml", [*base, "--data.regenerate_with=batched"])
     with pytest.raises(DraftsmithError, match="target_parts.*not one of"):
         load_recipe(L70 / "eagle3.yaml", ["--model.target_parts=half"])
 
@@ -198,3 +198,38 @@ def test_dflash_draft_runs_on_its_block_positions_not_on_every_row_token():
     few = build_meta(load_recipe(L8 / "dflash.yaml", ["--data.max_length=256"]), "cuda", 0.5)
     per_position = 5 * (2 * d * (2 * H * hd + 2 * KV * hd) + 2 * 3 * d * ffn + 4 * 256 * H * hd) + 2 * d * V
     assert few.draft_cost.flops == pytest.approx(fc + 128 * 16 / 256 * per_position, rel=1e-12)
+
+
+def test_the_plan_tells_the_whole_job_70b():
+    """Regeneration (memory-bound decoding, 8 chats in flight), feature extraction (one target forward
+    per epoch token) and training (max_steps), by hand; the total is their sum."""
+    recipe = load_recipe(L70 / "eagle3.yaml")  # regenerated data, features from a cache
+    plan = make_plan(recipe, gpus=8, gpu_tflops=989, utilisation=0.4, epoch_tokens=1e8, bandwidth=3.35e12)
+    peak, job = 8 * 989e12 * 0.4, plan.job
+    step_s = max(P70 * 2 / (8 * 3.35e12), 8 * 2 * P70 / peak)  # bf16 weights read once per decode step
+    assert job["regeneration_hours"] == pytest.approx(1e8 * 0.5 / (8 / step_s) / 3600, rel=1e-9)
+    floor = plan.flops_per_token["target_forward_floor"]
+    assert job["feature_extraction_hours"] == pytest.approx(1e8 * floor / peak / 3600, rel=1e-9)
+    training = recipe.optim.max_steps * 8 * 2048 / plan.tokens_per_s / 3600
+    assert job["training_hours"] == pytest.approx(training, rel=1e-9)
+    assert job["total_hours"] == pytest.approx(
+        training + job["feature_extraction_hours"] + job["regeneration_hours"], rel=1e-9
+    )
+    assert "Llama 3" in job["utilisation_source"] and "whole job" in plan.summary()
+    assert "feature cache" in plan.summary()  # the disk the cache needs, on the line train prints
+
+
+def test_the_plan_leaves_out_phases_that_do_not_run(tmp_path):
+    saved = tmp_path / "regenerated.jsonl"
+    saved.write_text("")
+    recipe = load_recipe(L8 / "eagle3.yaml", [f"--data.regenerated_path={saved}"])  # online features
+    job = make_plan(recipe, epoch_tokens=1e8).job
+    assert job["regeneration_hours"] is None and job["feature_extraction_hours"] is None
+    assert job["total_hours"] == job["training_hours"]
+
+
+def test_cli_plan_prints_each_phase_and_the_utilisation_source(capsys):
+    code, out, err = _plan_cli(L70 / "eagle3.yaml", "--gpu-bandwidth", "4.8TB", capsys=capsys)
+    assert code == 0
+    for words in ("regeneration (", "4.8 TB/s", "feature extraction (", "training (", "whole job: ~", "38-43%"):
+        assert words in out, words
