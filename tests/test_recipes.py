@@ -126,3 +126,11 @@ def test_accelerate_configs_leave_the_process_count_to_the_user():
         assert "num_processes" not in cfg, name
         assert "--num_processes" in path.read_text(), name
     assert yaml.safe_load((ROOT / "configs" / "accelerate" / "single.yaml").read_text())["num_processes"] == 1
+
+
+@pytest.mark.parametrize("name", [n for n in NEW if n.split("/")[0] in ("llama-3.1-8b-instruct", "qwen3-8b")])
+def test_whole_target_gpu_recipes_choose_best_by_measured_acceptance(name):
+    """With the whole target loaded, τ is measured during training, so best/ is not simply final/."""
+    r = load_recipe(ROOT / "configs" / name)
+    assert r.model.target_parts == "whole" and r.logging.acceptance_prompts > 0
+    assert 0 < r.logging.acceptance_every < r.optim.max_steps, name
