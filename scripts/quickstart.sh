@@ -15,9 +15,10 @@ RECIPE=${RECIPE:-configs/smollm2-135m-instruct/eagle3.yaml}
 OUT=${OUT:-runs/quickstart}
 [[ -n "${SKIP_SETUP:-}" ]] || bash scripts/setup.sh --models
 export HF_HUB_OFFLINE=1  # everything here is local: fail fast instead of trying the network
-# Steps set the cosine schedule's length: ~3 steps of 4x512 tokens a minute here; the time
-# budget stops the run either way.
-STEPS=$(python3 -c "print(max(4, int(3 * float('$MINUTES'))))")
+# Steps set the cosine schedule's length: the steps the budget reaches on this device (~3 of 4x512
+# tokens a minute on a CPU, the plan's rate on a GPU: scripts/quickstart_steps.py); the time budget
+# stops the run either way.
+STEPS=$(python3 scripts/quickstart_steps.py "$RECIPE" "$MINUTES")
 draftsmith train "$RECIPE" --output-dir "$OUT/eagle3" --resume --optim.max_minutes="$MINUTES" \
   --optim.max_steps="$STEPS" --optim.warmup_steps=3 --checkpoint.save_every=10 \
   --logging.eval_every=1000 --logging.eval_batches=2 --logging.acceptance_prompts=4 --data.max_rows=2000

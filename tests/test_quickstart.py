@@ -42,3 +42,17 @@ def test_quickstart_trains_for_its_budget_then_benchmarks_and_says_so(tiny_cache
     verdict = "Drafting every step does not beat plain decoding" in proc.stdout
     assert verdict == (fixed["speedup"] < 1)
     assert f"checkpoint {out}/eagle3/final" in proc.stdout
+
+
+def test_the_step_cap_scales_with_the_device():
+    """3 steps a minute is a CPU's rate; on a GPU the cap follows the plan's rate there, so
+    --minutes 60 on a GPU schedules the steps a GPU reaches, not 180."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from quickstart_steps import step_cap
+    finally:
+        sys.path.pop(0)
+    recipe = str(ROOT / "configs/smollm2-135m-instruct/eagle3.yaml")
+    assert step_cap(recipe, 60, cuda=False) == 180 and step_cap(recipe, 0.5, cuda=False) == 4
+    on_gpu = step_cap(recipe, 60, cuda=True, tflops=989.0)  # an H100's bf16 peak
+    assert on_gpu > 100 * 180
