@@ -26,6 +26,20 @@ MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.M)
 SECTIONS = ("model", "data", "optim", "checkpoint", "logging")  # Recipe's sections besides drafter
 
 
+def on_config(config):
+    """The generated pages read the code: without draftsmith installed the site cannot build."""
+    try:
+        import draftsmith.train.config  # noqa: F401
+    except ImportError as e:
+        from mkdocs.exceptions import PluginError
+
+        raise PluginError(
+            f"docs/hooks.py builds the config reference from the code, and draftsmith does not import ({e}): "
+            "pip install -e . (beside mkdocs mkdocs-material), then mkdocs serve"
+        ) from None
+    return config
+
+
 def on_page_markdown(markdown: str, page=None, config=None, files=None) -> str:
     return MARKER.sub(lambda m: GENERATORS[m.group(1)](), markdown)
 

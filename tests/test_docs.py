@@ -467,3 +467,20 @@ def test_site_builds_strict(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     reference = (tmp_path / "recipes" / "index.html").read_text()
     assert "drafter.ttt_steps" in reference and "generated:" not in reference
+
+
+def test_multi_machine_launches_name_the_total_process_count():
+    """The multi-machine configs leave num_processes to the command: a line without it runs one process."""
+    for page in PAGES:
+        for line in page.read_text().splitlines():
+            if line.startswith("accelerate launch") and "multinode_" in line:
+                assert "--num_processes" in line, f"{page.name}: {line}"
+
+
+def test_serving_the_docs_says_to_install_the_package():
+    """docs/hooks.py imports draftsmith: mkdocs alone cannot build or serve the site."""
+    for name in ("mkdocs.yml", "docs/architecture.md"):
+        text = (ROOT / name).read_text()
+        assert "mkdocs serve" in text and "pip install -e ." in text, name
+    hooks = (ROOT / "docs" / "hooks.py").read_text()
+    assert "def on_config" in hooks and "pip install -e ." in hooks
