@@ -379,10 +379,15 @@ class EagleDrafter(TrainedDrafter):
         c, device = self._rows, self._k.device
         logp = self.model.draft_logits(last).float().log_softmax(-1)[0]
         score, ids = logp.topk(min(topk, logp.shape[-1]))
-        # Candidate nodes; node i's parent is parents[i] (-1: the root).
-        tokens = self.model.target_ids(ids).tolist()
-        scores, parents, ranks, depths = score.tolist(), [-1] * len(tokens), list(range(len(tokens))), [1] * len(tokens)
+        # Candidate nodes; node i's parent is parents[i] (-1: the root). The host reads each
+        # level once (tokens, scores and the next frontier in one tensor: every read-back is a
+        # device sync); the frontier's ids and scores stay on the device for the next level.
+        w, first_ids = score.shape[0], self.model.target_ids(ids)  # the draft embeds target ids
+        tokens, scores = _read_back(first_ids, score, sizes=(w, w))
+        tokens = [int(t) for t in tokens]
+        parents, ranks, depths = [-1] * len(tokens), list(range(len(tokens))), [1] * len(tokens)
         frontier, frontier_h = list(range(len(tokens))), last.expand(len(tokens), -1)
+        frontier_ids, frontier_scores = first_ids, score
         seen: dict[int, list[int]] = {}  # expanded node -> cache slots of its ancestors and itself
         next_slot = c
         for d in range(2, depth + 1):
@@ -396,23 +401,27 @@ class EagleDrafter(TrainedDrafter):
                 mask[i, seen[node]] = True
             slots = torch.arange(next_slot, next_slot + q, device=device)
             positions = torch.full((q,), n - 3 + d, device=device)
-            ids = torch.tensor([tokens[f] for f in frontier]).to(device)
-            out = self._run(ids, frontier_h, positions, slots, mask.to(device))
+            out = self._run(frontier_ids, frontier_h, positions, slots, mask.to(device))
             next_slot += q
             child_logp = self.model.draft_logits(out).float().log_softmax(-1)
             top, child_ids = child_logp.topk(min(topk, child_logp.shape[-1]), dim=-1)  # [q, topk]
-            cum = torch.tensor([scores[f] for f in frontier], device=device)[:, None] + top
+            cum = frontier_scores[:, None] + top
             first = len(tokens)
             width = cum.shape[1]
-            tokens += self.model.target_ids(child_ids).flatten().tolist()
-            scores += cum.flatten().tolist()
+            flat_ids, flat_cum = self.model.target_ids(child_ids.flatten()), cum.flatten()
+            best = flat_cum.topk(min(topk, cum.numel())).indices if d < depth else flat_cum[:0].long()
+            child_tokens, child_scores, best_host = _read_back(
+                flat_ids, flat_cum, best, sizes=(q * width, q * width, best.shape[0])
+            )
+            tokens += [int(t) for t in child_tokens]
+            scores += child_scores
             parents += [f for f in frontier for _ in range(width)]
             ranks += list(range(width)) * q
             depths += [d] * (q * width)
             if d < depth:
-                best = cum.flatten().topk(min(topk, cum.numel())).indices
-                frontier = [first + int(b) for b in best]
+                frontier = [first + int(b) for b in best_host]
                 frontier_h = out[best // width]
+                frontier_ids, frontier_scores = flat_ids[best], flat_cum[best]
         # Rerank: a child never outscores its parent (log-probs <= 0), and ties go to the
         # shallower node, so the best `budget` nodes always form a tree.
         keep = sorted(range(len(tokens)), key=lambda i: (-scores[i], depths[i], ranks[i]))[:budget]
@@ -422,6 +431,18 @@ class EagleDrafter(TrainedDrafter):
         order = sorted(keep, key=lambda i: (depths[i], paths[i]))
         tree = Tree([paths[i] for i in order])
         return Proposal(torch.tensor([tokens[i] for i in order], device=self.target.device), None, tree=tree)
+
+
+def _read_back(*parts: torch.Tensor, sizes: tuple[int, ...]) -> list[list[float]]:
+    """Several 1-D tensors (ids, float32 scores) read to the host in one device sync, as lists of
+    `sizes`. float64 holds every id below 2^53 and every float32 score exactly, so the values are
+    those each tensor's own .tolist() gives."""
+    flat = torch.cat([x.reshape(-1).double() for x in parts]).tolist()
+    out, at = [], 0
+    for n in sizes:
+        out.append(flat[at : at + n])
+        at += n
+    return out
 
 
 def _tree_dims(cfg: TreeConfig) -> tuple[int, int, int]:
