@@ -32,7 +32,7 @@ import json
 import logging
 import pathlib
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.kinds import KINDS, resolve
@@ -239,6 +239,7 @@ class Setup:
     k: int
     workdir: pathlib.Path
     dtype: str = "float32"
+    parallel: dict = field(default_factory=dict)  # vLLM: tensor_parallel_size, pipeline_parallel_size
 
 
 def _export(setup: Setup, fmt: str, **options) -> pathlib.Path:
@@ -279,6 +280,7 @@ def crosscheck(
     workdir=None,
     dtype: str = "float32",
     progress: bool = True,
+    parallel: dict | None = None,
 ) -> dict:
     from draftsmith.evaluation.bench import cpu_info
     from draftsmith.evaluation.prompts import load_prompt_sets
@@ -313,6 +315,7 @@ def crosscheck(
     longest = max(len(p.ids) for p in prompts)
     max_model_len = longest + max_new_tokens + k + 8
     setup = Setup(ckpt, kind, meta["target"], pathlib.Path(resolve_model(meta["target"]).path), k, workdir, dtype)
+    setup.parallel = {key: v for key, v in (parallel or {}).items() if v}
     runtimes = {"ours plain": OurRuntime(target), "ours": OurRuntime(target, drafter, k)}
     if any(engine_format(e).draft_first for e in engines):
         runtimes["ours (draft-first)"] = OurRuntime(target, load_drafter(opened, target), k, draft_first=True)
@@ -515,6 +518,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--workdir", default=None, help="exports and engine logs (default: beside the checkpoint)")
     parser.add_argument("--json", default=None, help="write the result as JSON here")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    from draftsmith.shipping.engines.vllm_engine import add_parallel_arguments
+
+    add_parallel_arguments(parser)
 
 
 def run(args) -> int:
@@ -529,6 +535,10 @@ def run(args) -> int:
     if args.json:
         check_output_path(args.json, "--json", (".json",))
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if (args.tensor_parallel_size or args.pipeline_parallel_size) and "vllm" not in engines:
+        raise DraftsmithError(
+            "--tensor-parallel-size and --pipeline-parallel-size split the target in vLLM: add vllm to --engines"
+        )
     result = crosscheck(
         args.checkpoint,
         engines,
@@ -539,6 +549,7 @@ def run(args) -> int:
         args.workdir,
         args.dtype,
         not args.quiet,
+        {"tensor_parallel_size": args.tensor_parallel_size, "pipeline_parallel_size": args.pipeline_parallel_size},
     )
     print(format_crosscheck(result))
     if args.json:

@@ -36,8 +36,10 @@ class VLLMEngine:
         log_path="vllm.log",
         threads: int | None = None,
         speculative_extra: dict | None = None,
+        parallel: dict | None = None,
     ):
         # speculative_extra: further speculative_config keys (PARD: {"parallel_drafting": true}).
+        # parallel: {"tensor_parallel_size": N, "pipeline_parallel_size": M}, vLLM's own arguments.
         folder = require("vllm")
         python = folder / "bin" / "python"
         spec = None
@@ -56,6 +58,7 @@ class VLLMEngine:
             "speculative_config": spec,
             "max_model_len": int(max_model_len),
             "seed": 0,
+            **{k: int(v) for k, v in (parallel or {}).items() if v},
         }
         label = f"vLLM ({method or 'plain'})"
         self.process = RunnerProcess(label, [str(python), "-I", str(RUNNER)], config, log_path, env)
@@ -210,13 +213,47 @@ class VLLMServer:
         self.close()
 
 
+def add_parallel_arguments(parser) -> None:
+    """vLLM's own parallelism, for every command that starts vLLM (a target too large for one GPU)."""
+    parser.add_argument(
+        "--tensor-parallel-size", type=_at_least_one, default=None, help="vLLM: GPUs the target is split over"
+    )
+    parser.add_argument(
+        "--pipeline-parallel-size", type=_at_least_one, default=None, help="vLLM: pipeline stages (e.g. nodes)"
+    )
+
+
+def parallel_args(args) -> list[str]:
+    """The `vllm serve` flags for the parallelism `args` names."""
+    out = []
+    for flag, name in (
+        ("--tensor-parallel-size", "tensor_parallel_size"),
+        ("--pipeline-parallel-size", "pipeline_parallel_size"),
+    ):
+        if getattr(args, name, None):
+            out += [flag, str(getattr(args, name))]
+    return out
+
+
+def _at_least_one(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def crosscheck_engines(setup, export, max_model_len: int, tokenizer=None):
     """`draftsmith crosscheck`'s two vLLM engines for a checkpoint: the target alone, and the target
     with the `--format vllm` export as its speculative draft (the layout's method and extras)."""
     from draftsmith.shipping.export.common import layout
 
     draft_dir, lay = export(), layout(setup.kind, "vllm")
-    common = dict(dtype=setup.dtype, max_model_len=max_model_len)
+    common = dict(dtype=setup.dtype, max_model_len=max_model_len, parallel=getattr(setup, "parallel", None))
     plain = VLLMEngine(setup.target_dir, log_path=setup.workdir / "vllm-plain.log", **common)
     spec = VLLMEngine(
         setup.target_dir,
@@ -267,6 +304,7 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--log", default="vllm-server.log")
+    add_parallel_arguments(ap)
     args = ap.parse_args(argv)
 
     def run(args) -> int:
@@ -280,6 +318,7 @@ def main(argv=None) -> int:
             port=args.port,
             max_model_len=args.max_model_len,
             log_path=args.log,
+            extra_args=parallel_args(args),
         ) as server:
             print(f"vLLM serves {name} at {server.url} (log: {args.log})", file=sys.stderr, flush=True)
             if not command:

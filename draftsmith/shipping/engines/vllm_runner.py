@@ -67,6 +67,27 @@ def _delta(after, before):
     return out
 
 
+PARALLEL = ("tensor_parallel_size", "pipeline_parallel_size")  # vLLM's own engine arguments, passed through
+
+
+def llm_kwargs(config: dict) -> dict:
+    """vLLM's LLM(...) arguments for a runner config: batch 1, no prefix cache, the target split
+    over tensor_parallel_size GPUs x pipeline_parallel_size stages when the config says so."""
+    kwargs = dict(
+        model=config["target"],
+        dtype=config.get("dtype", "float32"),
+        seed=config.get("seed", 0),
+        max_model_len=config.get("max_model_len", 2048),
+        enable_prefix_caching=False,
+        disable_log_stats=False,
+        max_num_seqs=1,
+    )
+    if config.get("speculative_config"):
+        kwargs["speculative_config"] = config["speculative_config"]
+    kwargs.update({k: int(config[k]) for k in PARALLEL if config.get(k)})
+    return kwargs
+
+
 def main():
     out = _protocol_stream()
 
@@ -82,18 +103,7 @@ def main():
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
 
-        kwargs = dict(
-            model=config["target"],
-            dtype=config.get("dtype", "float32"),
-            seed=config.get("seed", 0),
-            max_model_len=config.get("max_model_len", 2048),
-            enable_prefix_caching=False,
-            disable_log_stats=False,
-            max_num_seqs=1,
-        )
-        if config.get("speculative_config"):
-            kwargs["speculative_config"] = config["speculative_config"]
-        llm = LLM(**kwargs)
+        llm = LLM(**llm_kwargs(config))
         send(
             {
                 "ready": True,
