@@ -38,6 +38,7 @@ _API: dict[str, str] = {
     "GenerationResult": "draftsmith.infer",
     "SamplingConfig": "draftsmith.infer",
     "GREEDY": "draftsmith.infer",
+    "TreeConfig": "draftsmith.infer.tree",
     # the metrics (named as vLLM names them) and the speed model
     "SpecMetrics": "draftsmith.infer.metrics",
     "predicted_speedup": "draftsmith.infer",

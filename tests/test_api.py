@@ -130,3 +130,16 @@ def test_one_default_k_read_from_each_kind():
     # a drafter that says nothing: the registry's default, within its cap
     assert default_num_speculative_tokens(object()) == Kind.default_k
     assert default_num_speculative_tokens(type("Capped", (), {"max_speculative_tokens": 2})()) == min(2, Kind.default_k)
+
+
+def test_the_page_signatures_match_the_code():
+    """Target.load's documented dtype is the code's default; TreeConfig, documented, is exported."""
+    import inspect
+
+    import draftsmith
+    from draftsmith.infer.tree import TreeConfig
+
+    page = (ROOT / "docs" / "python-api.md").read_text()
+    default = inspect.signature(draftsmith.Target.load).parameters["dtype"].default
+    assert f'Target.load(name, dtype="{default}"' in page
+    assert "`TreeConfig(" in page and draftsmith.TreeConfig is TreeConfig

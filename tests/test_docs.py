@@ -484,3 +484,13 @@ def test_serving_the_docs_says_to_install_the_package():
         assert "mkdocs serve" in text and "pip install -e ." in text, name
     hooks = (ROOT / "docs" / "hooks.py").read_text()
     assert "def on_config" in hooks and "pip install -e ." in hooks
+
+
+def test_the_commands_table_lists_every_command():
+    from draftsmith.cli import build_parser
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction)]
+    table = (ROOT / "docs" / "getting-started.md").read_text().split("## The commands")[1]
+    missing = [name for name in sub.choices if f"| `draftsmith {name}` |" not in table]
+    assert missing == []
