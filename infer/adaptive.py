@@ -130,11 +130,17 @@ class AdaptiveK:
         self.history.append(k)
         return k
 
-    def observe(self, k: int, num_accepted: int, seconds: float | None = None) -> None:
-        """The step that drafted k kept num_accepted drafts and took `seconds` (None: untimed)."""
-        if seconds is not None and seconds > 0:
+    def observe_cost(self, k: int, seconds: float) -> None:
+        """A step that drafted k took `seconds` (drafting, verifying and the roll-back)."""
+        if seconds > 0:
             old = self._cost.get(k)
             self._cost[k] = seconds if old is None else old + self.cost_weight * (seconds - old)
+
+    def observe(self, k: int, num_accepted: int, seconds: float | None = None) -> None:
+        """The step that drafted k kept num_accepted drafts and took `seconds` (None: its time
+        comes later through observe_cost, or never)."""
+        if seconds is not None:
+            self.observe_cost(k, seconds)
         if k == 0:
             self._plain_run += 1
             return
@@ -167,4 +173,33 @@ class AdaptiveK:
         }
 
 
-__all__ = ["TREE", "AdaptiveK"]
+class EventClock:
+    """Step times on a CUDA stream without waiting for it: CUDA events are recorded around each
+    step and read one step later, when the next step's own device-to-host read (the accepted
+    tokens) has already passed them, so timing adds no synchronisation to the loop."""
+
+    def __init__(self, event_factory=None):
+        if event_factory is None:
+            import torch
+
+            event_factory = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+        self._event = event_factory
+        self._start = None
+        self._done: list[tuple[int, object, object]] = []
+
+    def start(self) -> None:
+        self._start = self._event()
+        self._start.record()
+
+    def stop(self, k: int) -> list[tuple[int, float]]:
+        """End the step that drafted k; -> (k, seconds) of the earlier steps whose events are done."""
+        end = self._event()
+        end.record()
+        ready, waiting = [], []
+        for item in self._done:
+            (ready if item[2].query() else waiting).append(item)
+        self._done = [*waiting, (k, self._start, end)]
+        return [(kk, a.elapsed_time(b) / 1e3) for kk, a, b in ready]
+
+
+__all__ = ["TREE", "AdaptiveK", "EventClock"]

@@ -31,7 +31,7 @@ import torch
 
 from draftsmith.errors import DraftsmithError
 
-from .adaptive import TREE, AdaptiveK
+from .adaptive import TREE, AdaptiveK, EventClock
 from .context import ContextFit
 from .metrics import SpecMetrics
 from .proposal import Drafter, check_num_speculative_tokens, default_num_speculative_tokens, speculative_cap
@@ -223,7 +223,9 @@ class Engine:
         # Where each step's time goes, measured inside this loop (not in isolation as
         # measure_step_costs does): drafting (propose + accept) and verifying (the target forward
         # + verification). On CUDA only with `time_steps`, which synchronises every step.
-        timed = device.type != "cuda" or self.time_steps or policy is not None
+        timed = device.type != "cuda" or self.time_steps
+        # CUDA, untimed: the adaptive policy's step costs come from CUDA events read a step late.
+        clock = EventClock() if policy is not None and not timed else None
         t_draft, t_verify = [], []
 
         _sync(device)
@@ -255,6 +257,8 @@ class Engine:
             if timed:
                 _sync(device)
                 t0 = time.perf_counter()
+            elif clock is not None:
+                clock.start()
             k_step = policy.choose() if policy is not None else k  # TREE: the configured tree
             if drafter is not None and k_step != 0:
                 k_draft = k if k_step == TREE else k_step  # a tree drafter ignores K
@@ -303,6 +307,8 @@ class Engine:
                 t_verify.append(t2 - t1)
             if policy is not None:
                 policy.observe(k_step, n_acc, t3 - t0 if timed else None)
+                for k_done, seconds in clock.stop(k_step) if clock is not None else ():
+                    policy.observe_cost(k_done, seconds)
             metrics.update(n, n_acc, tree.depth if n else None)
             if n:
                 steps.append((valid + 1, n_acc))

@@ -270,3 +270,43 @@ def test_generate_reports_the_k_it_drafted(tiny_cache, capsys):
     assert main([*args, "--no-adaptive-k"]) == 0
     summary = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
     assert summary["num_speculative_tokens"] == 4 and "adaptive_k" not in summary
+
+
+class StandInEvent:
+    """A CUDA event on the host clock; `done` says whether the device has passed it."""
+
+    done = False
+
+    def record(self):
+        self.t = time.perf_counter()
+
+    def query(self):
+        return self.done
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1e3  # ms, as torch.cuda.Event
+
+
+def test_the_event_clock_reads_a_step_only_once_the_device_has_passed_it():
+    from draftsmith.infer.adaptive import EventClock
+
+    events = []
+
+    def make():
+        events.append(StandInEvent())
+        return events[-1]
+
+    clock = EventClock(make)
+    clock.start()
+    assert clock.stop(4) == []  # nothing earlier
+    clock.start()
+    assert clock.stop(0) == []  # step one's end event not passed yet: nothing read, nothing waited for
+    for e in events:
+        e.done = True
+    clock.start()
+    read = clock.stop(2)
+    assert [k for k, _ in read] == [4, 0] and all(s >= 0 for _, s in read)
+    policy = AdaptiveK(k_max=4, k_start=4)
+    for k, s in read:
+        policy.observe_cost(k, s + 0.1)
+    assert set(policy._cost) == {4, 0}
