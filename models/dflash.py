@@ -177,8 +177,10 @@ class ContextCache:
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Store the new rows' (k, v) [1, KV, m, hd] at `positions` [m]; -> every slot, per layer."""
         for i, (k, v) in enumerate(kvs):
-            self.k[i].index_copy_(2, positions, k)
-            self.v[i].index_copy_(2, positions, v)
+            # Under autocast (training's acceptance measurement in bf16) the projections come out in
+            # bf16 while the cache keeps the draft's own dtype: store them in the cache's.
+            self.k[i].index_copy_(2, positions, k.to(self.k[i].dtype))
+            self.v[i].index_copy_(2, positions, v.to(self.v[i].dtype))
         return list(zip(self.k, self.v))
 
     def mask(self, q: int, causal: bool) -> torch.Tensor:

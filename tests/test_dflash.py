@@ -178,6 +178,17 @@ def test_greedy_equals_plain_decoding_with_one_draft_forward_per_step(tiny_targe
         assert spec.metrics.accepted_tokens > 0  # the trained draft is right some of the time
 
 
+def test_drafting_under_bf16_autocast_as_training_measures_acceptance(tiny_target, trained):
+    """Training with mixed_precision bf16 measures acceptance inside autocast: the projections come
+    out in bf16 while the draft's context cache is fp32, and must be stored, not refused."""
+    task, _, _ = trained
+    engine = Engine(tiny_target, DFlash(task.model, tiny_target, "test"), 3)
+    plain = engine.generate(PROMPT, 12, speculative=False, eos_token_ids=())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        spec = engine.generate(PROMPT, 12, eos_token_ids=())
+    assert spec.metrics.drafts > 0 and len(spec.tokens) == len(plain.tokens)
+
+
 def test_bad_inputs_are_clear(tiny_target):
     drafter = DFlash(_model(tiny_target), tiny_target, "test")
     with pytest.raises(DraftsmithError, match="chain"):
