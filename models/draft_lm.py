@@ -122,13 +122,16 @@ class DraftLM(TrainedDrafter):
         tokens, probs = [], []
         for _i in range(k):
             logits = self._forward(ids)
-            p = logits_to_probs(logits, sampling)
-            tok = logits.argmax(-1) if sampling.greedy else sample(p, generator)
+            if sampling.greedy:  # no distribution needed: verification treats the token as one-hot q
+                tok = logits.argmax(-1)
+            else:
+                p = logits_to_probs(logits, sampling)
+                tok = sample(p, generator)
+                probs.append(p)
             tokens.append(tok)
-            probs.append(p)
             ids = tok.reshape(1, 1)
         # d_k was sampled but never fed: the cache holds context + d_1..d_{k-1}.
-        return Proposal(torch.stack(tokens), None if sampling.greedy else torch.stack(probs))
+        return Proposal(torch.stack(tokens), torch.stack(probs) if probs else None)
 
     def accept(self, num_accepted: int, hidden=None) -> None:
         if self._context is None:  # a plain step (no propose): the next propose catches up

@@ -313,8 +313,11 @@ class EagleDrafter(TrainedDrafter):
 
     def _run(self, ids, h, positions, slots, mask, prefill: bool = False) -> torch.Tensor:
         # The prompt's rows (prefill) vary with every prompt: eager, as the target's prefill.
-        forward = self._step if prefill or self._compiled is None else self._compiled
-        return forward(ids, h, positions, slots, mask)
+        if prefill or self._compiled is None:
+            return self._step(ids, h, positions, slots, mask)
+        # A CUDA graph's output lives in memory its next replay reuses, and a chain feeds it back
+        # in: a copy (d numbers per row) is what the next step may keep.
+        return self._compiled(ids, h, positions, slots, mask).clone()
 
     def _reserve(self, slots: int) -> None:
         """Room for `slots` cache positions (rare: a tree wider than start() planned for)."""
@@ -345,10 +348,10 @@ class EagleDrafter(TrainedDrafter):
         c, device = self._rows, self._k.device
         h, tokens, probs = last, [], []
         for d in range(1, k + 1):
-            logits = self.model.target_logits(h)[0]
-            if sampling.greedy:
-                tok = logits.argmax(-1, keepdim=True)
-            else:
+            if sampling.greedy:  # the argmax over the draft's own vocabulary, mapped to the target's
+                tok = self.model.target_ids(self.model.draft_logits(h)[0].argmax(-1, keepdim=True))
+            else:  # the whole target vocabulary: verification divides by q over it
+                logits = self.model.target_logits(h)[0]
                 q = logits_to_probs(logits, sampling)
                 tok = sample(q, generator).view(1)
                 probs.append(q)
