@@ -41,5 +41,8 @@ if fixed["speedup"] < 1:
     print(f"Drafting every step does not beat plain decoding after this short run: on this machine {cost}, "
           "so a draft must accept far more than a few minutes of training give (docs/results.md). "
           "Train longer (--minutes 60, or a GPU), then rerun.")
+if r.get("first_divergence"):
+    from draftsmith.evaluation.divergence import divergence_line
+    print(divergence_line(r["first_divergence"]))
 print(f"checkpoint {out}/eagle3/final   results {out}/bench.json   plot {out}/acceptance.png")
 PY

@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.evaluation.divergence import divergence_line, first_divergence
 from draftsmith.evaluation.graph_health import counting
 from draftsmith.evaluation.report import stamp
 from draftsmith.infer.engine import Engine, GenerationResult, predicted_speedup
@@ -297,6 +298,8 @@ def run_bench(
             for n in names
         },
     }
+    if sampling.greedy and not result["greedy_outputs_match"]:  # where, and how near a tie it was
+        result["first_divergence"] = first_divergence(target, prompts, outputs["plain"], spec)
     if adaptive is not None:  # what the policy chose, and the fixed K it ran beside
         result["num_speculative_tokens"] = adaptive.k
         result["adaptive_k"] = adaptive_summary(spec)
@@ -384,6 +387,7 @@ class Method:
     k: int | None = None  # None: the drafter's default K (its kind's default_k)
     tree: TreeConfig | None = None
     verification: str = "lossless"
+    adaptive: bool = False  # K chosen per step in 0..k (k None: the drafter's ceiling; infer/adaptive.py)
 
 
 def run_compare(
@@ -403,7 +407,7 @@ def run_compare(
     for m in methods:
         if m.name in engines:
             raise ValueError(f"method name {m.name!r} used twice")
-        engines[m.name] = Engine(target, m.drafter, m.k, tree=m.tree, verification=m.verification)
+        engines[m.name] = Engine(target, m.drafter, m.k, tree=m.tree, verification=m.verification, adaptive=m.adaptive)
     names = list(engines)
     run = {
         n: (lambda e, s: lambda p, sd: e.generate(p.ids, max_new_tokens, sampling, seed=sd, speculative=s))(
@@ -432,7 +436,13 @@ def run_compare(
             if sampling.greedy
             else None,
         }
-        if n != "plain":
+        if n != "plain" and engines[n].adaptive:  # no fixed K: what it chose, no speed-model prediction
+            row.update(
+                environment(target, engines[n].drafter, engines[n]),
+                num_speculative_tokens=engines[n].k,
+                adaptive_k=adaptive_summary(outputs[n]),
+            )
+        elif n != "plain":
             row["by_context"] = context_buckets(outputs[n], context_edges)
             e = engines[n]
             costs = e.measure_step_costs(
@@ -538,6 +548,10 @@ def format_compare(result: dict) -> str:
             f"{r['tokens_per_s']:>10.2f}{r['speedup']:>8.2f}x{fmt(r.get('predicted_speedup'), '.2f'):>9}x{match:>7}  "
             + " ".join(f"{a:.2f}" for a in r["per_position_acceptance"])
         )
+    for name, r in result["methods"].items():  # adaptive K: how often each K was drafted (0: a plain step)
+        if r.get("adaptive_k"):
+            chosen = ", ".join(f"K={k} x{n}" for k, n in r["adaptive_k"]["k_counts"].items())
+            lines.append(f"{name}: adaptive K in 0..{r['adaptive_k']['k_max']}, steps {chosen}")
     costed = {n: r for n, r in result["methods"].items() if r.get("step_costs_s")}
     if costed:  # the same step costs measured alone (measure_step_costs) and inside the loop
         lines.append(
@@ -606,6 +620,8 @@ def format_table(result: dict) -> str:
     for name, m in result.get("methods", {}).items():
         match = {True: "yes", False: "NO", None: "-"}[m["outputs_match_plain"]]
         lines.append(f"{name:<13}{m['tokens_per_s']:>10.2f}{m['speedup']:>9.2f}x{match:>8}")
+    if result.get("first_divergence"):
+        lines.append(divergence_line(result["first_divergence"]))
     rate = result["draft_acceptance_rate"]
     lines.append(
         f"mean_acceptance_length {result['mean_acceptance_length']:.2f}   "
