@@ -30,6 +30,7 @@ class StandIn:
     def __init__(self, drafted: bool, vllm: bool = True, total_suffix: bool = True, port: int = 0):
         self.drafted, self.vllm, self.suffix = drafted, vllm, "_total" if total_suffix else ""
         self.done = 0
+        self.bodies = []  # every request body received, in order
         self.lock = threading.Lock()
         stand_in = self
 
@@ -64,6 +65,7 @@ class StandIn:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stand_in.bodies.append(body)
                 chat = self.path == "/v1/chat/completions"
                 if body["model"] not in ("stand-in", "target"):  # as vLLM answers a model it does not serve
                     self.send_error(404, "model not found")
@@ -213,6 +215,27 @@ def test_completions_api_and_counters_without_the_total_suffix(speed_file, tmp_p
     rows = json.loads((tmp_path / "c" / "results.json").read_text())["rows"]
     assert {r["category"] for r in rows} == {"coding", "all"}
     assert all(r["drafted"]["spec"]["tau"] == pytest.approx(3.0) for r in rows)
+
+
+def test_thinking_and_long_context_rows(servers, speed_file, tmp_path, capsys):
+    drafted, plain = servers
+    out = tmp_path / "sb"
+    argv = ["--base-url", drafted.url, "--baseline-url", plain.url, "--prompts", speed_file, "--categories", "qa"]
+    argv += ["--concurrency", "1", "--num-requests", 2, "--warmup", 0, "--max-tokens", 4, "--output-dir", out]
+    rc, _, err = _run([*argv, "--thinking", "on,off", "--long-context", 400], capsys)
+    assert rc == 0, err
+    r = json.loads((out / "results.json").read_text())
+    cats = {row["category"] for row in r["rows"]}
+    assert cats == {"qa thinking:on", "qa thinking:off", "long-context thinking:on", "long-context thinking:off", "all"}
+    sent = [b for b in drafted.bodies if b.get("chat_template_kwargs")]
+    assert {b["chat_template_kwargs"]["enable_thinking"] for b in sent} == {True, False}
+    assert len(sent) == len(drafted.bodies) == 8  # 4 rows x 2 requests, each with its switch
+    long = [b for b in drafted.bodies if len(b["messages"][0]["content"]) > 1000]
+    assert len(long) == 4 and all(len(b["messages"][0]["content"]) <= 4 * 400 + 100 for b in long)
+    rc, _, err = _run([*argv, "--thinking", "maybe"], capsys)
+    assert rc == 2 and "--thinking: 'maybe'" in err
+    rc, _, err = _run([*argv, "--thinking", "on", "--api", "completions"], capsys)
+    assert rc == 2 and "needs --api chat" in err
 
 
 def _row(c, d, b, cat="all", t=0.0):

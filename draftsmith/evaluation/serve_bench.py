@@ -52,6 +52,19 @@ def add_arguments(p) -> None:
         "JSONL file (one row per prompt: category plus turns, messages or prompt); its categories become rows",
     )
     p.add_argument("--categories", default=None, help="comma list: only these categories (default: all)")
+    p.add_argument(
+        "--long-context",
+        type=int,
+        default=0,
+        metavar="TOKENS",
+        help="also a long-context category: Python source of about TOKENS tokens to explain (default 0: none)",
+    )
+    p.add_argument(
+        "--thinking",
+        default=None,
+        help="on,off (or one of them): every category once per setting of the chat template's enable_thinking "
+        "switch (Qwen3 and others), as rows 'CATEGORY thinking:on/off' (chat API only)",
+    )
     p.add_argument("--num-prompts", type=int, default=None, help="the first N prompts of each set (default: all)")
     p.add_argument("--concurrency", default="1,4,16,64", help="requests in flight, comma list (default 1,4,16,64)")
     p.add_argument("--num-requests", type=int, default=32, help="requests per category and level (default 32)")
@@ -144,7 +157,13 @@ def _file_rows(path: pathlib.Path) -> list[Request]:
     return out
 
 
-def load_requests(spec: str, limit: int | None = None, categories: str | None = None) -> dict[str, list[Request]]:
+def load_requests(
+    spec: str,
+    limit: int | None = None,
+    categories: str | None = None,
+    long_context: int = 0,
+    thinking: list[str] | None = None,
+) -> dict[str, list[Request]]:
     """category -> its prompts (as chat messages), in the sets' order."""
     from draftsmith.evaluation import prompts as P
 
@@ -172,7 +191,39 @@ def load_requests(spec: str, limit: int | None = None, categories: str | None = 
                 f"--categories: unknown category {', '.join(map(repr, unknown))}; these prompts have {', '.join(found)}"
             )
         found = {c: found[c] for c in wanted}
+    if long_context:  # asked for by itself: kept whatever --categories picks
+        found["long-context"] = long_context_requests(long_context)
+    if thinking:
+        switch = {"on": True, "off": False}
+        bad = [v for v in thinking if v not in switch]
+        if bad:
+            raise DraftsmithError(f"--thinking: {', '.join(map(repr, bad))}; give on, off or on,off")
+        found = {
+            f"{c} thinking:{v}": [Request(r.category, r.messages, {"enable_thinking": switch[v]}) for r in reqs]
+            for c, reqs in found.items()
+            for v in thinking
+        }
     return found
+
+
+def long_context_requests(tokens: int, count: int = 4) -> list[Request]:
+    """`count` requests, each about `tokens` tokens of the Python standard library's source (~4
+    characters a token) followed by a question: where users report acceptance falling."""
+    import sysconfig
+
+    files = sorted(pathlib.Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
+    out, i = [], 0
+    for _ in range(count):
+        text = ""
+        while len(text) < 4 * tokens and i < 10 * len(files) + count:
+            try:
+                text += files[i % len(files)].read_text(encoding="utf-8") + "\n"
+            except (OSError, UnicodeDecodeError):
+                pass
+            i += 1
+        question = "Explain briefly what the code above does, module by module."
+        out.append(Request("long-context", [{"role": "user", "content": text[: 4 * tokens] + "\n\n" + question}]))
+    return out
 
 
 # --- the sweep ----------------------------------------------------------------------------------------------
@@ -385,7 +436,10 @@ def _check(args):
 
 def run(args) -> int:
     levels, temps = _check(args)
-    sets = load_requests(args.prompts, args.num_prompts, args.categories)
+    thinking = [v.strip() for v in args.thinking.split(",") if v.strip()] if args.thinking else None
+    if thinking and args.api != "chat":
+        raise DraftsmithError("--thinking switches the chat template: it needs --api chat")
+    sets = load_requests(args.prompts, args.num_prompts, args.categories, args.long_context, thinking)
     out = pathlib.Path(args.output_dir).expanduser()
     info: dict = {}
     if args.base_url:

@@ -141,6 +141,7 @@ def read_counters(url: str, flag: str = "--base-url") -> SpecCounters | None:
 class Request:
     category: str
     messages: list[dict]
+    template_kwargs: dict | None = None  # the chat template's switches, e.g. {"enable_thinking": False}
 
 
 @dataclass
@@ -163,6 +164,8 @@ def stream(url: str, model: str, req: Request, *, api: str, max_tokens: int, tem
         body["ignore_eos"] = True
     if api == "chat":
         body["messages"] = req.messages
+        if req.template_kwargs:  # vLLM's extension of the chat API
+            body["chat_template_kwargs"] = req.template_kwargs
         path = "/v1/chat/completions"
     else:
         body["prompt"] = "\n\n".join(str(m.get("content", "")) for m in req.messages)

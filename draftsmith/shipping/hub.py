@@ -256,6 +256,17 @@ def _dataset(data: dict) -> tuple[list[str], str]:
     ) + regen
 
 
+def _served(ckpt: pathlib.Path) -> list[str]:
+    """The card's served-at-load lines from a serve-bench result of this checkpoint, or []."""
+    from draftsmith.evaluation.serve_card import card_lines, find_serve_bench
+    from draftsmith.models import checkpoint_identity
+
+    if not any((folder / "serve-bench" / "results.json").is_file() for folder in (ckpt, ckpt.parent)):
+        return []
+    found = find_serve_bench(ckpt, (checkpoint_identity(ckpt) or {}).get("sha256"))
+    return card_lines(found[1], found[0].relative_to(ckpt.parent).as_posix()) if found else []
+
+
 def _fmt(v, suffix=""):
     return "—" if v is None else f"{v:.2f}{suffix}"
 
@@ -461,7 +472,11 @@ def build_card(
             f"`{meta['target_path']}/`: outputs are that model's, not {base}'s.",
             "",
         ]
-    out += ["## Measured", ""] + _table(results, target) + ["", "## How to serve it", ""]
+    out += ["## Measured", ""] + _table(results, target) + [""]
+    served = _served(ckpt)
+    if served:
+        out += ["## Served at load", ""] + served + [""]
+    out += ["## How to serve it", ""]
     out += _serving(repo_id, meta, target, exports, proofs(ckpt) if exports is not None else None)
     out += ["", "## Training", ""]
     opt, dr, data = recipe.get("optim") or {}, recipe.get("drafter") or {}, recipe.get("data") or {}
