@@ -114,7 +114,12 @@ def test_no_work_log_words(page):
 # --- the checks themselves fail where they should ------------------------------------------------
 
 
-STAMPED = {"machine": {"cpu": {"model": "AMD EPYC"}}, "date": "2026-12-02 11:52 UTC", "commit": "b490ee2", "command": "x"}
+STAMPED = {
+    "machine": {"cpu": {"model": "AMD EPYC"}},
+    "date": "2026-12-02 11:52 UTC",
+    "commit": "b490ee2",
+    "command": "x",
+}
 
 
 def _write(root: pathlib.Path, rel: str, data) -> None:

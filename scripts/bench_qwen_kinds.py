@@ -1,0 +1,153 @@
+#!/usr/bin/env python
+"""The drafter kinds side by side for Qwen2.5-Coder-1.5B-Instruct on this machine: each trained by
+draftsmith for the same wall-clock budget (configs/qwen2.5-coder-1.5b-instruct/<kind>.yaml), the
+untrained Qwen2.5-Coder-0.5B-Instruct draft at several fixed K, a useless draft (the target's
+first layer), plain decoding, and every drafter with adaptive K, in ONE run: the methods are
+interleaved prompt by prompt (run_compare), greedy, each output checked equal to plain's.
+
+    bash scripts/install_qwen.sh
+    for kind in eagle3 draft_lm_chat dflash; do
+      draftsmith train configs/qwen2.5-coder-1.5b-instruct/$kind.yaml --output-dir runs/qwen-coder-$kind
+    done
+    python scripts/bench_qwen_kinds.py \\
+        --runs eagle3=runs/qwen-coder-eagle3,draft_lm=runs/qwen-coder-draft_lm_chat,dflash=runs/qwen-coder-dflash \\
+        --out results/qwen-kinds
+
+Prompts: held-out HumanEval problems and MT-Bench's coding, math and writing first turns (the
+drafters train on ShareGPT, so both sets are held out). The plain baseline and every method run
+on the matmul kernels `--cpu-matmul auto` picks on this machine (the best plain decoding here).
+
+Writes OUT/results.json (stamped: machine, commit, date, command), OUT/table.md and, per trained
+kind, OUT/curves-<kind>.png (its training curves, as the trainer drew them) beside its training
+summary (steps, tokens, τ measured during training). Run it alone on the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from draftsmith.evaluation.benchkit import markdown_table, parser, run_main, save
+
+TARGET, PAIR = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
+
+
+def prompts(tokenizer, humaneval: int, per_category: int):
+    from draftsmith.evaluation.prompts import Prompt, load_prompts, read_rows, render_chat
+
+    out = load_prompts("humaneval", tokenizer, humaneval)
+    for category in ("coding", "math", "writing"):
+        rows = [r for r in read_rows("mt-bench") if r["category"] == category][:per_category]
+        for r in rows:
+            text, ids = render_chat(tokenizer, [{"role": "user", "content": r["turns"][0]}], "mt-bench")
+            out.append(Prompt(ids, text, category, 1, f"mt-bench/{r['question_id']}", "mt-bench"))
+    return out
+
+
+def training(run: Path) -> dict:
+    """What the run trained: steps, tokens, wall time, and τ measured along the way."""
+    summary = json.loads((run / "train_summary.json").read_text()) if (run / "train_summary.json").is_file() else {}
+    keep = ("steps", "tokens", "train_seconds", "best", "acceptance", "eval")
+    return {k: summary[k] for k in keep if k in summary}
+
+
+def main(args) -> dict:
+    from draftsmith.evaluation.bench import Method, format_compare, run_compare
+    from draftsmith.infer.sampling import GREEDY
+    from draftsmith.models import Checkpoint, Target, load_drafter
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    target = Target.load(args.target, dtype=args.dtype)
+    runs = dict(item.split("=", 1) for item in args.runs.split(",") if item)
+    drafters, trained = {}, {}
+    for name, run in runs.items():
+        ckpt = Checkpoint.find(run, "--runs")
+        drafters[name] = load_drafter(str(ckpt.path), target)
+        trained[name] = {"checkpoint": str(ckpt.path), **training(Path(run))}
+        curves = Path(run) / "curves.png"
+        if curves.is_file():
+            shutil.copyfile(curves, out / f"curves-{name}.png")
+    drafters["qwen0.5b"] = load_drafter(args.pair, target)
+    drafters["truncated:1"] = load_drafter("truncated:1", target)
+    # The best plain decoding on this machine: the kernel auto picks for one row and for K+1 rows.
+    choices = {}
+    for name, d in drafters.items():
+        if not getattr(d, "needs_hidden_states", False):
+            choices[name] = target.use_cpu_matmul("auto", args.k + 1, d, "auto")
+    methods = [Method(f"qwen0.5b K={k}", drafters["qwen0.5b"], k) for k in args.k_sweep]
+    methods.append(Method("qwen0.5b adaptive", drafters["qwen0.5b"], max(args.k_sweep), adaptive=True))
+    for name in [*runs, "truncated:1"]:
+        d = drafters[name]
+        methods.append(Method(f"{name} K={args.k}", d, min(args.k, getattr(d, "max_speculative_tokens", None) or 99)))
+        methods.append(Method(f"{name} adaptive", d, None, adaptive=True))
+    ps = prompts(target.tokenizer, args.humaneval, args.per_category)
+    result = run_compare(target, methods, ps, args.max_new_tokens, GREEDY, progress=not args.quiet)
+    result.update(training=trained, cpu_matmul_choices=choices, k_sweep=args.k_sweep)
+    print(format_compare(result))
+    (out / "table.md").write_text(table(result) + "\n")
+    return result
+
+
+def table(result: dict) -> str:
+    rows = []
+    for name, r in result["methods"].items():
+        costs = r.get("step_costs_s")
+        draft_cost = costs["t_draft_k"] / costs["t_step"] if costs else None
+        by = r.get("by_domain", {})
+        cell = lambda g: f"{by[g]['mean_acceptance_length']:.2f} / {by[g]['speedup']:.2f}x" if g in by else "-"  # noqa: E731
+        k = r.get("adaptive_k")
+        rows.append(
+            [
+                name,
+                f"{r['mean_acceptance_length']:.2f}",
+                "-" if draft_cost is None else f"{draft_cost:.2f}",
+                "-" if r.get("predicted_speedup") is None else f"{r['predicted_speedup']:.2f}x",
+                f"{r['speedup']:.2f}x",
+                cell("humaneval"),
+                cell("coding"),
+                cell("math"),
+                cell("writing"),
+                "-" if not k else ", ".join(f"{key}:{n}" for key, n in k["k_counts"].items()),
+                {True: "yes", False: "NO", None: "-"}[r["outputs_match_plain"]],
+            ]
+        )
+    head = [
+        "method",
+        "τ",
+        "drafting / step",
+        "predicted",
+        "measured",
+        "HumanEval τ / x",
+        "coding",
+        "math",
+        "writing",
+        "K chosen (steps)",
+        "= plain",
+    ]
+    return markdown_table(head, rows)
+
+
+def arguments(argv=None):
+    ap = parser(__doc__)
+    ap.add_argument("--target", default=TARGET)
+    ap.add_argument("--pair", default=PAIR, help="the pretrained draft LM benched untrained, at every K of --k-sweep")
+    ap.add_argument("--runs", default="", help="name=run-folder,... of trained drafters (best/ or final/ is used)")
+    ap.add_argument("--k", type=int, default=4, help="the fixed K of every trained drafter (its kind's default)")
+    ap.add_argument("--k-sweep", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 6, 8])
+    ap.add_argument("--humaneval", type=int, default=6, help="HumanEval problems")
+    ap.add_argument("--per-category", type=int, default=2, help="MT-Bench first turns per category")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--out", default="results/qwen-kinds")
+    ap.add_argument("--quiet", action="store_true")
+    return ap.parse_args(argv)
+
+
+def run(args) -> None:
+    save(main(args), Path(args.out) / "results.json")
+
+
+if __name__ == "__main__":
+    run_main(run, arguments())

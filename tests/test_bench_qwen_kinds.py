@@ -1,0 +1,67 @@
+"""scripts/bench_qwen_kinds.py on tiny settings: trained drafters, a pretrained draft at several
+fixed K, a useless draft and every drafter's adaptive K side by side with plain decoding in one
+run, every greedy output equal to plain's, the table and the stamped JSON written."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_kinds_side_by_side_with_fixed_and_adaptive_k(tiny, tmp_path):
+    _, eagle3, _ = tiny("eagle3")
+    _, draft_lm, _ = tiny("draft_lm")
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable,
+        "scripts/bench_qwen_kinds.py",
+        "--target",
+        "tiny-random",
+        "--pair",
+        "truncated:2",
+        "--runs",
+        f"eagle3={eagle3},draft_lm={draft_lm}",
+        "--k-sweep",
+        "2,3",
+        "--k",
+        "3",
+        "--humaneval",
+        "1",
+        "--per-category",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "--dtype",
+        "float32",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, env=os.environ.copy(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((out / "results.json").read_text())
+    methods = r["methods"]
+    assert set(methods) == {
+        "plain",
+        "qwen0.5b K=2",
+        "qwen0.5b K=3",
+        "qwen0.5b adaptive",
+        "eagle3 K=3",
+        "eagle3 adaptive",
+        "draft_lm K=3",
+        "draft_lm adaptive",
+        "truncated:1 K=3",
+        "truncated:1 adaptive",
+    }
+    assert all(m["outputs_match_plain"] for m in methods.values())
+    assert (
+        methods["eagle3 adaptive"]["adaptive_k"]["k_counts"] and "predicted_speedup" not in methods["eagle3 adaptive"]
+    )
+    assert methods["eagle3 K=3"]["predicted_speedup"] > 0 and methods["eagle3 K=3"]["num_speculative_tokens"] == 3
+    assert set(methods["plain"]["by_domain"]) == {"humaneval", "coding", "math", "writing"}
+    assert "bench_qwen_kinds.py" in r["command"] and r["machine"] and r["commit"] and r["date"]
+    table = (out / "table.md").read_text()
+    assert "| eagle3 adaptive |" in table and "HumanEval" in table
