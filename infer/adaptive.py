@@ -19,7 +19,8 @@ generation has measured so far:
 When no K pays, the loop decodes plainly and probes with one drafted token now and then (every
 8 plain steps, backing off to 64 while the probes fail): a useless draft then costs a few
 percent of the plain speed, not the drafting of every step. A tree drafter chooses between its
-tree and a plain step the same way.
+tree and a plain step the same way; its probes draft a chain of one token, and a probe that hits
+brings the tree back for a step.
 
 K changes only what is proposed, never how it is verified: greedy output equals plain
 decoding's and sampled output keeps the target's distribution at every step whatever K is
@@ -67,6 +68,7 @@ class AdaptiveK:
         self._cost: dict[int, float] = {}  # k (TREE for the tree) -> seconds per step
         self._plain_run = 0  # plain steps since the last drafted one
         self._probe_gap = self.probe_every
+        self._retry_tree = False
 
     # --- the model -----------------------------------------------------------------------------
 
@@ -125,8 +127,10 @@ class AdaptiveK:
         else:
             options = [0, TREE] if self.tree else range(self.k_max + 1)
             k = max(options, key=lambda x: self.rate(x) or 0.0)
-            if k == 0 and self._plain_run >= self._probe_gap:
-                k = TREE if self.tree else 1  # a probe: has the draft started to pay?
+            if self._retry_tree:  # a probe hit: measure the tree again
+                k, self._retry_tree = TREE, False
+            elif k == 0 and self._plain_run >= self._probe_gap:
+                k = 1  # a probe, one drafted token (a tree drafter too: a whole tree is a dear probe)
         self.history.append(k)
         return k
 
@@ -147,6 +151,7 @@ class AdaptiveK:
         probe = self._plain_run >= self._probe_gap
         if probe:  # back off while probes find nothing; a hit resets the gap
             self._probe_gap = self.probe_every if num_accepted else min(2 * self._probe_gap, self.probe_max)
+            self._retry_tree = self.tree and num_accepted > 0
         self._plain_run = 0
         if k == TREE:
             tokens = 1.0 + num_accepted

@@ -262,7 +262,8 @@ class Engine:
             k_step = policy.choose() if policy is not None else k  # TREE: the configured tree
             if drafter is not None and k_step != 0:
                 k_draft = k if k_step == TREE else k_step  # a tree drafter ignores K
-                proposal = drafter.propose(seq[:, :n_seq], k_draft, sampling, generator, tree=self.tree)
+                shape = self.tree if policy is None or k_step == TREE else None  # an adaptive probe: a chain
+                proposal = drafter.propose(seq[:, :n_seq], k_draft, sampling, generator, tree=shape)
             else:  # plain decoding, or a plain step the adaptive policy chose
                 proposal = None
             if timed:

@@ -98,7 +98,17 @@ def test_a_tree_drafter_chooses_between_its_tree_and_a_plain_step():
     assert policy.summary()["k_counts"]["tree"] == history.count(TREE)
     policy = AdaptiveK(k_max=16, k_start=4, tree=True)
     history = run(policy, lambda k: 0, lambda k: 0.3 if k == TREE else 0.1, steps=20)
-    assert history[1:9] == [0] * 8 and history[9] == TREE  # then a probe
+    assert history[1:9] == [0] * 8 and history[9] == 1  # then a probe: one drafted token, not a tree
+
+
+def test_a_tree_drafter_probe_that_hits_brings_the_tree_back():
+    policy = AdaptiveK(k_max=16, k_start=4, tree=True)
+    good = {"on": False}
+    run(policy, lambda k: (3 if k == TREE else 1) if good["on"] else 0, lambda k: 0.3 if k == TREE else 0.1, 10)
+    assert policy.history == [TREE] + [0] * 8 + [1]  # the tree, 8 plain steps, then a probe (it kept nothing)
+    good["on"] = True
+    history = run(policy, lambda k: 3 if k == TREE else 1, lambda k: 0.15 if k == TREE else 0.1, 60)
+    assert TREE in history[-30:] and history[-5:] == [TREE] * 5
 
 
 # --- the engine under the policy ------------------------------------------------------------------
