@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
             "outputs, acceptance and speed side by side",
         )
     )
-    from draftsmith.evaluation import serve_bench
+    from draftsmith.shipping import serve_bench
 
     serve_bench.add_arguments(
         sub.add_parser("serve-bench", help="vLLM's server with and without the drafter at 1 to 64 requests in flight")
@@ -481,7 +481,7 @@ def cmd_crosscheck(args) -> int:
 
 
 def cmd_serve_bench(args) -> int:
-    from draftsmith.evaluation import serve_bench
+    from draftsmith.shipping import serve_bench
 
     return serve_bench.run(args)
 

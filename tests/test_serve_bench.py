@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from draftsmith.cli import main
-from draftsmith.evaluation import serve_bench, serve_load
+from draftsmith.shipping import serve_bench, serve_load
 
 TOKENS = 7  # tokens each stand-in request streams
 PER_REQUEST = {"drafts": 10, "draft_tokens": 30, "accepted": 20, "per_pos": [9, 7, 4]}

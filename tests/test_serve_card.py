@@ -2,9 +2,9 @@
 
 import json
 
-from draftsmith.evaluation.serve_card import card_lines, find_serve_bench
 from draftsmith.models import checkpoint_identity
 from draftsmith.shipping.hub import build_card
+from draftsmith.shipping.serve_card import card_lines, find_serve_bench
 
 
 def level(c, tokens, base, tau, cat="all", t=0.0):

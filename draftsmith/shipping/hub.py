@@ -258,8 +258,8 @@ def _dataset(data: dict) -> tuple[list[str], str]:
 
 def _served(ckpt: pathlib.Path) -> list[str]:
     """The card's served-at-load lines from a serve-bench result of this checkpoint, or []."""
-    from draftsmith.evaluation.serve_card import card_lines, find_serve_bench
     from draftsmith.models import checkpoint_identity
+    from draftsmith.shipping.serve_card import card_lines, find_serve_bench
 
     if not any((folder / "serve-bench" / "results.json").is_file() for folder in (ckpt, ckpt.parent)):
         return []

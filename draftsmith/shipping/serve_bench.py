@@ -22,8 +22,8 @@ import subprocess
 import sys
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.evaluation import serve_load
-from draftsmith.evaluation.serve_load import Request
+from draftsmith.shipping import serve_load
+from draftsmith.shipping.serve_load import Request
 
 log = logging.getLogger(__name__)
 DEFAULT_PROMPTS = "mt-bench,humaneval"
