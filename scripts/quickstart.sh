@@ -3,7 +3,7 @@
 # accepted the most per minute of training on this CPU, docs/results.md) for the built-in
 # SmolLM2 target on ShareGPT (its first 2,000 conversations, 2.3M tokens: more than a CPU budget
 # trains on, and read in seconds where all of it takes minutes) for a bounded time, then benchmark it as an
-# EAGLE-2 dynamic tree against plain decoding and say plainly whether it is faster yet.
+# EAGLE-2 dynamic tree against plain decoding, drafting every step and with adaptive K, and print both.
 #   bash scripts/quickstart.sh [--minutes N] [extra draftsmith bench flags]
 # MINUTES (default 10) bounds the training; rerunning resumes (or reuses) the same run.
 # RECIPE and OUT pick another recipe / output folder; SKIP_SETUP=1 skips the install (tests).
