@@ -1092,6 +1092,7 @@ def test_ctrl_c_during_bench_keeps_the_finished_runs(with_json, tmp_path, capsys
     out = tmp_path / "b.json"
     argv = ["bench", *EVAL1[:2], "--draft", "truncated:2", "--prompts", "chat", "--num-prompts", "3"]
     argv += ["--max-new-tokens", "4", "--quiet", "--no-hf", *(["--json", str(out)] if with_json else [])]
+    argv += ["-k", "2"]  # a fixed K: two methods (adaptive K would add the fixed K beside it)
     rc, err = run_draftsmith(argv, capsys, False)
     assert rc == 130, err[-3000:]
     lines = [ln for ln in err.splitlines() if ln.startswith("draftsmith: interrupted")]
