@@ -45,16 +45,25 @@ def _builtin_path(name: str) -> Path:
     return Path(str(resources.files("draftsmith") / "data" / "prompts" / f"{name}.jsonl"))
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+def json_objects(path: Path):
+    """(line number, object) for each non-blank line of a JSONL file; a line that is not a JSON
+    object is one error naming the file and line."""
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise DraftsmithError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-        if not isinstance(row, dict) or not ("prompt" in row or "messages" in row):
+        if not isinstance(row, dict):
+            raise DraftsmithError(f"{path}:{lineno}: each line must be a JSON object")
+        yield lineno, row
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    for lineno, row in json_objects(path):
+        if not ("prompt" in row or "messages" in row):
             raise DraftsmithError(f"{path}:{lineno}: each line needs a 'prompt' string or a 'messages' list")
         rows.append(row)
     return rows

@@ -132,16 +132,10 @@ def launcher(vllm: str | None) -> list[str] | None:
 def _file_rows(path: pathlib.Path) -> list[Request]:
     """A SPEED-Bench-layout file: one JSON object a line with `category` and `turns` (the first is
     sent), `messages` or `prompt`/`question`; `domain` stands in for a missing category."""
+    from draftsmith.evaluation.prompts import json_objects
+
     out = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DraftsmithError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-        if not isinstance(row, dict):
-            raise DraftsmithError(f"{path}:{lineno}: each line must be a JSON object")
+    for lineno, row in json_objects(path):
         cat = str(row.get("category") or row.get("domain") or path.stem)
         if isinstance(row.get("messages"), list):
             messages = [m for m in row["messages"] if m.get("role") != "assistant"][:2]
