@@ -104,6 +104,33 @@ class Forced:
         return Proposal(tokens, p.probs, tree=p.tree)
 
 
+def stub_vllm(ckpt, target, *, off_by_one: bool = False):
+    """A stand-in for draftsmith.shipping.engines.vllm_engine.VLLMEngine (where vLLM is not
+    installed) that decodes with draftsmith's own runtime, the checkpoint's drafter when given a
+    draft: it agrees with our runtime, unless `off_by_one` makes it report one draft too many per
+    prompt. Monkeypatch it over `vllm_engine.VLLMEngine` (and `engines.require`)."""
+    from draftsmith.models import load_drafter
+    from draftsmith.shipping.crosscheck import OurRuntime
+
+    class StubVLLM:
+        def __init__(self, target_dir, *, draft_dir=None, num_speculative_tokens=None, **kwargs):
+            drafter = load_drafter(str(ckpt), target) if draft_dir is not None else None
+            self.runtime = OurRuntime(target, drafter, num_speculative_tokens or 3)
+            self.versions, self.load_s = {"vllm": "0.0-stub", "torch": "stub"}, 0.0
+            self.draft = draft_dir is not None
+            self.options = kwargs  # what crosscheck passed (dtype, parallelism): tests read it
+
+        def generate(self, prompt_ids, max_tokens, stop_ids=()):
+            out = self.runtime.generate(prompt_ids, max_tokens)
+            out.drafts += int(off_by_one and self.draft)
+            return out
+
+        def close(self):
+            pass
+
+    return StubVLLM
+
+
 def tiny_drafter(kind, target, folder):
     """The kind's declared factory, called -> (drafter, the `--draft` value that reloads it)."""
     from draftsmith.errors import DraftsmithError
@@ -119,6 +146,7 @@ __all__ = [
     "configs_dir",
     "from_tiny_recipe",
     "save_task",
+    "stub_vllm",
     "tiny_drafter",
     "tiny_eagle3",
     "tiny_prompt_lookup",

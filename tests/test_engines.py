@@ -180,7 +180,42 @@ def test_format_crosscheck_names_disagreements():
     }
     text = format_crosscheck(result)
     assert "vllm DISAGREES with ours" in text and "ours [2, 6, 1, [1]] vs engine [2, 6, 2, [1, 1]]" in text
+    assert "ours on cpu (cpu), float32" in text  # a result written before --device: our side ran on the CPU
     json.dumps(result)
+    result.update(device="cuda:0", hardware="NVIDIA H200", dtype="bfloat16")
+    assert "ours on cuda:0 (NVIDIA H200), bfloat16" in format_crosscheck(result).splitlines()[1]
+
+
+# --- crosscheck --device: where our side decodes ---------------------------------------------------
+
+
+def test_crosscheck_device_flag_parses_and_defaults_to_the_cpu():
+    from draftsmith.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["crosscheck", "ckpt"]).device == "cpu"
+    args = parser.parse_args(["crosscheck", "ckpt", "--device", "cuda:1", "--dtype", "bfloat16"])
+    assert (args.device, args.dtype) == ("cuda:1", "bfloat16")
+
+
+@pytest.mark.parametrize(
+    ("device", "says"),
+    [("tpu9", "not a device name torch knows"), ("cuda:64", "cuda")],
+)
+def test_crosscheck_bad_device_is_one_line_before_anything_loads(device, says, tmp_path, capsys):
+    from draftsmith.cli import main
+
+    missing = tmp_path / "no-checkpoint"  # the device is refused first: the checkpoint is never opened
+    assert main(["crosscheck", str(missing), "--device", device]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--device" in err and device in err and says in err and "Traceback" not in err
+
+
+def test_hardware_name_is_the_cpu_model_on_the_cpu():
+    from draftsmith.evaluation.bench import cpu_info
+    from draftsmith.shipping.crosscheck import hardware_name
+
+    assert hardware_name("cpu") == cpu_info()["model"]
 
 
 # --- llama.cpp: what its programs print, and the GGUF contract -------------------------------------

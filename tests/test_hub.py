@@ -16,6 +16,7 @@ import yaml
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.shipping.hub import build_card, find_results, load_results, main, publish, stage
+from draftsmith.testing import stub_vllm
 
 FAKE_TOKEN = "hf_fakeTokenForTheStandInServer0123456789"
 REPO = "test-org/tiny-eagle3"
@@ -305,38 +306,13 @@ def test_upload_requests_against_a_local_stand_in_hub(ckpt, eval_json, tmp_path)
 # --- what the card claims: only what `draftsmith crosscheck` proved for this checkpoint ------------
 
 
-def _stub_vllm(ckpt, tiny_target, *, off_by_one=False):
-    """A stand-in for draftsmith.shipping.engines.vllm_engine.VLLMEngine that decodes with draftsmith's own
-    runtime (the checkpoint's drafter when given a draft): it agrees with our runtime, unless
-    `off_by_one` makes it report one draft too many per prompt."""
-    from draftsmith.models import load_drafter
-    from draftsmith.shipping.crosscheck import OurRuntime
-
-    class StubVLLM:
-        def __init__(self, target_dir, *, draft_dir=None, num_speculative_tokens=None, **kwargs):
-            drafter = load_drafter(str(ckpt), tiny_target) if draft_dir is not None else None
-            self.runtime = OurRuntime(tiny_target, drafter, num_speculative_tokens or 3)
-            self.versions, self.load_s = {"vllm": "0.0-stub", "torch": "stub"}, 0.0
-            self.draft = draft_dir is not None
-
-        def generate(self, prompt_ids, max_tokens, stop_ids=()):
-            out = self.runtime.generate(prompt_ids, max_tokens)
-            out.drafts += int(off_by_one and self.draft)
-            return out
-
-        def close(self):
-            pass
-
-    return StubVLLM
-
-
 def _crosscheck(ckpt, tmp_path, monkeypatch, tiny_target, **stub):
     from draftsmith.shipping import engines
     from draftsmith.shipping.crosscheck import crosscheck
     from draftsmith.shipping.engines import vllm_engine
 
     monkeypatch.setattr(engines, "require", lambda engine: tmp_path)
-    monkeypatch.setattr(vllm_engine, "VLLMEngine", _stub_vllm(ckpt, tiny_target, **stub))
+    monkeypatch.setattr(vllm_engine, "VLLMEngine", stub_vllm(ckpt, tiny_target, **stub))
     return crosscheck(
         ckpt, ["vllm"], "chat", k=3, max_new_tokens=8, num_prompts=2, workdir=tmp_path / "cc", progress=False
     )
@@ -367,8 +343,12 @@ def test_the_card_claims_an_engine_only_from_a_passing_crosscheck_of_this_checkp
     assert record["num_prompts"] == 2 and record["outputs_equal_plain"] == 2 and record["counts_equal_ours"] == 2
     assert record["versions"] == {"vllm": "0.0-stub", "torch": "stub"} and record["dtype"] == "float32"
     assert record["checkpoint_sha256"] == checkpoint_identity(mine)["sha256"] and record["cpu"]["model"]
+    # where our side showed agreement: the device (--device, the CPU by default), its name, the dtype
+    assert result["device"] == record["device"] == "cpu" and record["hardware"] == record["cpu"]["model"]
+    assert result["hardware"] == record["hardware"]
     section, card = vllm_section(tmp_path / "s1")
     assert "Proven with vllm 0.0-stub, torch stub: `draftsmith crosscheck` decoded this export" in section
+    assert f"draftsmith's runtime on {record['hardware']}, cpu, float32)" in section
     assert "outputs equal plain decoding on 2/2" in section and "not decoded by an engine" not in section
     assert "Proven with" not in card.split("### SGLang")[1].split("###")[0]  # SGLang: never decoded here
     assert (tmp_path / "s1" / "crosscheck.json").is_file()  # the evidence is uploaded with the card
@@ -385,3 +365,20 @@ def test_the_card_claims_an_engine_only_from_a_passing_crosscheck_of_this_checkp
     assert not result["runtimes"]["vllm"]["agreement"]["agrees"]
     assert "vllm" not in read_records(mine)
     assert "Proven with" not in vllm_section(tmp_path / "s4")[1]
+
+
+def test_the_card_names_the_gpu_and_dtype_agreement_was_shown_on():
+    """A record of `crosscheck --device cuda --dtype bfloat16` (written by hand: no GPU here), and
+    one written before --device existed (our side on the CPU, the record naming only the CPU)."""
+    from draftsmith.shipping.export.format import get_format
+    from draftsmith.shipping.hub import _proven_line
+
+    record = {
+        "engine": "vllm", "versions": {"vllm": "0.9"}, "format": "vllm", "num_prompts": 4,
+        "num_speculative_tokens": 3, "outputs_equal_plain": 4, "counts_equal_ours": 4, "date": "2026-01-02T00:00",
+        "dtype": "bfloat16", "device": "cuda:0", "hardware": "NVIDIA H200", "cpu": {"model": "AMD EPYC"},
+    }  # fmt: skip
+    line = _proven_line(get_format("vllm"), record, "eagle3")
+    assert "draftsmith's runtime on NVIDIA H200, cuda, bfloat16)" in line and "AMD EPYC" not in line
+    old = {k: v for k, v in record.items() if k not in ("device", "hardware")} | {"dtype": "float32"}
+    assert "draftsmith's runtime on AMD EPYC, cpu, float32)" in _proven_line(get_format("vllm"), old, "eagle3")

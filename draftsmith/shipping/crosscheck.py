@@ -21,7 +21,8 @@ decoding: the race between our runtime and the engines.
 Which engine decodes which export is each format's declaration (draftsmith/shipping/export/format.py,
 `Format.crosscheck`). When every engine agrees, the run is recorded in the checkpoint folder
 (crosscheck.json: per engine, its version, the format, kind, K, prompts, the agreement counts, the
-date, our hardware and dtype, and the checkpoint's sha256), and `draftsmith publish` claims an
+date, the device, hardware and dtype our runtime ran on (`--device`, `--dtype`), and the
+checkpoint's sha256), and `draftsmith publish` claims an
 engine on the model card only from such a record for that very checkpoint.
 """
 
@@ -281,12 +282,15 @@ def crosscheck(
     dtype: str = "float32",
     progress: bool = True,
     parallel: dict | None = None,
+    device: str = "cpu",
 ) -> dict:
     from draftsmith.evaluation.bench import cpu_info
     from draftsmith.evaluation.prompts import load_prompt_sets
     from draftsmith.models import Checkpoint, Target, load_drafter
     from draftsmith.models.sources import resolve_model
+    from draftsmith.models.target import check_device
 
+    on = check_device(device)  # before the checkpoint, the engines or the target: one line if it is not here
     opened = Checkpoint.open(checkpoint)  # a run folder: its best/ or final/
     ckpt, meta = opened.path, opened.meta
     kind = meta["kind"]
@@ -303,7 +307,7 @@ def crosscheck(
         engine_installs.require(e)
     workdir = pathlib.Path(workdir or ckpt.parent / f"crosscheck-{ckpt.name}")
     workdir.mkdir(parents=True, exist_ok=True)
-    target = Target.load(meta["target"], dtype=dtype, device="cpu")
+    target = Target.load(meta["target"], dtype=dtype, device=str(on))
     drafter = load_drafter(opened, target)
     if k is None:  # the drafter's default K (its kind's default_k within its cap), as generate/eval draft
         from draftsmith.infer.proposal import default_num_speculative_tokens
@@ -372,6 +376,9 @@ def crosscheck(
         "max_new_tokens": max_new_tokens,
         "dtype": dtype,
         "temperature": 0.0,
+        "device": str(on),
+        "hardware": hardware_name(on),
+        "placement": getattr(target, "placement", None),  # a target spread over several GPUs says so
         "cpu": cpu_info(),
         "wall_s": wall,
         "runtimes": rows,
@@ -413,6 +420,10 @@ def write_record(ckpt: pathlib.Path, result: dict) -> pathlib.Path | None:
             "agrees": True,
             "date": date,
             "dtype": result["dtype"],
+            # Where our side decoded (an older record has only the CPU: it ran there).
+            "device": result.get("device", "cpu"),
+            "hardware": result.get("hardware") or (result.get("cpu") or {}).get("model"),
+            "placement": result.get("placement"),
             "cpu": result["cpu"],
             "checkpoint_sha256": identity["sha256"],
         }
@@ -434,13 +445,25 @@ def read_records(ckpt) -> dict[str, dict]:
     return {e: r for e, r in (engines or {}).items() if isinstance(r, dict) and r.get("agrees") is True}
 
 
+def hardware_name(device) -> str:
+    """What our side decoded on, in the words bench uses: the GPU's name, or the CPU's model."""
+    import torch
+
+    from draftsmith.evaluation.bench import cpu_info
+
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_info()["model"]
+
+
 def format_crosscheck(result: dict) -> str:
     from draftsmith.evaluation.bench import format_cpu
 
+    device = result.get("device", "cpu")
     lines = [
         f"{result['kind']} draft {result['checkpoint']} for {result['target']}: greedy, {result['dtype']}, "
         f"chain k={result['num_speculative_tokens']}, {result['num_prompts']} prompts ({result['prompts']}) x "
         f"{result['max_new_tokens']} tokens",
+        f"ours on {device} ({result.get('hardware') or result['cpu']['model']}), {result['dtype']}; "
         f"cpu: {format_cpu(result['cpu'])}",
         f"{'runtime':<20}{'tau':>6}{'accept':>8}{'tok/s':>8}{'speedup':>9}{'=plain':>8}{'=ours':>7}  per-position",
     ]
@@ -513,7 +536,14 @@ def add_arguments(parser) -> None:
         "--dtype",
         choices=["float32", "bfloat16"],
         default="float32",
-        help="float32 (default) is the agreement contract; bf16 runs race but may drift",
+        help="our runtime's dtype: float32 (default) is the agreement contract; bfloat16 runs race, "
+        "and their greedy outputs may part at near-ties",
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where our runtime decodes: cpu (default), cuda or cuda:N; the report and the record say "
+        "which device, its name and the dtype",
     )
     parser.add_argument("--workdir", default=None, help="exports and engine logs (default: beside the checkpoint)")
     parser.add_argument("--json", default=None, help="write the result as JSON here")
@@ -534,6 +564,9 @@ def run(args) -> int:
         raise DraftsmithError("--num-prompts must be >= 1")
     if args.json:
         check_output_path(args.json, "--json", (".json",))
+    from draftsmith.models.target import check_device
+
+    check_device(args.device)  # before any export or engine starts
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     if (args.tensor_parallel_size or args.pipeline_parallel_size) and "vllm" not in engines:
         raise DraftsmithError(
@@ -550,6 +583,7 @@ def run(args) -> int:
         args.dtype,
         not args.quiet,
         {"tensor_parallel_size": args.tensor_parallel_size, "pipeline_parallel_size": args.pipeline_parallel_size},
+        args.device,
     )
     print(format_crosscheck(result))
     if args.json:

@@ -78,13 +78,16 @@ def _proven_line(fmt, record: dict | None, kind: str) -> str:
     that none did (and how to make one where the engine takes the kind)."""
     if record is not None:
         versions = ", ".join(f"{k} {v}" for k, v in (record.get("versions") or {}).items()) or record["engine"]
-        cpu = (record.get("cpu") or {}).get("model") or "CPU"
+        # Where draftsmith's side ran: a record written before `--device` ran on the CPU.
+        name = record.get("hardware") or (record.get("cpu") or {}).get("model") or "CPU"
+        device = str(record.get("device") or "cpu").split(":")[0]
         n, k = record.get("num_prompts"), record.get("num_speculative_tokens")
+        plain = record.get("outputs_equal_plain")
         line = (
-            f"Proven with {versions}: `draftsmith crosscheck` decoded this export of this checkpoint on {cpu} "
-            f"({record.get('date', '?')[:10]}; greedy, {record.get('dtype')}, K={k}, "
-            f"{n} prompts): outputs equal plain decoding on {record.get('outputs_equal_plain')}/{n}, acceptance "
-            f"counts equal draftsmith's runtime on {record.get('counts_equal_ours')}/{n}."
+            f"Proven with {versions}: `draftsmith crosscheck` decoded this export of this checkpoint "
+            f"({record.get('date', '?')[:10]}; greedy, K={k}, {n} prompts; draftsmith's runtime on {name}, "
+            f"{device}, {record.get('dtype')}): outputs equal plain decoding on {plain}/{n}, "
+            f"acceptance counts equal draftsmith's runtime on {record.get('counts_equal_ours')}/{n}."
         )
         return f"{line} {fmt.proven}" if fmt.proven else line
     if fmt.crosscheck is None:

@@ -1,0 +1,162 @@
+"""docs/your-target.md walked end to end on the built-in tiny target, with the page's own command
+lines (read from the page, as tests/test_docs.py reads them) and only what a laptop cannot run
+swapped: the recipe for a tiny one, the served target for a stand-in OpenAI-compatible server,
+vLLM for a stand-in that decodes with our runtime, the prompt counts and lengths for tiny ones.
+A renamed flag, a moved path or a changed step on the page breaks this test.
+
+The walk: regenerate the replies through the served target (`train --data-only`), train on
+exactly those replies, `bench` the checkpoint, `crosscheck` it against (stand-in) vLLM, and
+`publish --dry-run`; then the 70B lines, which must carry their parallel arguments."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shlex
+
+import pytest
+import yaml
+from test_docs import check_command, fenced_commands
+from test_regenerate import StandIn, reply_for
+from test_regenerated_data import write_recipe
+
+import draftsmith.train.data as data_mod
+from draftsmith.cli import main as cli
+from draftsmith.models.sources import load_tokenizer
+from draftsmith.train.__main__ import main as train_main
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "your-target.md"
+RECIPE = "configs/llama-3.1-8b-instruct/eagle3.yaml"  # the page's 8B recipe, swapped for a tiny one
+RUN = "runs/llama-3.1-8b-eagle3"  # the page's run folder: the walk runs in a folder holding it
+
+
+def page_lines(*needles: str) -> list[list[str]]:
+    """The page's fenced command lines holding every needle, split as a shell would."""
+    return [shlex.split(c) for c in fenced_commands(PAGE.read_text()) if all(n in c for n in needles)]
+
+
+def page_line(*needles: str) -> list[str]:
+    (line,) = page_lines(*needles)  # one line per step: a second one means the page changed
+    return line
+
+
+def swapped(tokens: list[str], swaps: dict[str, str], extra: tuple[str, ...] = ()) -> list[str]:
+    """The page's tokens with each `swaps` key (which the line must hold) replaced, plus `extra`."""
+    missing = [old for old in swaps if old not in tokens]
+    assert not missing, f"the page's line {shlex.join(tokens)} no longer holds {missing}"
+    return [swaps.get(t, t) for t in tokens] + list(extra)
+
+
+def tiny_recipe(tmp_path) -> str:
+    """tests/test_regenerated_data.py's regeneration recipe (12 chats, replies from an endpoint)
+    with the tiny EAGLE-3 drafter (the page's kind) and the page's run folder."""
+    path = pathlib.Path(write_recipe(tmp_path))
+    recipe = yaml.safe_load(path.read_text())
+    recipe["drafter"] = yaml.safe_load((ROOT / "configs" / "tiny" / "eagle3.yaml").read_text())["drafter"]
+    recipe["checkpoint"]["output_dir"] = str(tmp_path / RUN)
+    path.write_text(yaml.safe_dump(recipe))
+    return str(path)
+
+
+@pytest.fixture
+def vllm_stand_in(monkeypatch, tiny_target, tmp_path):
+    """crosscheck's vLLM, installed and decoding with our runtime (draftsmith.testing.stub_vllm)."""
+    from draftsmith.shipping import engines
+    from draftsmith.shipping.engines import vllm_engine
+    from draftsmith.testing import stub_vllm
+
+    monkeypatch.setattr(engines, "require", lambda engine: tmp_path)
+    monkeypatch.setattr(vllm_engine, "VLLMEngine", stub_vllm(tmp_path / RUN / "final", tiny_target))
+
+
+def test_the_page_walked_on_the_tiny_target(tmp_path, tiny_cache, monkeypatch, capsys, vllm_stand_in):
+    monkeypatch.chdir(tmp_path)  # the page's runs/... paths, as written, land here
+    monkeypatch.setenv("DRAFTSMITH_ENGINES", str(tmp_path / "no-engines"))  # no llama.cpp: no GGUF staged
+    recipe = tiny_recipe(tmp_path)
+
+    # 3. Regenerate the replies with the (stand-in) served target, and stop.
+    server = StandIn()
+    try:
+        line = page_line("draftsmith train", RECIPE, "--data-only")
+        assert train_main(swapped(line[2:], {RECIPE: recipe, "http://127.0.0.1:8000/v1": server.url})) == 0
+    finally:
+        server.close()
+    assert server.requests and not (tmp_path / RUN / "final").exists()  # --data-only trains nothing
+    saved = [json.loads(x) for x in (tmp_path / "regenerated.jsonl").read_text().splitlines()]
+    assert len(saved) == 12
+
+    # 5. Train on exactly those replies (one process here; the page launches eight).
+    built, real = [], data_mod.build_data
+    monkeypatch.setattr(data_mod, "build_data", lambda *a, **kw: built.append(real(*a, **kw)) or built[-1])
+    line = page_line("accelerate launch", "ddp.yaml", f"-m draftsmith.train {RECIPE}")
+    argv = line[line.index("draftsmith.train") + 1 :]
+    assert train_main(swapped(argv, {RECIPE: recipe})) == 0  # the server is gone: the file is read
+    (data,) = built
+    assert data.stats["regenerated_from_file"] == 12
+    tok = load_tokenizer("tiny-random")
+    trained = [tok.decode(row[mask.bool()]) for row, mask in zip(data.train.input_ids, data.train.loss_mask)]
+    replies = {
+        reply_for(s["messages"][:i]) for s in saved for i, m in enumerate(s["messages"]) if m["role"] == "assistant"
+    }
+    assert all(r.startswith("R") for r in replies)
+    # every trained token is a regenerated reply (none of the dataset's own "answer ..."), and every
+    # reply but the held-out row's two is trained on
+    assert not any("answer" in t for t in trained)
+    assert len({r for r in replies if any(r in t for t in trained)}) == len(replies) - 2
+    ckpt = tmp_path / RUN / "final"
+    assert (ckpt / "drafter.json").is_file()
+
+    # 6. Evaluate: bench's acceptance, with τ and K in its JSON.
+    line = page_line("draftsmith bench", f"{RUN}/final")
+    swaps = {"meta-llama/Llama-3.1-8B-Instruct": "tiny-random", "mt-bench": "chat", "80": "2"}
+    assert cli(swapped(line[1:], swaps, ("--max-new-tokens", "8", "-k", "3", "--quiet"))) == 0
+    bench = json.loads((tmp_path / RUN / "bench.json").read_text())
+    assert bench["num_speculative_tokens"] == 3 and bench["mean_acceptance_length"] >= 1.0
+
+    # 6. The same token ids through vLLM (the stand-in) and our runtime; the record lands in the checkpoint.
+    line = page_line("draftsmith crosscheck", f"{RUN}/final")
+    assert cli(swapped(line[1:], {}, ("--num-prompts", "1", "--max-new-tokens", "8", "-k", "3", "--quiet"))) == 0
+    result = json.loads((tmp_path / RUN / "crosscheck.json").read_text())
+    assert result["runtimes"]["vllm"]["agreement"]["agrees"] and result["device"] == "cpu"
+    record = json.loads((ckpt / "crosscheck.json").read_text())["engines"]
+    assert set(record) == {"vllm"} and record["vllm"]["agrees"]
+    assert (record["vllm"]["device"], record["vllm"]["dtype"]) == ("cpu", "float32")
+    assert record["vllm"]["hardware"] == result["hardware"] == result["cpu"]["model"]
+
+    # 7. Publish, dry: the card's table is bench's, and it claims only the engine that decoded it.
+    from draftsmith.shipping.hub import _staged_formats, proofs
+
+    capsys.readouterr()
+    line = page_line("draftsmith publish", "--dry-run")
+    assert cli(swapped(line[1:], {}, ("--stage-dir", str(tmp_path / "staged")))) == 0
+    out = capsys.readouterr().out
+    card = (tmp_path / "staged" / "README.md").read_text()
+    assert card in out and "results: bench.json" in out and "Nothing was measured" not in card
+    assert set(proofs(ckpt)) == {"vllm"}
+    for fmt in _staged_formats():
+        section = card.split(f"### {fmt.engine}\n", 1)[1].split("\n### ", 1)[0]
+        assert ("Proven with" in section) == (fmt.name == "vllm"), fmt.name
+    assert f"draftsmith's runtime on {result['hardware']}, cpu, float32" in card
+
+
+def test_the_70b_lines_parse_with_their_parallel_arguments():
+    """A 70B target runs split over the node's GPUs: the page's features and serve-bench lines
+    say so, and the checker of tests/test_docs.py (the CLI's own parsers) accepts them."""
+    from draftsmith.cli import build_parser
+    from draftsmith.train.features.cli import build_parser as features_parser
+
+    seventy = "llama-3.3-70b"
+    features = page_line("draftsmith features", seventy, "--engine vllm")
+    assert check_command(shlex.join(features)) == []
+    args, _ = features_parser().parse_known_args(features[2:])
+    assert args.engine == "vllm" and args.tensor_parallel_size == 8
+
+    serve = page_line("draftsmith serve-bench", seventy)
+    assert check_command(shlex.join(serve)) == []
+    assert build_parser().parse_args(serve[1:]).tensor_parallel_size == 8
+
+    regenerate = page_line("draftsmith train", seventy, "--data-only")
+    assert check_command(shlex.join(regenerate)) == []
+    text = PAGE.read_text()
+    assert "vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 8" in text  # the server it reads
