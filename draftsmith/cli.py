@@ -75,6 +75,14 @@ def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
     )
     p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     p.add_argument(
+        "--device-map",
+        choices=["auto", "balanced"],  # models/placement.py MODES (kept out of the import)
+        default=None,
+        help="spread the target's layers over the visible GPUs (auto: fewest that hold it; balanced: all evenly); "
+        "auto is used when --device cuda does not hold the weights. Layers run one GPU at a time: not "
+        "tensor-parallel speed (serve-bench --tensor-parallel-size measures that)",
+    )
+    p.add_argument(
         "--compile",
         choices=["auto", "on", "off"],
         default="auto",
@@ -311,7 +319,11 @@ def _setup(args):
         note = None  # load_drafter warns, naming both targets
     compile_ = {"auto": None, "on": True, "off": False}[getattr(args, "compile", "auto")]
     target = Target.load(
-        args.target or ckpt_target or DEFAULT_TARGET, dtype=dtype, device=args.device, compile=compile_
+        args.target or ckpt_target or DEFAULT_TARGET,
+        dtype=dtype,
+        device=args.device,
+        compile=compile_,
+        device_map=getattr(args, "device_map", None),
     )
     target.note = note
     drafter = load_drafter(ckpt or args.draft, target, "--target") if args.draft else None

@@ -16,6 +16,7 @@ from draftsmith.errors import DraftsmithError
 from draftsmith.infer.cache import CachePool, KVCache
 from draftsmith.infer.hardware import auto_dtype, use_affinity_threads
 
+from .placement import load_split_causal_lm, placement_of, plan_device_map
 from .sources import load_causal_lm, load_tokenizer, resolve_model
 
 log = logging.getLogger(__name__)
@@ -109,10 +110,15 @@ class Target:
         self.note: str | None = None  # what a report should say about it (e.g. fine-tuned by Medusa-2)
         self.dtype_reason: str | None = None  # why it runs in its dtype (Target.load: "auto"'s choice)
         self.cpu_matmul: dict | None = None  # the few-row matmul chosen per model (use_cpu_matmul)
+        # None on one device; over several (a device map): devices, layers per device, the speed
+        # caveat (models/placement.py), for every report to state
+        self.placement: dict | None = placement_of(model) if self.parts == "whole" else None
         on_cuda = self.device.type == "cuda"
         self.cache_layout = "static"
         self._forward = model.forward
-        self.compiled = bool(compile if compile is not None else on_cuda)
+        # Not compiled by default when split: CUDA graphs capture one device's work, and
+        # accelerate's per-layer hooks move tensors between GPUs inside the forward.
+        self.compiled = bool(compile if compile is not None else on_cuda and self.placement is None)
         if self.compiled:
             # Decode/verify shapes are few and fixed (q = 1 and q = k+1) with a static cache:
             # what CUDA graphs need. Prefill stays eager (see forward()).
@@ -120,12 +126,23 @@ class Target:
 
     @classmethod
     def load(
-        cls, name_or_path: str, dtype="float32", device=None, compile: bool | None = None, parts: str = "whole"
+        cls,
+        name_or_path: str,
+        dtype="float32",
+        device=None,
+        compile: bool | None = None,
+        parts: str = "whole",
+        device_map: str | dict | None = None,
     ) -> Target:
         """dtype "auto": what the machine runs fastest (infer/hardware.py: bf16 on CUDA, and on a
         CPU with AMX/AVX512-BF16 where measured faster; else fp32). On CPU torch's threads are set
         to the cores this process may use. parts "readers": only the embedding, final norm and LM
-        head (models/readers.py), for training from a feature cache; the target cannot decode."""
+        head (models/readers.py), for training from a feature cache; the target cannot decode.
+
+        device_map: "auto" (the fewest GPUs that hold it) or "balanced" (all visible GPUs) spread
+        the decoder layers over the GPUs (models/placement.py); a dict of module name -> device is
+        used as given. Without one, device "cuda" spreads a target whose weights exceed the GPU's
+        free memory in the same way. `target.placement` then says where it went."""
         device = check_device(device) if device is not None else default_device()
         reason = None
         if dtype == "auto":
@@ -135,14 +152,26 @@ class Target:
         source = resolve_model(name_or_path)
         tokenizer = load_tokenizer(name_or_path)
         if parts == "readers":
+            if device_map is not None:
+                raise DraftsmithError(
+                    "device_map: a readers-only target (embedding, norm, LM head) loads on one device"
+                )
             from .readers import load_feature_readers
 
             model = load_feature_readers(name_or_path, dtype=parse_dtype(dtype), device=device)
             compile = False
         else:
-            model = load_causal_lm(name_or_path, dtype=parse_dtype(dtype), device=device)
+            device, device_map = plan_device_map(name_or_path, parse_dtype(dtype), device, device_map)
+            if device_map is None:
+                model = load_causal_lm(name_or_path, dtype=parse_dtype(dtype), device=device)
+            else:
+                model = load_split_causal_lm(name_or_path, parse_dtype(dtype), device_map)
         target = cls(model, tokenizer, name_or_path, source, compile=compile)
         target.dtype_reason = reason or "asked for"
+        if target.placement is not None:
+            p = target.placement
+            log.info("target %s over %s (decoder layers %s); %s", name_or_path, ", ".join(p["devices"]),
+                     ", ".join(f"{d}: {n}" for d, n in p["layers_per_device"].items()), p["caveat"])  # fmt: skip
         log.info("target %s in %s (%s)%s", name_or_path, dtype, target.dtype_reason,
                  ": embedding, final norm and LM head only" if parts == "readers" else "")  # fmt: skip
         return target
@@ -233,14 +262,18 @@ class Target:
             output_hidden_states=bool(hidden_layers),
         )
         cache.advance(q)
+        # A target split over devices (a device map) returns each hidden state on its layer's
+        # device; the engine and the drafter work on the embedding's (self.device): moved there
+        # (no-ops on one device). The logits already are: the LM head sits with the embedding
+        # (models/placement.py), but a map given as a dict may place it elsewhere.
         hidden = None
         if hidden_layers:
             states = out.hidden_states
             try:
-                hidden = torch.cat([states[i][0] for i in hidden_layers], dim=-1)
+                hidden = torch.cat([states[i][0].to(self.device) for i in hidden_layers], dim=-1)
             except IndexError:
                 raise DraftsmithError(
                     f"the drafter reads hidden layers {list(hidden_layers)} but {self.name} has "
                     f"{len(states)} hidden states (indices {-len(states)}..{len(states) - 1})"
                 ) from None
-        return out.logits[0], hidden
+        return out.logits[0].to(self.device), hidden
