@@ -49,7 +49,7 @@ NOT_PUBLISHED = {"training_state", "trainer_state.json", "__pycache__"}  # resum
 RESULT_KEYS = {"mean_acceptance_length", "per_position_acceptance", "target", "draft"}
 # Which engine serves each export, and what the card may say of it, is each format's declaration
 # (draftsmith/shipping/export/format.py); an engine is claimed only from a passing `draftsmith crosscheck`
-# record for this very checkpoint (crosscheck.json in it, written by draftsmith/shipping/crosscheck.py).
+# record for this very checkpoint (crosscheck.json in it, written by draftsmith/shipping/crosscheck_report.py).
 NOT_DECODED = "Export written; not decoded by an engine here"
 
 
