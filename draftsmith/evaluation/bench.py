@@ -11,6 +11,9 @@ order rotates), so machine noise hits all of them alike:
 - hf_assisted  transformers `generate(assistant_model=draft)` with the same draft, constant K
                and confidence threshold 0 (set in the draft's generation_config, where
                transformers reads them); only for drafters that are plain causal LMs.
+
+Where our target runs compiled, both anchors take transformers' static cache and compiled
+decode forward (hf_anchors.py); result["baselines"] records what each ran.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import json
 import os
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -29,44 +31,14 @@ from tqdm.auto import tqdm
 from draftsmith.errors import DraftsmithError
 from draftsmith.evaluation.divergence import divergence_line, first_divergence
 from draftsmith.evaluation.graph_health import counting
+from draftsmith.evaluation.hf_anchors import anchors, anchors_line, configure_hf_assistant, warm_up_assisted
+from draftsmith.evaluation.hf_anchors import hf_generate as _hf_generate  # the scripts import both from here
 from draftsmith.evaluation.report import stamp
 from draftsmith.infer.engine import Engine, GenerationResult, predicted_speedup
 from draftsmith.infer.hardware import cpu_info, format_cpu  # noqa: F401 (format_cpu: the scripts import it from here)
 from draftsmith.infer.metrics import SpecMetrics
-from draftsmith.infer.sampling import SamplingConfig
 from draftsmith.infer.tree import TreeConfig
 from draftsmith.models import checkpoint_identity
-
-
-def _hf_generate(model, ids, max_new_tokens, sampling: SamplingConfig, eos, pad, seed, assistant=None):
-    """One transformers generate() call, timed; returns (new token ids, seconds)."""
-    kwargs = dict(
-        max_new_tokens=max_new_tokens, eos_token_id=sorted(eos), pad_token_id=pad, do_sample=not sampling.greedy
-    )
-    if sampling.greedy:
-        kwargs.update(temperature=None, top_k=None, top_p=None)
-    else:
-        kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or None, top_p=sampling.top_p)
-    if assistant is not None:
-        kwargs["assistant_model"] = assistant
-    inp = torch.tensor([ids], device=model.device)
-    torch.manual_seed(seed)
-    if model.device.type == "cuda":
-        torch.cuda.synchronize()
-    t = time.perf_counter()
-    with torch.inference_mode():
-        out = model.generate(inp, attention_mask=torch.ones_like(inp), **kwargs)
-    if model.device.type == "cuda":
-        torch.cuda.synchronize()
-    return out[0, inp.shape[1] :].tolist(), time.perf_counter() - t
-
-
-def configure_hf_assistant(draft_model, k: int) -> None:
-    """Constant K, no confidence cut-off: the fair classic-speculative baseline in transformers."""
-    gc = draft_model.generation_config
-    gc.num_assistant_tokens = k
-    gc.num_assistant_tokens_schedule = "constant"
-    gc.assistant_confidence_threshold = 0.0
 
 
 def environment(target, drafter, engine=None) -> dict:
@@ -191,12 +163,15 @@ def run_bench(
     tree=None,
     verification="lossless",
     adaptive_k: int | None = None,
+    hf_fast: bool | None = None,
 ) -> dict:
     """Plain vs speculative decoding (ours) plus the transformers `baselines` named, interleaved.
 
     adaptive_k: K's ceiling for an adaptive engine (infer/adaptive.py), which is then the
     "speculative" method, run beside the fixed-K engine ("speculative_fixed_k") in the same run;
-    the speed model's prediction is a fixed K's, so it is reported for that one."""
+    the speed model's prediction is a fixed K's, so it is reported for that one.
+    hf_fast: the anchors on transformers' static cache and compiled forward (default: where our
+    target runs compiled; hf_anchors.py)."""
     engine = Engine(target, drafter, k, tree=tree, verification=verification)
     adaptive = (
         Engine(target, drafter, adaptive_k, tree=tree, verification=verification, adaptive=True)
@@ -212,9 +187,11 @@ def run_bench(
     def ours(speculative, e=engine):
         return lambda p, s: e.generate(p.ids, max_new_tokens, sampling, seed=s, speculative=speculative)
 
-    def hf(assistant_model):
+    how = anchors(target, prompts, max_new_tokens, hf_fast)
+
+    def hf(assistant_model, a):
         def run(p, s):
-            toks, secs = _hf_generate(target.model, p.ids, max_new_tokens, sampling, eos, pad, s, assistant_model)
+            toks, secs = _hf_generate(target.model, p.ids, max_new_tokens, sampling, eos, pad, s, assistant_model, a)
             return GenerationResult(toks, [], "", SpecMetrics(), secs, 0, len(p.ids))
 
         return run
@@ -223,15 +200,19 @@ def run_bench(
     if adaptive is not None:
         methods["speculative_fixed_k"] = ours(True)
     if "hf_plain" in baselines:
-        methods["hf_plain"] = hf(None)
+        methods["hf_plain"] = hf(None, how["hf_plain"])
     if "hf_assisted" in baselines and assistant is not None:
-        methods["hf_assisted"] = hf(assistant)
+        methods["hf_assisted"] = hf(assistant, how["hf_assisted"])
     names = list(methods)
+    ran = {n: how[n].as_dict() for n in names if n in how}
 
     outputs: dict[str, list] = {n: [] for n in names}
     try:
-        for name in names:  # warm-up: allocator, kernels, lazy init; not recorded
+        for name in names:  # warm-up: allocator, kernels, lazy init, compiles; not recorded
             methods[name](prompts[0], seed)
+        if "hf_assisted" in methods:  # compiled: every verify length the timed runs may meet
+            warm_up_assisted(target.model, assistant, prompts[0].ids, k, max_new_tokens, sampling, eos, pad, seed,
+                             how["hf_assisted"])  # fmt: skip
         with counting() as graphs:  # compiles, breaks and CUDA-graph skips while timed: 0 when healthy
             interleaved(lambda name, p, i: methods[name](p, seed + i), names, prompts, "bench", progress, into=outputs)
     except KeyboardInterrupt:  # Ctrl-C: hand back the runs that finished, marked partial
@@ -241,6 +222,7 @@ def run_bench(
             "temperature": sampling.temperature,
             "seed": seed,
             "max_new_tokens": max_new_tokens,
+            "baselines": ran,
             "partial": _partial(outputs, len(prompts)),
         }
         raise BenchInterrupted(partial) from None
@@ -282,6 +264,7 @@ def run_bench(
         "speedup_vs_hf_assisted": ratio("speculative", "hf_assisted"),
         "predicted_speedup": predicted if adaptive is None else None,
         "plain_vs_hf_plain": ratio("plain", "hf_plain"),
+        "baselines": ran,  # the transformers anchors' cache and compile
         "greedy_outputs_match": same("speculative", "plain") if sampling.greedy else None,
         "step_costs_s": costs,
         "graphs_after_warmup": graphs,
@@ -620,6 +603,8 @@ def format_table(result: dict) -> str:
     for name, m in result.get("methods", {}).items():
         match = {True: "yes", False: "NO", None: "-"}[m["outputs_match_plain"]]
         lines.append(f"{name:<13}{m['tokens_per_s']:>10.2f}{m['speedup']:>9.2f}x{match:>8}")
+    if result.get("baselines"):
+        lines.append(anchors_line(result["baselines"]))
     if result.get("first_divergence"):
         lines.append(divergence_line(result["first_divergence"]))
     rate = result["draft_acceptance_rate"]
@@ -659,7 +644,8 @@ def format_table(result: dict) -> str:
     if result.get("time_split_s"):
         lines.append(time_split_line(result))
     graphs = result.get("graphs_after_warmup")
-    if graphs and (result.get("compiled") or any(graphs.values())):  # eager and healthy: nothing to say
+    compiled = result.get("compiled") or any(a["compiled"] for a in (result.get("baselines") or {}).values())
+    if graphs and (compiled or any(graphs.values())):  # eager and healthy: nothing to say
         lines.append(graphs_line(graphs))
     for role, c in (result.get("cpu_matmul") or {}).items():  # what --cpu-matmul / --draft-dtype chose, and why
         lines.append(f"{role}: {c.get('kernel') or c.get('dtype')} ({c['why']})")
