@@ -106,7 +106,8 @@ def main(args) -> dict:
                     row = runs[which][-1]
                     print(
                         f"repeat {r + 1}/{args.repeats} {which}: plain {row['plain_tokens_per_s']:.2f} tok/s, "
-                        f"speculative {row['speculative_tokens_per_s']:.2f} tok/s, tau {row['mean_acceptance_length']:.2f}",
+                        f"speculative {row['speculative_tokens_per_s']:.2f} tok/s, "
+                        f"tau {row['mean_acceptance_length']:.2f}",
                         flush=True,
                     )
         finally:
