@@ -2,22 +2,27 @@
 `generate(assistant_model=draft)` (hf_assisted) on the same prompts as our runtime.
 
 Where our target runs compiled (always on CUDA, on CPU with `--compile on`) the anchors take
-transformers' own fast path, as its docs describe it: a static cache (`cache_implementation=
-"static"`) and the automatic compile of the target's decode forward (`compile_config`, its
-default CompileConfig: reduce-overhead, i.e. CUDA graphs on CUDA; transformers compiles off
-CUDA only when the config says `_compile_all_devices`). One `max_cache_len` serves every prompt,
-so one compiled graph does too. Assisted generation keeps the target on that path
-(generation/utils.py `_assisted_decoding` compiles the verify forward under
-`_valid_auto_compile_criteria`; cache_utils.py `StaticLayer.is_croppable = True`), while the
-draft always decodes eagerly over its own dynamic cache (candidate_generator.py sets the
-assistant's `cache_implementation` and `compile_config` to None). Otherwise the anchors run
-eager over a DynamicCache, as our eager runtime does.
+transformers' own fast path: a static cache and the automatic compile of the target's decode
+forward (`compile_config`: transformers' default CompileConfig, reduce-overhead, i.e. CUDA
+graphs on CUDA; off CUDA transformers compiles only when the config says
+`_compile_all_devices`). The static cache is one transformers StaticCache per target, sized once
+for the longest prompt plus max_new_tokens and reset before each request, as our runtime reuses
+its cache buffers: `cache_implementation="static"` would allocate a new one per generate() call,
+and CUDA graphs re-record over every new address (torch's cudagraph_trees, a static input whose
+address changed). One cache length also means one compiled graph for every prompt.
+
+Assisted generation keeps the target on that path (generation/utils.py `_assisted_decoding`
+compiles the verify forward under `_valid_auto_compile_criteria`; cache_utils.py
+`StaticLayer.is_croppable = True`), while the draft always decodes eagerly over its own dynamic
+cache (candidate_generator.py sets the assistant's `cache_implementation` and `compile_config`
+to None). Otherwise the anchors run eager over a DynamicCache, as our eager runtime does.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+import weakref
 
 import torch
 
@@ -36,13 +41,14 @@ class Anchor:
     draft_cache: str | None = None  # hf_assisted only
     draft_compiled: bool | None = None
 
-    def generate_kwargs(self, device: torch.device) -> dict:
-        """What generate() is given on top of the decoding options."""
+    def generate_kwargs(self, model) -> dict:
+        """What generate() is given on top of the decoding options (a static cache: this
+        target's one StaticCache, which hf_generate resets before the request)."""
         if self.cache != "static":
             return {}
-        kwargs = {"cache_implementation": "static", "max_cache_len": self.max_cache_len}
+        kwargs = {"cache": static_cache(model, self.max_cache_len)}
         if self.compiled:
-            kwargs["compile_config"] = _compile_config(device.type)
+            kwargs["compile_config"] = _compile_config(model.device.type)
         else:  # a static cache alone: transformers would compile it on CUDA unasked
             kwargs["disable_compile"] = True
         return kwargs
@@ -51,7 +57,21 @@ class Anchor:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
+_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {max_cache_len: StaticCache}
 _COMPILE_CONFIGS: dict[str, object] = {}
+
+
+def static_cache(model, max_cache_len: int):
+    """The model's StaticCache of max_cache_len positions, made once: the compiled forward's
+    CUDA graphs read its tensors in place, so they replay for every request."""
+    caches = _CACHES.setdefault(model, {})
+    if max_cache_len not in caches:
+        from transformers import StaticCache
+
+        caches[max_cache_len] = StaticCache(
+            config=model.config.get_text_config(decoder=True), max_cache_len=max_cache_len
+        )
+    return caches[max_cache_len]
 
 
 def _compile_config(device_type: str):
@@ -95,13 +115,15 @@ def hf_generate(
     if assistant is not None:
         kwargs["assistant_model"] = assistant
     if anchor is not None:
-        kwargs.update(anchor.generate_kwargs(model.device))
+        kwargs.update(anchor.generate_kwargs(model))
     inp = torch.tensor([ids], device=model.device)
     torch.manual_seed(seed)
     if model.device.type == "cuda":
         torch.cuda.synchronize()
     t = time.perf_counter()
     with torch.inference_mode():
+        if "cache" in kwargs:  # the reused static cache starts empty, in place
+            kwargs["cache"].reset()
         out = model.generate(inp, attention_mask=torch.ones_like(inp), **kwargs)
     if model.device.type == "cuda":
         torch.cuda.synchronize()
