@@ -7,8 +7,9 @@ A chain of k drafted tokens emits in expectation
 
 tokens (Leviathan et al. 2023, eq. 1, with a rate per position), where α_j is the chance that
 position j is accepted once 1..j-1 were. It costs t_draft(k) + t_verify(k); K = 0 costs one
-plain step and emits one token. Each step picks argmax_k E(k) / cost(k) from what this
-generation has measured so far:
+plain step and emits one token. Each step picks argmax_k E(k) / cost(k) from what has been
+measured so far, over this generation and the engine's earlier ones (a server's running
+statistics; transformers' assistant likewise keeps its number of assistant tokens across calls):
 
 - rates: per position, accepted / reached over the drafted steps, decayed so that the recent
   text counts most (acceptance moves with the content: code, prose, a quoted prompt); a
@@ -45,7 +46,9 @@ class AdaptiveK:
     """Chooses each step's K in 0..k_max (a tree drafter: TREE or 0) and learns from each step.
 
     k_start: the K of the first step (the drafter's default); the second step is a plain one,
-    so that both ends of the cost line are measured before the model chooses.
+    so that both ends of the cost line are measured before the model chooses. The measurements
+    outlive a generation: `new_generation()` starts the next one's history from what the last
+    ones learned, so a draft found useless is not tried at length again on every prompt.
     """
 
     k_max: int
@@ -69,6 +72,11 @@ class AdaptiveK:
         self._plain_run = 0  # plain steps since the last drafted one
         self._probe_gap = self.probe_every
         self._retry_tree = False
+        self._steps = 0  # steps chosen over every generation: the first two bootstrap the costs
+
+    def new_generation(self) -> None:
+        """Start another generation's history; acceptance, costs and the probe back-off carry over."""
+        self.history = []
 
     # --- the model -----------------------------------------------------------------------------
 
@@ -118,7 +126,7 @@ class AdaptiveK:
 
     def choose(self) -> int:
         """The K of the next step: 0 (plain), 1..k_max, or TREE."""
-        step = len(self.history)
+        step, self._steps = self._steps, self._steps + 1
         drafted = TREE if self.tree else self.k_start
         if step == 0:
             k = drafted

@@ -81,9 +81,11 @@ class Engine:
     `num_speculative_tokens` (None: the drafter's default, its kind's `default_k` within its cap).
     verification: one of VERIFICATIONS.
     adaptive: choose each step's K in 0..num_speculative_tokens from the acceptance and step
-    costs measured so far in the generation (infer/adaptive.py; 0 is a plain step); with
-    num_speculative_tokens None the ceiling is `adaptive_ceiling(drafter)`. A tree drafter
-    chooses between its tree and a plain step. Lossless verification only.
+    costs measured so far (infer/adaptive.py; 0 is a plain step), over this engine's
+    generations: what one prompt taught carries to the next, so only an engine's first
+    generation pays for finding out; with num_speculative_tokens None the ceiling is
+    `adaptive_ceiling(drafter)`. A tree drafter chooses between its tree and a plain step.
+    Lossless verification only.
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class Engine:
                 f"adaptive K needs lossless verification, not {verification!r}: pass a fixed -k with it"
             )
         self.adaptive = adaptive and drafter is not None
+        self._policy: AdaptiveK | None = None  # built at the first speculative generate, kept
         # The K the first adaptive step drafts: the drafter's default.
         self.k_start = default_num_speculative_tokens(drafter) if drafter is not None else 0
         if num_speculative_tokens is None:  # the drafter's kind's default K, within its cap
@@ -201,7 +204,11 @@ class Engine:
         layers = self.hidden_layers if drafter is not None else None
         policy = None
         if drafter is not None and self.adaptive:
-            policy = AdaptiveK(self.k, self.k_start, tree=self.tree is not None)
+            shape = (self.k, self.k_start, self.tree is not None)  # K or the tree may be set anew
+            if self._policy is None or self._policy_shape != shape:
+                self._policy, self._policy_shape = AdaptiveK(*shape), shape
+            policy = self._policy
+            policy.new_generation()
         typical = self.verification == "typical-lossy" and drafter is not None
         if typical and sampling.greedy:
             raise DraftsmithError("typical-lossy verification needs --temperature > 0 (at 0 it is greedy verification)")

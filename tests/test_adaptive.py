@@ -215,6 +215,30 @@ def test_plain_steps_are_chosen_when_drafting_cannot_pay(tiny_target):
     assert chosen.count(0) >= 0.85 * len(chosen)
 
 
+def test_what_one_generation_learned_carries_to_the_next(tiny_target):
+    """A draft found useless on one prompt is not drafted at length again on the next one (the
+    policy's costs, acceptance and probe back-off live as long as the engine); a new engine
+    starts afresh."""
+    policy = AdaptiveK(k_max=8, k_start=4)
+    run(policy, accept=lambda k: 0, cost=lambda k: 0.1 + 0.05 * k, steps=100)
+    policy.new_generation()
+    again = run(policy, accept=lambda k: 0, cost=lambda k: 0.1 + 0.05 * k, steps=30)
+    assert again[0] == 0 and again.count(0) >= 29  # no restart at K=4, at most one probe
+
+    plain = Engine(tiny_target).generate(PROMPT, 48, eos_token_ids=()).tokens
+    seen = torch.zeros(tiny_target.vocab_size)
+    seen[plain] = 1
+    engine = Engine(tiny_target, Useless(int(seen.argmin())), 4, adaptive=True)
+    first = engine.generate(PROMPT, 48, eos_token_ids=())
+    second = engine.generate(PROMPT, 48, eos_token_ids=())
+    assert first.tokens == second.tokens == plain
+    assert first.extra["adaptive_k"]["k_per_step"][:2] == [4, 0]
+    chosen = second.extra["adaptive_k"]["k_per_step"]
+    assert chosen[0] == 0 and chosen.count(0) >= len(chosen) - 1
+    fresh = Engine(tiny_target, Useless(int(seen.argmin())), 4, adaptive=True).generate(PROMPT, 8, eos_token_ids=())
+    assert fresh.extra["adaptive_k"]["k_per_step"][:2] == [4, 0]
+
+
 def test_a_perfect_draft_drafts_long_chains(tiny_target):
     plain = Engine(tiny_target).generate(PROMPT, 80, eos_token_ids=()).tokens
     oracle = Oracle(plain, len(PROMPT))
