@@ -128,6 +128,17 @@ def test_placement_description():
     assert describe_placement(["meta"] * 4, "cpu", "cpu") is None  # a readers-only target's layers
 
 
+def test_a_split_target_is_stated_in_the_bench_json_and_table(tiny_target, monkeypatch):
+    from draftsmith.evaluation.bench import environment, placement_line
+
+    assert environment(tiny_target, None)["placement"] is None  # one device: nothing to state
+    p = describe_placement(["cuda:0"] * 38 + ["cuda:1"] * 42, "cuda:0", "cuda:0")
+    monkeypatch.setattr(tiny_target, "placement", p, raising=False)
+    assert environment(tiny_target, None)["placement"] == p
+    line = placement_line(p)
+    assert line.startswith("placement: cuda:0 38 layers, cuda:1 42 layers;") and CAVEAT in line
+
+
 def _device_map(target) -> dict:
     n = target.config.num_hidden_layers
     layers = {f"model.layers.{i}": "cpu" for i in range(n)}

@@ -63,6 +63,7 @@ def environment(target, drafter, engine=None) -> dict:
         "device": str(dev),
         "compiled": bool(getattr(target, "compiled", False)),
         "cpu_matmul": getattr(target, "cpu_matmul", None),
+        "placement": getattr(target, "placement", None),  # a target split over GPUs: where, and the caveat
         "hardware": torch.cuda.get_device_name(dev)
         if dev.type == "cuda"
         else f"{cpu['model']}, {torch.get_num_threads()} threads",
@@ -596,6 +597,8 @@ def format_table(result: dict) -> str:
     ]
     if result.get("target_note"):
         lines.insert(1, f"note: the target was {result['target_note']}")
+    if result.get("placement"):
+        lines.insert(1, placement_line(result["placement"]))
     if result.get("verification", "lossless") != "lossless":
         lines.insert(
             1, f"verification {result['verification']}: NOT lossless, outputs may differ from the target's distribution"
@@ -660,6 +663,12 @@ def format_table(result: dict) -> str:
                 + " ".join(f"{a:.2f}" for a in m["per_position_acceptance"])
             )
     return "\n".join(lines)
+
+
+def placement_line(placement: dict) -> str:
+    """A target split over devices: its layers per device and what that means for the figures."""
+    split = ", ".join(f"{d} {n} layers" for d, n in placement["layers_per_device"].items())
+    return f"placement: {split}; {placement['caveat']}"
 
 
 def graphs_line(graphs: dict) -> str:
