@@ -119,6 +119,7 @@ def test_the_page_walked_on_the_tiny_target(tmp_path, tiny_cache, monkeypatch, c
     assert cli(swapped(line[1:], {}, ("--num-prompts", "1", "--max-new-tokens", "8", "-k", "3", "--quiet"))) == 0
     result = json.loads((tmp_path / RUN / "crosscheck.json").read_text())
     assert result["runtimes"]["vllm"]["agreement"]["agrees"] and result["device"] == "cpu"
+    assert all(result.get(k) for k in ("machine", "date", "commit", "command"))  # a report the results pages can cite
     record = json.loads((ckpt / "crosscheck.json").read_text())["engines"]
     assert set(record) == {"vllm"} and record["vllm"]["agrees"]
     assert (record["vllm"]["device"], record["vllm"]["dtype"]) == ("cpu", "float32")

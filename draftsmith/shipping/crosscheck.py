@@ -436,7 +436,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from draftsmith.evaluation.bench import check_output_path, write_json
+    from draftsmith.evaluation.bench import check_output_path
 
     if args.num_speculative_tokens is not None and args.num_speculative_tokens < 1:
         raise DraftsmithError("--num-speculative-tokens must be >= 1")
@@ -468,8 +468,10 @@ def run(args) -> int:
         args.device,
     )
     print(format_crosscheck(result))
-    if args.json:
-        write_json(result, args.json)
+    if args.json:  # stamped (machine, date, commit, command) like every other report
+        from draftsmith.evaluation.report import write_report
+
+        write_report(result, args.json)
         print(f"wrote {args.json}")
     disagree = [n for n, r in result["runtimes"].items() if r.get("agreement") and not r["agreement"]["agrees"]]
     return 1 if disagree else 0
