@@ -225,6 +225,7 @@ def test_bench_medusa_chain_and_tree_from_a_checkpoint(medusa_folder, tmp_path, 
                     "--max-new-tokens",
                     "10",
                     "--no-hf",
+                    "--no-adaptive-k",  # the tree's shape is the subject: every step drafts it
                     "--json",
                     str(out),
                     *extra,

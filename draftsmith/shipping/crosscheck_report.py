@@ -22,7 +22,9 @@ def write_record(ckpt: pathlib.Path, result: dict) -> pathlib.Path | None:
     drop the record of one that did not): what the model card may claim for this checkpoint.
     Records of engines not in this run are kept; one of another checkpoint is dropped."""
     from draftsmith.models import checkpoint_identity
-    from draftsmith.shipping.crosscheck import ENGINE_FORMATS  # here: crosscheck imports this module
+    from draftsmith.shipping.export.format import formats
+
+    engine_formats = {f.crosscheck: f.name for f in formats() if f.crosscheck}  # as crosscheck's ENGINE_FORMATS
 
     identity = checkpoint_identity(ckpt)
     path = ckpt / CROSSCHECK_RECORD
@@ -36,7 +38,7 @@ def write_record(ckpt: pathlib.Path, result: dict) -> pathlib.Path | None:
         records[engine] = {
             "engine": engine,
             "versions": (result["engine_info"].get(engine) or {}).get("versions") or {},
-            "format": ENGINE_FORMATS[engine],
+            "format": engine_formats[engine],
             "kind": result["kind"],
             "num_speculative_tokens": result["num_speculative_tokens"],
             "prompts": result["prompts"],
