@@ -14,8 +14,11 @@ statistics; transformers' assistant likewise keeps its number of assistant token
 - rates: per position, accepted / reached over the drafted steps, decayed so that the recent
   text counts most (acceptance moves with the content: code, prose, a quoted prompt); a
   position reached rarely leans on the one before it;
-- costs: the loop's own timings of drafting and verifying, one running mean per k; a k not yet
-  run is interpolated between measured ones (linear in k), so choosing it measures it.
+- costs: the loop's own timings of drafting and verifying, the median of the last few per k; a k not yet
+  run is interpolated between measured ones (linear in k), so choosing it measures it. Every
+  `explore_every` drafted steps the step drafts one more or one fewer token than the best K
+  (alternately): a neighbour's cost measured once, on a cold first step, would otherwise stand
+  forever, since a K never chosen is never timed again.
 
 When no K pays, the loop decodes plainly and probes with one drafted token now and then (every
 8 plain steps, backing off to 64 while the probes fail): a useless draft then costs a few
@@ -56,9 +59,10 @@ class AdaptiveK:
     tree: bool = False
     decay: float = 0.95  # per drafted step: ~20 steps of memory
     prior_weight: float = 2.0  # pseudo-steps of the previous position's rate at a rarely reached one
-    cost_weight: float = 0.3  # running mean of step times: the newest sample's weight
+    cost_samples: int = 5  # a K's cost: the median of its last few step times (a cold step is an outlier)
     probe_every: int = 8
     probe_max: int = 64
+    explore_every: int = 16  # drafted steps between two tries of a neighbour of the best K
     history: list[int] = field(default_factory=list)  # the K each step drafted (a tree: its node count)
 
     def __post_init__(self):
@@ -69,10 +73,13 @@ class AdaptiveK:
         self._accepted = [0.0] * self.k_max
         self._tree_tokens = None  # running mean of tokens per tree step
         self._cost: dict[int, float] = {}  # k (TREE for the tree) -> seconds per step
+        self._times: dict[int, list[float]] = {}  # k -> its last `cost_samples` step times
         self._plain_run = 0  # plain steps since the last drafted one
         self._probe_gap = self.probe_every
         self._retry_tree = False
         self._steps = 0  # steps chosen over every generation: the first two bootstrap the costs
+        self._since_explore = 0  # drafted steps since a neighbour of the best K was last tried
+        self._explore_up = True
 
     def new_generation(self) -> None:
         """Start another generation's history; acceptance, costs and the probe back-off carry over."""
@@ -139,14 +146,22 @@ class AdaptiveK:
                 k, self._retry_tree = TREE, False
             elif k == 0 and self._plain_run >= self._probe_gap:
                 k = 1  # a probe, one drafted token (a tree drafter too: a whole tree is a dear probe)
+            elif k not in (0, TREE) and self._since_explore >= self.explore_every:
+                up = (self._explore_up and k < self.k_max) or k == 1
+                k = k + 1 if up else k - 1
+                self._explore_up, self._since_explore = not up, 0
         self.history.append(k)
         return k
 
     def observe_cost(self, k: int, seconds: float) -> None:
         """A step that drafted k took `seconds` (drafting, verifying and the roll-back)."""
         if seconds > 0:
-            old = self._cost.get(k)
-            self._cost[k] = seconds if old is None else old + self.cost_weight * (seconds - old)
+            import statistics
+
+            times = self._times.setdefault(k, [])
+            times.append(seconds)
+            del times[: -self.cost_samples]
+            self._cost[k] = statistics.median(times)
 
     def observe(self, k: int, num_accepted: int, seconds: float | None = None) -> None:
         """The step that drafted k kept num_accepted drafts and took `seconds` (None: its time
@@ -157,6 +172,7 @@ class AdaptiveK:
             self._plain_run += 1
             return
         probe = self._plain_run >= self._probe_gap
+        self._since_explore += 1
         if probe:  # back off while probes find nothing; a hit resets the gap
             self._probe_gap = self.probe_every if num_accepted else min(2 * self._probe_gap, self.probe_max)
             self._retry_tree = self.tree and num_accepted > 0

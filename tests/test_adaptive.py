@@ -344,3 +344,23 @@ def test_the_event_clock_reads_a_step_only_once_the_device_has_passed_it():
     for k, s in read:
         policy.observe_cost(k, s + 0.1)
     assert set(policy._cost) == {4, 0}
+
+
+def test_a_neighbour_of_the_best_k_is_timed_again_so_one_cold_sample_does_not_stand():
+    """The draft is right for exactly 4 tokens a step, so K=4 is the best; its only cost sample
+    was a cold first step ten times its real cost. Trying a neighbour of the chosen K now and then
+    times K=4 again, and it takes over."""
+    policy = AdaptiveK(k_max=8, k_start=4)
+    first = {"cold": True}
+
+    def timed(k):
+        real = 0.1 + 0.02 * k
+        if k == 4 and first["cold"]:
+            first["cold"] = False
+            return 10 * real
+        return real
+
+    history = run(policy, accept=lambda k: min(k, 4), cost=timed, steps=400)
+    assert history[-100:].count(4) >= 80
+    others = [k for k in history[-100:] if k != 4]
+    assert others and set(others) <= {3, 5, 6}  # near the best, now and then
