@@ -341,3 +341,31 @@ def test_draft_first_schedule_keeps_the_output(tiny_target):
     one = Engine(tiny_target, drafter, 3, draft_first=True).generate(ids, 1)
     assert one.metrics.drafts == 1 and one.metrics.drafted_tokens == 3  # the first token came from a verify step
     assert Engine(tiny_target, drafter, 3).generate(ids, 1).metrics.drafts == 0  # ... here from the prefill
+
+
+def test_reduced_precision_near_ties_are_units_in_the_last_place_of_the_top_logit():
+    from draftsmith.shipping.crosscheck import NEAR_TIE, near_tie
+
+    assert near_tie("float32", 20.0) == NEAR_TIE
+    assert near_tie("bfloat16", 20.0) == 4 * 2.0 ** (4 - 7)  # bf16 holds 20 to 1/8: four ulps, 0.5
+    assert near_tie("float16", 20.0) == 4 * 2.0 ** (4 - 10)
+    assert near_tie("bfloat16", 0.0) == NEAR_TIE
+    plain, ours = [d([5, 6, 7])], [d([5, 6, 7], 2, 6, 1, [1])]
+    engine = [d([5, 9, 9], 2, 6, 1, [1])]
+    one_ulp = agreement(ours, plain, engine, explain=lambda i, pos: (0.125, near_tie("bfloat16", 20.0)), exact=False)
+    assert one_ulp["agrees"] and one_ulp["issues"][0]["near_tie_limit"] == 0.5
+    far = agreement(ours, plain, engine, explain=lambda i, pos: (0.75, near_tie("bfloat16", 20.0)), exact=False)
+    assert not far["agrees"]
+
+
+def test_reduced_precision_compares_tau_over_the_run_not_counts_per_prompt():
+    plain = [d([5, 6, 7]), d([1, 2, 3])]
+    ours = [d([5, 6, 7], 10, 40, 30, [10, 9, 7, 4]), d([1, 2, 3], 10, 40, 30, [10, 8, 7, 5])]
+    close = [d([5, 6, 7], 10, 40, 31, [10, 9, 8, 4]), d([1, 2, 3], 10, 40, 29, [10, 8, 6, 5])]  # same tau
+    ag = agreement(ours, plain, close, exact=False)
+    assert ag["agrees"] and ag["tau_ours"] == ag["tau_engine"] == 4.0
+    assert all(i["counts_differ_by_rounding"] and i["explained"] for i in ag["issues"])
+    assert not agreement(ours, plain, close)["agrees"]  # float32: counts must match prompt by prompt
+    apart = [d([5, 6, 7], 10, 40, 25, [10, 8, 5, 2]), d([1, 2, 3], 10, 40, 25, [10, 8, 5, 2])]  # tau 3.5 vs 4.0
+    ag = agreement(ours, plain, apart, exact=False)
+    assert not ag["agrees"] and ag["tau_engine"] == 3.5

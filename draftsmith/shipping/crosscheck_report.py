@@ -113,9 +113,12 @@ def format_crosscheck(result: dict) -> str:
         if ag is None:
             continue
         verdict = "agrees with" if ag["agrees"] else "DISAGREES with"
+        taus = ""
+        if not ag.get("exact_counts", True) and ag.get("tau_ours") and ag.get("tau_engine"):
+            taus = f"; {result['dtype']}: tau {ag['tau_engine']:.3f} vs ours {ag['tau_ours']:.3f} (within 3% required)"
         lines.append(
             f"{name} {verdict} {r['reference']}: outputs = plain on {ag['outputs_equal_plain']}/{n}, "
-            f"acceptance counts = ours on {ag['counts_equal_ours']}/{n}"
+            f"acceptance counts = ours on {ag['counts_equal_ours']}/{n}{taus}"
         )
         for issue in ag["issues"]:
             lines.append(f"  prompt {issue['prompt']}: {_describe(issue)}")
@@ -135,5 +138,8 @@ def _describe(issue: dict) -> str:
         parts.append(f"output differs from token {issue['first_differing_token']}{why}")
     if "counts" in issue:
         c = issue["counts"]
-        parts.append(f"counts (drafts, drafted, accepted, per-position) ours {c['ours']} vs engine {c['engine']}")
+        rounding = " (same output: the drafts rounded differently)" if issue.get("counts_differ_by_rounding") else ""
+        parts.append(
+            f"counts (drafts, drafted, accepted, per-position) ours {c['ours']} vs engine {c['engine']}{rounding}"
+        )
     return "; ".join(parts)
