@@ -48,7 +48,10 @@ def stamp_problems(path: pathlib.Path) -> list[str]:
         return [f"not JSON ({e})"]
     if not isinstance(data, dict):
         return ["not a JSON object"]
-    return [f"no {part}" for part, keys in STAMP.items() if not any(data.get(k) for k in keys)]
+    # serve-bench keeps its stamp in one block: {"stamp": {"machine", "date", "git_commit", "command"}}
+    nested = data.get("stamp") if isinstance(data.get("stamp"), dict) else {}
+    nested = {**nested, "commit": nested.get("commit") or nested.get("git_commit")}
+    return [f"no {part}" for part, keys in STAMP.items() if not any(data.get(k) or nested.get(k) for k in keys)]
 
 
 def page_citation_problems(text: str, root: pathlib.Path) -> dict[str, list[str]]:

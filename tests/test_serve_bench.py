@@ -422,3 +422,17 @@ def test_the_real_sweep_on_vllm_cpu(tmp_path):
         assert r["drafted"]["failed"] == 0 and r["baseline"]["failed"] == 0
         assert r["drafted"]["spec"]["tau"] >= 1.0
         assert r["speedup"]["output_tokens_per_s"] > 0
+
+
+def test_the_dtype_vllm_served_in_is_read_from_its_log(tmp_path):
+    from draftsmith.shipping.serve_bench import served_dtype
+
+    log = tmp_path / "vllm-drafted.log"
+    log.write_text(
+        "INFO non-default args: {...}\n"
+        "Initializing a V1 LLM engine with config: model='m', dtype=torch.bfloat16, max_seq_len=4096\n"
+    )
+    assert served_dtype(log) == "bfloat16"
+    log.write_text("no config line\n")
+    assert served_dtype(log) is None
+    assert served_dtype(tmp_path / "missing.log") is None

@@ -472,6 +472,18 @@ def run(args) -> int:
     return 0
 
 
+def served_dtype(log: pathlib.Path) -> str | None:
+    """The dtype vLLM ran the target in, from its engine-config log line (`dtype=torch.bfloat16`):
+    `--dtype auto` takes the model config's, which is what a comparison with crosscheck must match."""
+    import re
+
+    try:
+        found = re.search(r"\bdtype=torch\.(\w+)", log.read_text(errors="replace"))
+    except OSError:
+        return None
+    return found.group(1) if found else None
+
+
 def _managed(args, out: pathlib.Path, sets, levels, temps):
     """Export the checkpoint, then serve the target with the drafter and sweep, then without it and sweep
     (one server at a time: both at once would share the machine and skew each other's figures)."""
@@ -503,5 +515,6 @@ def _managed(args, out: pathlib.Path, sets, levels, temps):
         drafted = sweep(s.url, "target", "drafted server", sets, levels, temps, args, True)
     with VLLMServer(target_dir, log_path=out / "vllm-plain.log", extra_args=extra, **common) as s:
         baseline = sweep(s.url, "target", "plain server", sets, levels, temps, args, False)
-    info = {"checkpoint": ckpt.identity(), "target": str(target), "speculative_config": spec, "engine_args": extra}
+    info = {"checkpoint": ckpt.identity(), "target": str(target), "speculative_config": spec, "engine_args": extra,
+            "dtype": served_dtype(out / "vllm-drafted.log") or args.dtype}  # fmt: skip
     return drafted, baseline, version, info
