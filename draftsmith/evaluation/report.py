@@ -22,14 +22,15 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def commit() -> str | None:
-    """The source's git commit (with "+dirty" when the work tree has changes), or None outside a
-    git checkout (an installed wheel)."""
+    """The source's git commit (with "+dirty" when the work tree has changes outside results/:
+    a run that rewrites a results file it is recording does not make the next one's source
+    dirty), or None outside a git checkout (an installed wheel)."""
     try:
         head = subprocess.run(
             ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
             capture_output=True,
             text=True,
             timeout=10,
