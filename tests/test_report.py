@@ -35,3 +35,27 @@ def test_write_json_makes_its_folder(tmp_path):
     write_json({"a": 1}, str(out))
     assert json.loads(out.read_text()) == {"a": 1}
     assert [p.name for p in out.parent.iterdir()] == ["r.json"]  # no temporary file left beside it
+
+
+def test_a_rewritten_results_file_does_not_mark_the_source_dirty(tmp_path, monkeypatch):
+    """A series of benchmarks rewrites tracked results files as it goes: the next run's stamp must
+    still name a clean commit; a change to the source marks it dirty."""
+    import subprocess
+
+    from draftsmith.evaluation import report
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "a.json").write_text("{}")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
+    monkeypatch.setattr(report, "REPO", tmp_path)
+    assert not report.commit().endswith("+dirty")
+    (tmp_path / "results" / "a.json").write_text('{"b": 1}')
+    assert not report.commit().endswith("+dirty")
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert report.commit().endswith("+dirty")
