@@ -39,6 +39,7 @@ context-dependent draft trees (Li et al. 2024).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 TREE = -1  # choose(): draft the configured tree
@@ -156,8 +157,6 @@ class AdaptiveK:
     def observe_cost(self, k: int, seconds: float) -> None:
         """A step that drafted k took `seconds` (drafting, verifying and the roll-back)."""
         if seconds > 0:
-            import statistics
-
             times = self._times.setdefault(k, [])
             times.append(seconds)
             del times[: -self.cost_samples]

@@ -109,6 +109,7 @@ class Engine:
             )
         self.adaptive = adaptive and drafter is not None
         self._policy: AdaptiveK | None = None  # built at the first speculative generate, kept
+        self._policy_shape: tuple | None = None  # (K, k_start, tree?) it was built for
         # The K the first adaptive step drafts: the drafter's default.
         self.k_start = default_num_speculative_tokens(drafter) if drafter is not None else 0
         if num_speculative_tokens is None:  # the drafter's kind's default K, within its cap

@@ -163,17 +163,6 @@ def target_top2(target, prompt_ids: list[int], output_ids: list[int], position: 
     return float(top[0] - top[1]), float(top[0])
 
 
-def target_gap(target, prompt_ids: list[int], output_ids: list[int], position: int) -> float:
-    """Top-1 minus top-2 logit of the target (our forward) for output token `position`."""
-    return target_top2(target, prompt_ids, output_ids, position)[0]
-
-
-def mean_acceptance_length(outputs: list[Decoded]) -> float | None:
-    """tau over a run: 1 + accepted / drafts, pooled over prompts (as vLLM's counters pool them)."""
-    drafts = sum(o.drafts or 0 for o in outputs)
-    return 1.0 + sum(o.accepted_tokens or 0 for o in outputs) / drafts if drafts else None
-
-
 def output_difference(got: Decoded, base: Decoded, decode=None) -> int | None:
     """Where `got`'s output leaves plain decoding's `base` (a token index into base), or None.
     Text-only outputs are compared as text (`decode`: ids -> text, the end-of-sequence token
@@ -230,10 +219,9 @@ def agreement(
                 issue["counts_follow_output_difference"] = True
         issues.append(issue)
     unexplained = [x for x in issues if not x.get("explained")]
-    tau_ours, tau_engine = mean_acceptance_length(reference), mean_acceptance_length(other)
-    tau_close = exact or (
-        tau_ours is not None and tau_engine is not None and abs(tau_engine - tau_ours) <= TAU_TOLERANCE * tau_ours
-    )
+    # tau pooled over the prompts, as vLLM's counters pool it
+    tau_ours, tau_engine = (summarize(x)["mean_acceptance_length"] for x in (reference, other))
+    tau_close = exact or abs(tau_engine - tau_ours) <= TAU_TOLERANCE * tau_ours
     return {
         "prompts": len(other),
         "outputs_equal_plain": outputs_equal,
