@@ -217,7 +217,10 @@ class Checkpoint:
         from .weights import weight_files
 
         h = hashlib.sha256((self.path / DRAFTER_META).read_bytes())
-        for f in weight_files(self.path):
+        from .draft_lm import DRAFT_VOCAB
+
+        vocab = self.path / DRAFT_VOCAB  # it changes what the draft proposes, as its weights do
+        for f in [*weight_files(self.path), *([vocab] if vocab.is_file() else [])]:
             h.update(f.name.encode())
             with open(f, "rb") as fh:
                 while chunk := fh.read(1 << 24):

@@ -56,6 +56,8 @@ def environment(target, drafter, engine=None) -> dict:
         "tree": None if tree is None else {k: v for k, v in dataclasses.asdict(tree).items() if v is not None},
         "verification": engine.verification if engine is not None else "lossless",
         "drafter_kind": getattr(drafter, "kind", None),
+        # A draft LM drafting over a draft vocabulary (FR-Spec): how many target ids it proposes from.
+        "draft_vocab_size": None if getattr(drafter, "draft_ids", None) is None else int(drafter.draft_ids.numel()),
         # Which checkpoint exactly (path, kind, target, sha256): `publish --results` checks it.
         "draft_checkpoint": checkpoint_identity(getattr(drafter, "name", None)),
         "dtype": str(target.dtype).replace("torch.", ""),
@@ -443,7 +445,14 @@ def run_compare(
             row.update(_in_loop_prediction(m.mean_acceptance_length, in_loop["plain"], in_loop[n]))
         rows[n] = row
     env = environment(target, None)
-    env.pop("draft"), env.pop("drafter_kind"), env.pop("tree"), env.pop("verification"), env.pop("draft_checkpoint")
+    (
+        env.pop("draft"),
+        env.pop("drafter_kind"),
+        env.pop("draft_vocab_size"),
+        env.pop("tree"),
+        env.pop("verification"),
+        env.pop("draft_checkpoint"),
+    )
     return {
         **env,
         "temperature": sampling.temperature,

@@ -310,6 +310,18 @@ def engine_runtimes(name: str, setup: Setup, stop_ids, max_model_len: int, token
     return {f"{name} plain": EngineRuntime(plain, stop_ids), name: EngineRuntime(spec, stop_ids, True)}, info
 
 
+def full_vocabulary(drafter):
+    """`drafter` drafting over the whole vocabulary: engines load a draft LM's folder without its
+    draft vocabulary (draft_vocab.safetensors), so ours must draft as they do for equal acceptance."""
+    if getattr(drafter, "draft_ids", None) is not None:
+        log.info(
+            "draft vocabulary of %d ids set aside: the engines draft over the whole vocabulary",
+            drafter.draft_ids.numel(),
+        )
+        drafter.set_draft_vocab(None)
+    return drafter
+
+
 def crosscheck(
     checkpoint,
     engines: list[str],
@@ -347,7 +359,7 @@ def crosscheck(
     workdir = pathlib.Path(workdir or ckpt.parent / f"crosscheck-{ckpt.name}")
     workdir.mkdir(parents=True, exist_ok=True)
     target = Target.load(meta["target"], dtype=dtype, device=str(on))
-    drafter = load_drafter(opened, target)
+    drafter = full_vocabulary(load_drafter(opened, target))
     if k is None:  # the drafter's default K (its kind's default_k within its cap), as generate/eval draft
         from draftsmith.infer.proposal import default_num_speculative_tokens
 
@@ -361,7 +373,9 @@ def crosscheck(
     setup.parallel = {key: v for key, v in (parallel or {}).items() if v}
     runtimes = {"ours plain": OurRuntime(target), "ours": OurRuntime(target, drafter, k)}
     if any(engine_format(e).draft_first for e in engines):
-        runtimes["ours (draft-first)"] = OurRuntime(target, load_drafter(opened, target), k, draft_first=True)
+        runtimes["ours (draft-first)"] = OurRuntime(
+            target, full_vocabulary(load_drafter(opened, target)), k, draft_first=True
+        )
     info = {}
     try:
         for e in engines:

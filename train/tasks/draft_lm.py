@@ -7,6 +7,11 @@ on the decoding temperature, and that training on the draft's own samples (on-po
 scored by the target) aligns the two where it matters at inference: `data.source: on_policy`
 (GKD, Agarwal et al. 2024), on `on_policy_fraction` of the optimizer steps (1 unless set). The
 divergence is `drafter.divergence` (train/config.py's DIVERGENCES says what each optimises).
+
+`draft_vocab_size` adds a draft vocabulary (FR-Spec, Zhao et al. 2025): the ids of that many target
+tokens most frequent where the training data is scored, saved beside the weights, over which the
+runtime drafts (models/draft_lm.py). Training itself keeps the whole head: the weights stay a
+plain causal LM that engines load, and acceptance measured during training is the full head's.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import torch.nn.functional as F
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.models import DraftLM, read_drafter_meta
-from draftsmith.models.draft_lm import truncate_model
+from draftsmith.models.draft_lm import truncate_model, write_draft_vocab
+from draftsmith.models.eagle3 import frequent_tokens
 from draftsmith.models.sources import check_same_tokenizer, load_causal_lm, load_tokenizer
 from draftsmith.train import losses
 from draftsmith.train.config import LoraConfig, divergence_checks, take_old_loss_key
@@ -44,8 +50,10 @@ class DraftLMTrainConfig:
     on_policy_fraction: float = 0.0  # share of steps trained on the draft's own samples (data.source on_policy: 1)
     on_policy_tokens: int = 32  # tokens the draft samples per on-policy sequence
     on_policy_temperature: float = 1.0  # > 0: the draft samples (0 would be greedy, not a distribution)
+    draft_vocab_size: int | None = None  # draft over this many most frequent target tokens (None: all)
 
     RANGES: typing.ClassVar[dict[str, str]] = {
+        "draft_vocab_size": ">=2",
         "temperature": ">0",
         "jsd_beta": "(0, 1)",
         "on_policy_fraction": "[0, 1] (0: off-policy only)",
@@ -67,6 +75,7 @@ class DraftLMTask(TrainingTask):
     def __init__(self, cfg: DraftLMTrainConfig, target, seed: int = 0):
         super().__init__(cfg, target, seed)
         self.model = self._init_model()
+        self.draft_ids: torch.Tensor | None = None  # the draft vocabulary, once the data is bound
         self.is_lora = cfg.lora.r > 0
         if self.is_lora:
             self.model = wrap_lora(self.model, cfg.lora, "the draft")
@@ -77,6 +86,14 @@ class DraftLMTask(TrainingTask):
         return init_causal_lm(
             self.cfg.init, self.target, accepts=(self.kind,), what=f"but this recipe trains a {self.kind!r} drafter"
         )
+
+    def bind_data(self, data, data_cfg) -> None:
+        if self.cfg.draft_vocab_size is None:
+            return
+        rows = data.train
+        size = min(self.cfg.draft_vocab_size, self.target.vocab_size)
+        eos = sorted(self.target.eos_token_ids)
+        self.draft_ids = frequent_tokens(rows.input_ids, rows.loss_mask, self.target.vocab_size, size, always=eos)
 
     # --- the loss --------------------------------------------------------------------------------
 
@@ -149,13 +166,18 @@ class DraftLMTask(TrainingTask):
     # --- saving: a plain causal-LM folder (LoRA merged; the adapter beside it in adapter/) ---------
 
     def save_weights(self, model, state_dict, folder: pathlib.Path, evaluation: dict) -> None:
+        if self.draft_ids is not None:
+            write_draft_vocab(folder, self.draft_ids)
         if not self.is_lora:
             return super().save_weights(model, state_dict, folder, evaluation)
         model.save_pretrained(folder / "adapter")
         copy.deepcopy(model).merge_and_unload().save_pretrained(folder)
 
     def meta(self, model) -> dict:
-        return {"init": self.cfg.init, "lora_r": self.cfg.lora.r}
+        meta = {"init": self.cfg.init, "lora_r": self.cfg.lora.r}
+        if self.draft_ids is not None:
+            meta["draft_vocab_size"] = int(self.draft_ids.numel())
+        return meta
 
 
 def _zero3() -> bool:
