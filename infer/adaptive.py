@@ -14,15 +14,17 @@ statistics; transformers' assistant likewise keeps its number of assistant token
 - rates: per position, accepted / reached over the drafted steps, decayed so that the recent
   text counts most (acceptance moves with the content: code, prose, a quoted prompt); a
   position reached rarely leans on the one before it;
-- costs: the loop's own timings of drafting and verifying, the median of the last few per k; a k not yet
+- costs: the loop's own timings of drafting and verifying, the lower median of the last few per k
+  (a cold first step, slow while the kernels warm up, is outvoted by the second); a k not yet
   run is interpolated between measured ones (linear in k), so choosing it measures it. Every
-  `explore_every` drafted steps the step drafts one more or one fewer token than the best K
-  (alternately): a neighbour's cost measured once, on a cold first step, would otherwise stand
-  forever, since a K never chosen is never timed again.
+  `explore_every` drafted steps the step drafts one fewer or one more token than the best K
+  (alternately, fewer first; from K = 1 the one fewer is a plain step): a neighbour's cost measured once, on
+  a cold first step, would otherwise stand forever, since a K never chosen is never timed again.
 
 When no K pays, the loop decodes plainly and probes with one drafted token now and then (every
-8 plain steps, backing off to 64 while the probes fail): a useless draft then costs a few
-percent of the plain speed, not the drafting of every step. A tree drafter chooses between its
+8 plain steps, backing off to 64 while the probes do not bring drafting back: a probe whose token
+was accepted but whose rate still loses to plain decoding backs off too): a useless draft then
+costs a few percent of the plain speed, not the drafting of every step. A tree drafter chooses between its
 tree and a plain step the same way; its probes draft a chain of one token, and a probe that hits
 brings the tree back for a step.
 
@@ -49,7 +51,7 @@ TREE = -1  # choose(): draft the configured tree
 class AdaptiveK:
     """Chooses each step's K in 0..k_max (a tree drafter: TREE or 0) and learns from each step.
 
-    k_start: the K of the first step (the drafter's default); the second step is a plain one,
+    k_start: the K of the first step (the drafter's default); the next two steps are plain ones,
     so that both ends of the cost line are measured before the model chooses. The measurements
     outlive a generation: `new_generation()` starts the next one's history from what the last
     ones learned, so a draft found useless is not tried at length again on every prompt.
@@ -80,7 +82,7 @@ class AdaptiveK:
         self._retry_tree = False
         self._steps = 0  # steps chosen over every generation: the first two bootstrap the costs
         self._since_explore = 0  # drafted steps since a neighbour of the best K was last tried
-        self._explore_up = True
+        self._explore_up = False  # the first try goes down: from K = 1 that re-times the plain step
 
     def new_generation(self) -> None:
         """Start another generation's history; acceptance, costs and the probe back-off carry over."""
@@ -138,18 +140,17 @@ class AdaptiveK:
         drafted = TREE if self.tree else self.k_start
         if step == 0:
             k = drafted
-        elif step == 1 or 0 not in self._cost:
-            k = 0
+        elif step in (1, 2) or 0 not in self._cost:
+            k = 0  # two plain steps: the first is often cold (kernels warming up), the lower median drops it
         else:
-            options = [0, TREE] if self.tree else range(self.k_max + 1)
-            k = max(options, key=lambda x: self.rate(x) or 0.0)
+            k = self._best()
             if self._retry_tree:  # a probe hit: measure the tree again
                 k, self._retry_tree = TREE, False
             elif k == 0 and self._plain_run >= self._probe_gap:
                 k = 1  # a probe, one drafted token (a tree drafter too: a whole tree is a dear probe)
             elif k not in (0, TREE) and self._since_explore >= self.explore_every:
-                up = (self._explore_up and k < self.k_max) or k == 1
-                k = k + 1 if up else k - 1
+                up = self._explore_up and k < self.k_max
+                k = k + 1 if up else k - 1  # from K = 1 down is a plain step: plain's cost is re-timed too
                 self._explore_up, self._since_explore = not up, 0
         self.history.append(k)
         return k
@@ -160,7 +161,7 @@ class AdaptiveK:
             times = self._times.setdefault(k, [])
             times.append(seconds)
             del times[: -self.cost_samples]
-            self._cost[k] = statistics.median(times)
+            self._cost[k] = statistics.median_low(times)
 
     def observe(self, k: int, num_accepted: int, seconds: float | None = None) -> None:
         """The step that drafted k kept num_accepted drafts and took `seconds` (None: its time
@@ -172,10 +173,19 @@ class AdaptiveK:
             return
         probe = self._plain_run >= self._probe_gap
         self._since_explore += 1
-        if probe:  # back off while probes find nothing; a hit resets the gap
-            self._probe_gap = self.probe_every if num_accepted else min(2 * self._probe_gap, self.probe_max)
-            self._retry_tree = self.tree and num_accepted > 0
         self._plain_run = 0
+        self._update_rates(k, num_accepted)
+        if probe:  # back off while probes do not make drafting pay; one that does resets the gap
+            self._retry_tree = self.tree and num_accepted > 0
+            pays = self._retry_tree or (num_accepted > 0 and self._best() != 0)
+            self._probe_gap = self.probe_every if pays else min(2 * self._probe_gap, self.probe_max)
+
+    def _best(self) -> int:
+        """The K with the highest expected rate from what is known now (0: plain decoding)."""
+        options = [0, TREE] if self.tree else range(self.k_max + 1)
+        return max(options, key=lambda x: self.rate(x) or 0.0)
+
+    def _update_rates(self, k: int, num_accepted: int) -> None:
         if k == TREE:
             tokens = 1.0 + num_accepted
             old = self._tree_tokens

@@ -72,16 +72,26 @@ def main(args) -> dict:
     drafters["qwen0.5b"] = load_drafter(args.pair, target)
     drafters["truncated:1"] = load_drafter("truncated:1", target)
     # The best plain decoding on this machine: the kernel auto picks for one row and for K+1 rows.
+    if args.whole_vocab:  # the same weights drafting over the whole vocabulary: what the draft vocabulary adds
+        for name in runs:
+            if getattr(drafters[name], "draft_ids", None) is not None:
+                whole = load_drafter(trained[name]["checkpoint"], target)
+                whole.set_draft_vocab(None)
+                drafters[f"{name} whole vocab"] = whole
     choices = {}
     for name, d in drafters.items():
         if not getattr(d, "needs_hidden_states", False):
-            choices[name] = target.use_cpu_matmul("auto", args.k + 1, d, "auto")
+            choices[name] = target.use_cpu_matmul("auto", max(args.k) + 1, d, "auto")
     methods = [Method(f"qwen0.5b K={k}", drafters["qwen0.5b"], k) for k in args.k_sweep]
     methods.append(Method("qwen0.5b adaptive", drafters["qwen0.5b"], max(args.k_sweep), adaptive=True))
     for name in [*runs, "truncated:1"]:
         d = drafters[name]
-        methods.append(Method(f"{name} K={args.k}", d, min(args.k, getattr(d, "max_speculative_tokens", None) or 99)))
+        cap = getattr(d, "max_speculative_tokens", None) or 99
+        if not (name == "truncated:1" and args.no_useless_fixed):
+            methods += [Method(f"{name} K={k}", d, min(k, cap)) for k in args.k]
         methods.append(Method(f"{name} adaptive", d, None, adaptive=True))
+        if f"{name} whole vocab" in drafters:
+            methods.append(Method(f"{name} whole vocab K={max(args.k)}", drafters[f"{name} whole vocab"], max(args.k)))
     ps = prompts(target.tokenizer, args.humaneval, args.per_category)
     result = run_compare(target, methods, ps, args.max_new_tokens, GREEDY, progress=not args.quiet)
     result.update(training=trained, cpu_matmul_choices=choices, k_sweep=args.k_sweep)
@@ -134,7 +144,18 @@ def arguments(argv=None):
     ap.add_argument("--target", default=TARGET)
     ap.add_argument("--pair", default=PAIR, help="the pretrained draft LM benched untrained, at every K of --k-sweep")
     ap.add_argument("--runs", default="", help="name=run-folder,... of trained drafters (best/ or final/ is used)")
-    ap.add_argument("--k", type=int, default=4, help="the fixed K of every trained drafter (its kind's default)")
+    ap.add_argument(
+        "--k",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[4],
+        help="the fixed K(s) of every trained drafter",
+    )
+    ap.add_argument(
+        "--whole-vocab",
+        action="store_true",
+        help="also bench each trained draft LM that has a draft vocabulary over its whole one (at the largest --k)",
+    )
+    ap.add_argument("--no-useless-fixed", action="store_true", help="bench the useless draft with adaptive K only")
     ap.add_argument("--k-sweep", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 6, 8])
     ap.add_argument("--humaneval", type=int, default=6, help="HumanEval problems")
     ap.add_argument("--per-category", type=int, default=2, help="MT-Bench first turns per category")

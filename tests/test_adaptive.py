@@ -38,7 +38,7 @@ def run(policy: AdaptiveK, accept, cost, steps: int) -> list[int]:
 def test_a_draft_that_never_pays_decodes_plainly_and_probes_less_and_less():
     policy = AdaptiveK(k_max=8, k_start=4)
     history = run(policy, accept=lambda k: 0, cost=lambda k: 0.1 + 0.05 * k, steps=200)
-    assert history[:2] == [4, 0]  # the default K, then a plain step: both ends of the cost line
+    assert history[:3] == [4, 0, 0]  # the default K, then plain steps: both ends of the cost line
     drafted = [i for i, k in enumerate(history) if k]
     assert history.count(0) >= 190
     assert all(history[i] == 1 for i in drafted[1:])  # probes draft one token
@@ -54,6 +54,35 @@ def test_a_probe_that_hits_brings_drafting_back():
     good["on"] = True  # the text turned predictable
     history = run(policy, lambda k: k, lambda k: 0.1 + 0.01 * k, steps=80)
     assert history[-10:] == [4] * 10
+
+
+def test_a_probe_whose_token_is_accepted_but_does_not_pay_still_backs_off():
+    """Drafting one token costs 2.5 plain steps and the probes' tokens are always accepted: a
+    step drafting k then emits 1 + k tokens but costs more than 1 + k plain steps, so no K pays,
+    and the hits must not bring the probes back every 8 steps."""
+    policy = AdaptiveK(k_max=8, k_start=4)
+    history = run(policy, accept=lambda k: k, cost=lambda k: 0.1 + 0.15 * k, steps=300)
+    drafted = [i for i, k in enumerate(history) if k]
+    gaps = [b - a - 1 for a, b in zip(drafted, drafted[1:])]
+    assert gaps[:4] == [8, 16, 32, 64] and all(g == 64 for g in gaps[4:]), gaps
+
+
+def test_a_cold_first_plain_step_does_not_keep_a_losing_draft_running():
+    """The first plain step is slow (kernels warming up: 10x), the draft never right: timed once,
+    plain decoding would look ten times dearer than it is and the draft would run on; the second
+    plain step outvotes the cold one and the policy drafts only its probes."""
+    policy = AdaptiveK(k_max=8, k_start=4)
+    timed = {"plain": 0}
+
+    def cost(k):
+        if k == 0:
+            timed["plain"] += 1
+            return 1.0 if timed["plain"] == 1 else 0.1
+        return 0.1 + 0.05 * k
+
+    history = run(policy, accept=lambda k: 0, cost=cost, steps=120)
+    assert history[:3] == [4, 0, 0] and policy.cost(0) == pytest.approx(0.1)
+    assert [k for k in history[3:] if k] == [1, 1, 1]  # the probes, after 8, 16 and 32 plain steps
 
 
 def test_its_speed_is_within_5_percent_of_the_best_fixed_k():

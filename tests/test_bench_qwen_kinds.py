@@ -65,3 +65,37 @@ def test_kinds_side_by_side_with_fixed_and_adaptive_k(tiny, tmp_path):
     assert "bench_qwen_kinds.py" in r["command"] and r["machine"] and r["commit"] and r["date"]
     table = (out / "table.md").read_text()
     assert "| eagle3 adaptive |" in table and "HumanEval" in table
+
+
+def test_several_k_a_draft_vocabulary_against_the_whole_one_and_the_useless_draft_adaptive_only(tiny, tmp_path):
+    import shutil
+
+    import torch
+    from safetensors.torch import save_file
+
+    from draftsmith.models.draft_lm import DRAFT_VOCAB
+
+    _, draft_lm, _ = tiny("draft_lm")
+    folder = tmp_path / "with-vocab"
+    shutil.copytree(draft_lm, folder)
+    save_file({"draft_ids": torch.arange(0, 259, 2)}, str(folder / DRAFT_VOCAB))  # eos (2) among them
+    out = tmp_path / "out"
+    cmd = [sys.executable, "scripts/bench_qwen_kinds.py", "--target", "tiny-random", "--pair", "truncated:2"]
+    cmd += ["--runs", f"draft_lm={folder}", "--k-sweep", "2", "--k", "2,3", "--whole-vocab", "--no-useless-fixed"]
+    cmd += ["--humaneval", "1", "--per-category", "1", "--max-new-tokens", "8", "--dtype", "float32", "--quiet"]
+    proc = subprocess.run([*cmd, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    methods = json.loads((out / "results.json").read_text())["methods"]
+    assert set(methods) == {
+        "plain",
+        "qwen0.5b K=2",
+        "qwen0.5b adaptive",
+        "draft_lm K=2",
+        "draft_lm K=3",
+        "draft_lm adaptive",
+        "draft_lm whole vocab K=3",
+        "truncated:1 adaptive",
+    }
+    assert all(m["outputs_match_plain"] for m in methods.values())
+    assert methods["draft_lm K=3"]["draft_vocab_size"] == 130
+    assert methods["draft_lm whole vocab K=3"]["draft_vocab_size"] is None
