@@ -18,13 +18,16 @@ statistics; transformers' assistant likewise keeps its number of assistant token
   (a cold first step, slow while the kernels warm up, is outvoted by the second); a k not yet
   run is interpolated between measured ones (linear in k), so choosing it measures it. Every
   `explore_every` drafted steps the step drafts one fewer or one more token than the best K
-  (alternately, fewer first; from K = 1 the one fewer is a plain step): a neighbour's cost measured once, on
-  a cold first step, would otherwise stand forever, since a K never chosen is never timed again.
+  (alternately, fewer first; from K = 1 the one fewer is a plain step): a neighbour's cost
+  measured once, on a cold first step, would otherwise stand forever, since a K never chosen is
+  never timed again.
 
-When no K pays, the loop decodes plainly and probes with one drafted token now and then (every
-8 plain steps, backing off to 64 while the probes do not bring drafting back: a probe whose token
-was accepted but whose rate still loses to plain decoding backs off too): a useless draft then
-costs a few percent of the plain speed, not the drafting of every step. A tree drafter chooses between its
+A K is drafted only where its expected rate beats plain decoding's by 5% (`min_gain`): below
+that, the error of rates estimated from a few steps outweighs the gain. When no K pays, the
+loop decodes plainly and probes with one drafted token now and then (every 8 plain steps,
+backing off to 64 while the probes do not bring drafting back: a probe whose token was accepted
+but whose rate still loses to plain decoding backs off too): a useless draft then costs a few
+percent of the plain speed, not the drafting of every step. A tree drafter chooses between its
 tree and a plain step the same way; its probes draft a chain of one token, and a probe that hits
 brings the tree back for a step.
 
@@ -66,6 +69,7 @@ class AdaptiveK:
     probe_every: int = 8
     probe_max: int = 64
     explore_every: int = 16  # drafted steps between two tries of a neighbour of the best K
+    min_gain: float = 0.05  # draft only where the expected rate beats plain decoding's by this share
     history: list[int] = field(default_factory=list)  # the K each step drafted (a tree: its node count)
 
     def __post_init__(self):
@@ -181,9 +185,15 @@ class AdaptiveK:
             self._probe_gap = self.probe_every if pays else min(2 * self._probe_gap, self.probe_max)
 
     def _best(self) -> int:
-        """The K with the highest expected rate from what is known now (0: plain decoding)."""
-        options = [0, TREE] if self.tree else range(self.k_max + 1)
-        return max(options, key=lambda x: self.rate(x) or 0.0)
+        """The K with the highest expected rate from what is known now; 0 (plain decoding) unless
+        that rate beats plain's by `min_gain`: rates estimated from a few steps carry more error
+        than a marginal gain, and a draft that only breaks even costs its mistakes."""
+        options = [TREE] if self.tree else range(1, self.k_max + 1)
+        best = max(options, key=lambda x: self.rate(x) or 0.0)
+        plain = self.rate(0)
+        if plain is not None and (self.rate(best) or 0.0) < (1 + self.min_gain) * plain:
+            return 0
+        return best
 
     def _update_rates(self, k: int, num_accepted: int) -> None:
         if k == TREE:

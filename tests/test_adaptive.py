@@ -85,6 +85,19 @@ def test_a_cold_first_plain_step_does_not_keep_a_losing_draft_running():
     assert [k for k in history[3:] if k] == [1, 1, 1]  # the probes, after 8, 16 and 32 plain steps
 
 
+@pytest.mark.parametrize(("cost_of_one", "drafts"), [(0.1942, False), (0.16, True)])
+def test_drafting_needs_a_margin_over_plain_decoding(cost_of_one, drafts):
+    """One drafted token, always accepted, emits 2 tokens: at 0.1942 s a step that is at most 3%
+    more tokens per second than plain decoding at 0.1 s (inside the margin: plain, but for
+    probes), at 0.16 s up to 25% more (drafted, once the probes have shown the acceptance)."""
+    policy = AdaptiveK(k_max=1, k_start=1)
+    history = run(policy, accept=lambda k: min(k, 1), cost=lambda k: cost_of_one if k else 0.1, steps=120)
+    if drafts:
+        assert history[-20:].count(1) >= 18  # a plain step every 16 drafted ones re-times plain decoding
+    else:
+        assert history[-20:].count(0) >= 19 and history.count(1) <= 6
+
+
 def test_its_speed_is_within_5_percent_of_the_best_fixed_k():
     """Each step the draft is right for L tokens in a row (L cycling over a fixed pattern), so a
     chain of k keeps min(L, k); drafting and verifying k costs 0.1 + 0.03 k. Tokens per second over
