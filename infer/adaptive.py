@@ -81,6 +81,8 @@ class AdaptiveK:
         self._tree_tokens = None  # running mean of tokens per tree step
         self._cost: dict[int, float] = {}  # k (TREE for the tree) -> seconds per step
         self._times: dict[int, list[float]] = {}  # k -> its last `cost_samples` step times
+        self._draft: dict[int, float] = {}  # k -> drafting's share of a step (lower median), where timed
+        self._draft_times: dict[int, list[float]] = {}
         self._plain_run = 0  # plain steps since the last drafted one
         self._probe_gap = self.probe_every
         self._retry_tree = False
@@ -114,7 +116,17 @@ class AdaptiveK:
 
     def cost(self, k: int) -> float | None:
         """Seconds per step drafting k: measured, or interpolated linearly between the nearest
-        measured K on each side (extrapolated from the two highest); None before any measurement."""
+        measured K on each side (extrapolated from the two highest); None before any measurement.
+        Never below a plain step's cost plus the drafting measured for k: a step that drafts does
+        a plain step's work and more, and a plain cost timed on a slow stretch would otherwise
+        make a draft that is never right look free."""
+        c = self._raw_cost(k)
+        floor = self._draft.get(k)
+        if c is not None and k not in (0, TREE) and floor is not None and 0 in self._cost:
+            c = max(c, self._cost[0] + floor)
+        return c
+
+    def _raw_cost(self, k: int) -> float | None:
         if k in self._cost:
             return self._cost[k]
         known = sorted(x for x in self._cost if x != TREE)
@@ -167,11 +179,18 @@ class AdaptiveK:
             del times[: -self.cost_samples]
             self._cost[k] = statistics.median_low(times)
 
-    def observe(self, k: int, num_accepted: int, seconds: float | None = None) -> None:
+    def observe(
+        self, k: int, num_accepted: int, seconds: float | None = None, draft_seconds: float | None = None
+    ) -> None:
         """The step that drafted k kept num_accepted drafts and took `seconds` (None: its time
-        comes later through observe_cost, or never)."""
+        comes later through observe_cost, or never), `draft_seconds` of them drafting."""
         if seconds is not None:
             self.observe_cost(k, seconds)
+        if draft_seconds is not None and k not in (0, TREE) and draft_seconds > 0:
+            times = self._draft_times.setdefault(k, [])
+            times.append(draft_seconds)
+            del times[: -self.cost_samples]
+            self._draft[k] = statistics.median_low(times)
         if k == 0:
             self._plain_run += 1
             return

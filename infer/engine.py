@@ -315,7 +315,7 @@ class Engine:
                 t_draft.append(t1 - t0 + t3 - t2)  # the cache roll-back sits with accept: bookkeeping of a step
                 t_verify.append(t2 - t1)
             if policy is not None:
-                policy.observe(k_step, n_acc, t3 - t0 if timed else None)
+                policy.observe(k_step, n_acc, t3 - t0 if timed else None, t1 - t0 if timed else None)
                 for k_done, seconds in clock.stop(k_step) if clock is not None else ():
                     policy.observe_cost(k_done, seconds)
             metrics.update(n, n_acc, tree.depth if n else None)

@@ -98,6 +98,20 @@ def test_drafting_needs_a_margin_over_plain_decoding(cost_of_one, drafts):
         assert history[-20:].count(0) >= 19 and history.count(1) <= 6
 
 
+def test_a_drafted_step_never_looks_cheaper_than_a_plain_one_plus_its_drafting():
+    """Plain steps timed on a slow stretch (36.8 ms) and a one-token draft timed on a fast one
+    (36.5 ms, 3 ms of it drafting): the draft would look free. Its cost is floored at the plain
+    cost plus its own drafting, so with a draft right 7% of the time plain decoding wins."""
+    policy = AdaptiveK(k_max=4, k_start=1)
+    policy.observe(0, 0, 0.0368)
+    policy.observe(1, 0, 0.0365, draft_seconds=0.003)
+    assert policy.cost(1) == pytest.approx(0.0398)
+    policy.observe(2, 0, 0.060, draft_seconds=0.006)
+    assert policy.cost(2) == pytest.approx(0.060)  # measured above the floor: kept
+    policy._reached, policy._accepted = [100.0, 7.0, 0.5, 0.0], [7.0, 0.5, 0.0, 0.0]
+    assert policy.rate(1) < policy.rate(0)
+
+
 def test_its_speed_is_within_5_percent_of_the_best_fixed_k():
     """Each step the draft is right for L tokens in a row (L cycling over a fixed pattern), so a
     chain of k keeps min(L, k); drafting and verifying k costs 0.1 + 0.03 k. Tokens per second over
