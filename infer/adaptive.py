@@ -25,9 +25,10 @@ statistics; transformers' assistant likewise keeps its number of assistant token
 A K is drafted only where its expected rate beats plain decoding's by 5% (`min_gain`): below
 that, the error of rates estimated from a few steps outweighs the gain. When no K pays, the
 loop decodes plainly and probes with one drafted token now and then (every 8 plain steps,
-backing off to 64 while the probes do not bring drafting back: a probe whose token was accepted
-but whose rate still loses to plain decoding backs off too): a useless draft then costs a few
-percent of the plain speed, not the drafting of every step. A tree drafter chooses between its
+backing off to 64, or to as many as keep the probes within 1% of the time where a probe is dear,
+while the probes do not bring drafting back: a probe whose token was accepted but whose rate
+still loses to plain decoding backs off too): a useless draft then costs about a percent of the
+plain speed, not the drafting of every step. A tree drafter chooses between its
 tree and a plain step the same way; its probes draft a chain of one token, and a probe that hits
 brings the tree back for a step.
 
@@ -44,6 +45,7 @@ context-dependent draft trees (Li et al. 2024).
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -67,7 +69,8 @@ class AdaptiveK:
     prior_weight: float = 2.0  # pseudo-steps of the previous position's rate at a rarely reached one
     cost_samples: int = 5  # a K's cost: the median of its last few step times (a cold step is an outlier)
     probe_every: int = 8
-    probe_max: int = 64
+    probe_max: int = 64  # the back-off's cap, raised where probes are dear (probe_budget)
+    probe_budget: float = 0.01  # at the cap, probes cost at most this share of the decoding time
     explore_every: int = 16  # drafted steps between two tries of a neighbour of the best K
     min_gain: float = 0.05  # draft only where the expected rate beats plain decoding's by this share
     history: list[int] = field(default_factory=list)  # the K each step drafted (a tree: its node count)
@@ -201,7 +204,16 @@ class AdaptiveK:
         if probe:  # back off while probes do not make drafting pay; one that does resets the gap
             self._retry_tree = self.tree and num_accepted > 0
             pays = self._retry_tree or (num_accepted > 0 and self._best() != 0)
-            self._probe_gap = self.probe_every if pays else min(2 * self._probe_gap, self.probe_max)
+            self._probe_gap = self.probe_every if pays else min(2 * self._probe_gap, self._probe_cap())
+
+    def _probe_cap(self) -> int:
+        """The longest gap between failing probes: `probe_max` plain steps, or more where a probe
+        (its drafting, catching the draft up on the plain steps since the last one, a longer
+        verify) costs so much over a plain step that 1 in `probe_max` steps would exceed the budget."""
+        probe, plain = self._cost.get(1), self._cost.get(0)
+        if probe is None or not plain:
+            return self.probe_max
+        return max(self.probe_max, min(16 * self.probe_max, math.ceil((probe - plain) / (self.probe_budget * plain))))
 
     def _best(self) -> int:
         """The K with the highest expected rate from what is known now; 0 (plain decoding) unless
