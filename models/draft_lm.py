@@ -7,7 +7,7 @@ final norm and the LM head). A checkpoint is a plain transformers causal-LM fold
 files load as transformers' `assistant_model` and in serving engines.
 
 A draft vocabulary (FR-Spec, Zhao et al. 2025) makes drafting cheaper: the trainer may write the
-ids of the target tokens most frequent in its training data to `draft_vocab.safetensors` beside
+ids of the target tokens most frequent in its training data to `draft_vocab.json` beside
 the weights, and the runtime then computes the draft's logits over those rows of its LM head only
 (on a 0.5B draft with a 152k vocabulary the head is a fifth of each drafted token's time). The
 draft proposes only those tokens; the target still verifies over its whole vocabulary, so greedy
@@ -19,6 +19,7 @@ over the whole vocabulary.
 from __future__ import annotations
 
 import copy
+import json
 import pathlib
 
 import torch
@@ -53,7 +54,9 @@ def truncate_model(model, num_layers: int, name: str = "the target"):
     return draft
 
 
-DRAFT_VOCAB = "draft_vocab.safetensors"  # {"draft_ids": sorted distinct target ids, int64}
+# {"draft_ids": sorted distinct target ids}. JSON, not safetensors: engines load every
+# *.safetensors file in a model folder as weights, and vLLM refuses one it has no parameter for.
+DRAFT_VOCAB = "draft_vocab.json"
 
 
 def read_draft_vocab(folder, target_vocab_size: int, head_rows: int) -> torch.Tensor | None:
@@ -62,15 +65,13 @@ def read_draft_vocab(folder, target_vocab_size: int, head_rows: int) -> torch.Te
     path = pathlib.Path(folder) / DRAFT_VOCAB
     if not path.is_file():
         return None
-    from safetensors.torch import load_file
-
     try:
-        ids = load_file(str(path))["draft_ids"]
-    except Exception as e:  # noqa: BLE001 -- a truncated file raises safetensors' own error type
+        ids = json.loads(path.read_text())["draft_ids"]
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
+            raise ValueError("draft_ids must be a non-empty list of token ids")
+    except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
         raise DraftsmithError(f"{path}: not a readable draft vocabulary ({type(e).__name__}: {first_line(e)})") from e
-    if ids.dim() != 1 or ids.numel() == 0 or ids.is_floating_point():
-        raise DraftsmithError(f"{path}: draft_ids must be a non-empty list of token ids, got shape {list(ids.shape)}")
-    ids = ids.long()
+    ids = torch.tensor(ids, dtype=torch.long)
     if bool((ids[1:] <= ids[:-1]).any()):
         raise DraftsmithError(f"{path}: draft_ids must be distinct and in increasing order (a corrupt file)")
     limit = min(target_vocab_size, head_rows)
@@ -83,9 +84,8 @@ def read_draft_vocab(folder, target_vocab_size: int, head_rows: int) -> torch.Te
 
 
 def write_draft_vocab(folder, ids: torch.Tensor) -> None:
-    from safetensors.torch import save_file
-
-    save_file({"draft_ids": ids.detach().long().cpu().contiguous()}, str(pathlib.Path(folder) / DRAFT_VOCAB))
+    path = pathlib.Path(folder) / DRAFT_VOCAB
+    path.write_text(json.dumps({"draft_ids": [int(i) for i in ids.detach().cpu().tolist()]}) + "\n")
 
 
 def load_draft_model(name_or_path: str, target):

@@ -71,14 +71,13 @@ def test_several_k_a_draft_vocabulary_against_the_whole_one_and_the_useless_draf
     import shutil
 
     import torch
-    from safetensors.torch import save_file
 
-    from draftsmith.models.draft_lm import DRAFT_VOCAB
+    from draftsmith.models.draft_lm import write_draft_vocab
 
     _, draft_lm, _ = tiny("draft_lm")
     folder = tmp_path / "with-vocab"
     shutil.copytree(draft_lm, folder)
-    save_file({"draft_ids": torch.arange(0, 259, 2)}, str(folder / DRAFT_VOCAB))  # eos (2) among them
+    write_draft_vocab(folder, torch.arange(0, 259, 2))  # eos (2) among them
     out = tmp_path / "out"
     cmd = [sys.executable, "scripts/bench_qwen_kinds.py", "--target", "tiny-random", "--pair", "truncated:2"]
     cmd += ["--runs", f"draft_lm={folder}", "--k-sweep", "2", "--k", "2,3", "--whole-vocab", "--no-useless-fixed"]

@@ -9,14 +9,13 @@ import json
 import pytest
 import torch
 from lawtest import chisquare_pvalue, engine_samples, exact_law
-from safetensors.torch import save_file
 from test_train import run
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.models import DraftLM, load_drafter
 from draftsmith.models.checkpoint import checkpoint_identity
-from draftsmith.models.draft_lm import DRAFT_VOCAB, read_draft_vocab
+from draftsmith.models.draft_lm import DRAFT_VOCAB, read_draft_vocab, write_draft_vocab
 from draftsmith.shipping.crosscheck import full_vocabulary
 
 SAMPLING = SamplingConfig(temperature=1.0, top_k=3)
@@ -76,6 +75,8 @@ def test_sampling_with_a_draft_vocabulary_keeps_the_target_law(trained, tiny_tar
 
 
 def test_engines_and_the_checkpoint_identity_see_the_file(trained, tiny_target, tmp_path):
+    # not a *.safetensors file: engines load every one in the folder as weights
+    assert not DRAFT_VOCAB.endswith(".safetensors") and (trained / DRAFT_VOCAB).is_file()
     drafter = full_vocabulary(load_drafter(str(trained), tiny_target))
     assert drafter.draft_ids is None
     assert drafter.model.get_output_embeddings().weight.shape[0] == tiny_target.vocab_size
@@ -86,26 +87,27 @@ def test_engines_and_the_checkpoint_identity_see_the_file(trained, tiny_target, 
         if f.is_file():
             (copy / f.name).write_bytes(f.read_bytes())
     assert checkpoint_identity(copy)["sha256"] == before
-    save_file({"draft_ids": torch.arange(0, 192, 2)}, str(copy / DRAFT_VOCAB))
+    write_draft_vocab(copy, torch.arange(0, 192, 2))
     assert checkpoint_identity(copy)["sha256"] != before  # another vocabulary is another drafter
 
 
 @pytest.mark.parametrize(
-    ("write", "message"),
+    ("text", "message"),
     [
-        (lambda p: p.write_bytes(b"not a safetensors file"), "not a readable draft vocabulary"),
-        (lambda p: save_file({"draft_ids": torch.tensor([5, 3, 9])}, str(p)), "increasing order"),
-        (lambda p: save_file({"draft_ids": torch.tensor([1, 2, 100_000])}, str(p)), "written for another model"),
-        (lambda p: save_file({"draft_ids": torch.ones(2, 2)}, str(p)), "list of token ids"),
+        ("not json", "not a readable draft vocabulary"),
+        ('{"ids": [1, 2]}', "not a readable draft vocabulary"),
+        ('{"draft_ids": [1.5, 2]}', "list of token ids"),
+        ('{"draft_ids": [5, 3, 9]}', "increasing order"),
+        ('{"draft_ids": [1, 2, 100000]}', "written for another model"),
     ],
 )
-def test_a_bad_draft_vocabulary_is_one_clear_error(trained, tiny_target, tmp_path, write, message):
+def test_a_bad_draft_vocabulary_is_one_clear_error(trained, tiny_target, tmp_path, text, message):
     folder = tmp_path / "draft"
     folder.mkdir()
     for f in trained.iterdir():
         if f.is_file():
             (folder / f.name).write_bytes(f.read_bytes())
-    write(folder / DRAFT_VOCAB)
+    (folder / DRAFT_VOCAB).write_text(text)
     with pytest.raises(DraftsmithError, match=message):
         load_drafter(str(folder), tiny_target)
 
