@@ -177,10 +177,14 @@ class AdaptiveK:
     def observe_cost(self, k: int, seconds: float) -> None:
         """A step that drafted k took `seconds` (drafting, verifying and the roll-back)."""
         if seconds > 0:
-            times = self._times.setdefault(k, [])
-            times.append(seconds)
-            del times[: -self.cost_samples]
-            self._cost[k] = statistics.median_low(times)
+            self._cost[k] = self._recent(self._times, k, seconds)
+
+    def _recent(self, samples: dict[int, list[float]], k: int, seconds: float) -> float:
+        """Add a timing of k to `samples`; -> the lower median of its last `cost_samples`."""
+        times = samples.setdefault(k, [])
+        times.append(seconds)
+        del times[: -self.cost_samples]
+        return statistics.median_low(times)
 
     def observe(
         self, k: int, num_accepted: int, seconds: float | None = None, draft_seconds: float | None = None
@@ -190,10 +194,7 @@ class AdaptiveK:
         if seconds is not None:
             self.observe_cost(k, seconds)
         if draft_seconds is not None and k not in (0, TREE) and draft_seconds > 0:
-            times = self._draft_times.setdefault(k, [])
-            times.append(draft_seconds)
-            del times[: -self.cost_samples]
-            self._draft[k] = statistics.median_low(times)
+            self._draft[k] = self._recent(self._draft_times, k, draft_seconds)
         if k == 0:
             self._plain_run += 1
             return

@@ -9,7 +9,7 @@ files load as transformers' `assistant_model` and in serving engines.
 A draft vocabulary (FR-Spec, Zhao et al. 2025) makes drafting cheaper: the trainer may write the
 ids of the target tokens most frequent in its training data to `draft_vocab.json` beside
 the weights, and the runtime then computes the draft's logits over those rows of its LM head only
-(on a 0.5B draft with a 152k vocabulary the head is a fifth of each drafted token's time). The
+(a 152k-token head is a large share of each token a 0.5B draft proposes). The
 draft proposes only those tokens; the target still verifies over its whole vocabulary, so greedy
 outputs and the sampled law are unchanged (a draft law that is zero elsewhere is one that lossless
 rejection sampling accepts as any other). Engines that load the folder ignore the file and draft

@@ -55,7 +55,7 @@ def training(run: Path) -> dict:
 def main(args) -> dict:
     from draftsmith.evaluation.bench import Method, format_compare, run_compare
     from draftsmith.infer.sampling import GREEDY
-    from draftsmith.models import Checkpoint, Target, load_drafter
+    from draftsmith.models import Checkpoint, DraftLM, Target, load_drafter
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -71,13 +71,12 @@ def main(args) -> dict:
             shutil.copyfile(curves, out / f"curves-{name}.png")
     drafters["qwen0.5b"] = load_drafter(args.pair, target)
     drafters["truncated:1"] = load_drafter("truncated:1", target)
-    # The best plain decoding on this machine: the kernel auto picks for one row and for K+1 rows.
     if args.whole_vocab:  # the same weights drafting over the whole vocabulary: what the draft vocabulary adds
         for name in runs:
             if getattr(drafters[name], "draft_ids", None) is not None:
-                whole = load_drafter(trained[name]["checkpoint"], target)
-                whole.set_draft_vocab(None)
+                whole = DraftLM.from_pretrained(trained[name]["checkpoint"], target, draft_vocab=False)
                 drafters[f"{name} whole vocab"] = whole
+    # The best plain decoding on this machine: the kernel auto picks for one row and for K+1 rows.
     choices = {}
     for name, d in drafters.items():
         if not getattr(d, "needs_hidden_states", False):

@@ -445,14 +445,8 @@ def run_compare(
             row.update(_in_loop_prediction(m.mean_acceptance_length, in_loop["plain"], in_loop[n]))
         rows[n] = row
     env = environment(target, None)
-    (
-        env.pop("draft"),
-        env.pop("drafter_kind"),
-        env.pop("draft_vocab_size"),
-        env.pop("tree"),
-        env.pop("verification"),
-        env.pop("draft_checkpoint"),
-    )
+    for key in ("draft", "drafter_kind", "draft_vocab_size", "tree", "verification", "draft_checkpoint"):
+        env.pop(key)  # per method, in its row
     return {
         **env,
         "temperature": sampling.temperature,
