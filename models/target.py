@@ -8,6 +8,7 @@ the small decode/verify forwards are also torch.compile'd (CUDA graphs), on CPU 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import torch
@@ -16,6 +17,7 @@ from draftsmith.errors import DraftsmithError
 from draftsmith.infer.cache import CachePool, KVCache
 from draftsmith.infer.hardware import auto_dtype, use_affinity_threads
 
+from .capture import HiddenCapture
 from .placement import load_split_causal_lm, placement_of, plan_device_map
 from .sources import load_causal_lm, load_tokenizer, resolve_model
 
@@ -123,6 +125,9 @@ class Target:
             # Decode/verify shapes are few and fixed (q = 1 and q = k+1) with a static cache:
             # what CUDA graphs need. Prefill stays eager (see forward()).
             self._forward = compile_decode(model.forward)
+        # Hooks on the layers a drafter reads (models/capture.py); a compiled forward keeps
+        # transformers' `output_hidden_states`, which its graphs were traced with.
+        self._capture = HiddenCapture.of(model) if self.parts == "whole" and not self.compiled else None
 
     @classmethod
     def load(
@@ -252,15 +257,19 @@ class Target:
         # with every prompt and would recompile.
         fwd = self._forward if logits_to_keep == 0 and cache.layout == "static" else self.model.forward
         keep = last_rows(logits_to_keep, q, input_ids.device)
-        out = fwd(
-            input_ids=input_ids,
-            **cache.forward_kwargs(self.model),
-            position_ids=position_ids,
-            attention_mask=attention_mask,
-            use_cache=True,
-            logits_to_keep=keep,
-            output_hidden_states=bool(hidden_layers),
-        )
+        capture = self._capture if hidden_layers else None
+        if capture is not None and not all(-capture.num_states <= i < capture.num_states for i in hidden_layers):
+            self._no_such_layers(hidden_layers, capture.num_states)
+        with capture.collect(hidden_layers) if capture else contextlib.nullcontext() as caught:
+            out = fwd(
+                input_ids=input_ids,
+                **cache.forward_kwargs(self.model),
+                position_ids=position_ids,
+                attention_mask=attention_mask,
+                use_cache=True,
+                logits_to_keep=keep,
+                output_hidden_states=bool(hidden_layers) and capture is None,
+            )
         cache.advance(q)
         # A target split over devices (a device map) returns each hidden state on its layer's
         # device; the engine and the drafter work on the embedding's (self.device): moved there
@@ -268,12 +277,14 @@ class Target:
         # (models/placement.py), but a map given as a dict may place it elsewhere.
         hidden = None
         if hidden_layers:
-            states = out.hidden_states
-            try:
-                hidden = torch.cat([states[i][0].to(self.device) for i in hidden_layers], dim=-1)
-            except IndexError:
-                raise DraftsmithError(
-                    f"the drafter reads hidden layers {list(hidden_layers)} but {self.name} has "
-                    f"{len(states)} hidden states (indices {-len(states)}..{len(states) - 1})"
-                ) from None
+            states = caught if capture else out.hidden_states
+            if capture is None and not all(-len(states) <= i < len(states) for i in hidden_layers):
+                self._no_such_layers(hidden_layers, len(states))
+            hidden = torch.cat([states[i][0].to(self.device) for i in hidden_layers], dim=-1)
         return out.logits[0].to(self.device), hidden
+
+    def _no_such_layers(self, hidden_layers, n: int):
+        raise DraftsmithError(
+            f"the drafter reads hidden layers {list(hidden_layers)} but {self.name} has "
+            f"{n} hidden states (indices {-n}..{n - 1})"
+        )
