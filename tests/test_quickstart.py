@@ -45,14 +45,14 @@ def test_quickstart_trains_for_its_budget_then_benchmarks_and_says_so(tiny_cache
 
 
 def test_the_step_cap_scales_with_the_device():
-    """3 steps a minute is a CPU's rate; on a GPU the cap follows the plan's rate there, so
-    --minutes 60 on a GPU schedules the steps a GPU reaches, not 180."""
+    """22 steps a minute is a CPU's rate; on a GPU the cap follows the plan's rate there, so
+    --minutes 60 on a GPU schedules the steps a GPU reaches, not 1320."""
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         from quickstart_steps import step_cap
     finally:
         sys.path.pop(0)
-    recipe = str(ROOT / "configs/smollm2-135m-instruct/eagle3.yaml")
-    assert step_cap(recipe, 60, cuda=False) == 180 and step_cap(recipe, 0.5, cuda=False) == 4
+    recipe = str(ROOT / "configs/smollm2-135m-instruct/eagle3_quick.yaml")
+    assert step_cap(recipe, 60, cuda=False) == 1320 and step_cap(recipe, 0.1, cuda=False) == 4
     on_gpu = step_cap(recipe, 60, cuda=True, tflops=989.0)  # an H100's bf16 peak
-    assert on_gpu > 100 * 180
+    assert on_gpu > 10 * 1320
