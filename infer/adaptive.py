@@ -28,9 +28,13 @@ loop decodes plainly and probes with one drafted token now and then (every 8 pla
 backing off to 64, or to as many as keep the probes within 1% of the time where a probe is dear,
 while the probes do not bring drafting back: a probe whose token was accepted but whose rate
 still loses to plain decoding backs off too): a useless draft then costs about a percent of the
-plain speed, not the drafting of every step. A tree drafter chooses between its
-tree and a plain step the same way; its probes draft a chain of one token, and a probe that hits
-brings the tree back for a step.
+plain speed, not the drafting of every step. A tree drafter chooses among its tree,
+chains of 1..k_max (the tree's top-1 path, cheaper where the tree's side branches are seldom
+taken) and a plain step the same way; chains join the choice once one has been timed (a probe,
+or a try beside the tree), its probes draft a chain of one token, and every third try beside a
+best chain is the tree (its own estimate would otherwise go stale). A probe that hits, or a try
+of the tree that beats the best choice, brings the tree back for as long as its steps keep
+beating it.
 
 K changes only what is proposed, never how it is verified: greedy output equals plain
 decoding's and sampled output keeps the target's distribution at every step whatever K is
@@ -54,7 +58,7 @@ TREE = -1  # choose(): draft the configured tree
 
 @dataclass
 class AdaptiveK:
-    """Chooses each step's K in 0..k_max (a tree drafter: TREE or 0) and learns from each step.
+    """Chooses each step's K in 0..k_max (a tree drafter: TREE too) and learns from each step.
 
     k_start: the K of the first step (the drafter's default); the next two steps are plain ones,
     so that both ends of the cost line are measured before the model chooses. The measurements
@@ -89,9 +93,11 @@ class AdaptiveK:
         self._plain_run = 0  # plain steps since the last drafted one
         self._probe_gap = self.probe_every
         self._retry_tree = False
+        self._tree_try = False  # the step chosen now drafts the tree where the tree is not the best choice
         self._steps = 0  # steps chosen over every generation: the first two bootstrap the costs
         self._since_explore = 0  # drafted steps since a neighbour of the best K was last tried
         self._explore_up = False  # the first try goes down: from K = 1 that re-times the plain step
+        self._explores = 0  # tries beside a best chain so far (a tree drafter's every third is its tree)
 
     def new_generation(self) -> None:
         """Start another generation's history; acceptance, costs and the probe back-off carry over."""
@@ -163,16 +169,31 @@ class AdaptiveK:
             k = 0  # two plain steps: the first is often cold (kernels warming up), the lower median drops it
         else:
             k = self._best()
-            if self._retry_tree:  # a probe hit: measure the tree again
+            if self._retry_tree:  # a probe hit, or a try of the tree beat the best choice: the tree again
                 k, self._retry_tree = TREE, False
             elif k == 0 and self._plain_run >= self._probe_gap:
                 k = 1  # a probe, one drafted token (a tree drafter too: a whole tree is a dear probe)
-            elif k not in (0, TREE) and self._since_explore >= self.explore_every:
-                up = self._explore_up and k < self.k_max
-                k = k + 1 if up else k - 1  # from K = 1 down is a plain step: plain's cost is re-timed too
-                self._explore_up, self._since_explore = not up, 0
+            elif k != 0 and self._since_explore >= self.explore_every:
+                k = self._beside(k)
+        self._tree_try = k == TREE and self._best() != TREE
         self.history.append(k)
         return k
+
+    def _beside(self, k: int) -> int:
+        """A try beside the best K: one fewer or one more token, alternately (fewer first); a tree
+        drafter's every third try from a chain is its tree, and from the tree its best chain (one
+        token while no chain was timed: a long chain's cost would be a guess)."""
+        self._since_explore = 0
+        if k == TREE:
+            if not any(x > 0 for x in self._cost):
+                return 1
+            return max(range(1, self.k_max + 1), key=lambda x: self.rate(x) or 0.0)
+        self._explores += 1
+        if self.tree and self._explores % 3 == 0:
+            return TREE
+        up = self._explore_up and k < self.k_max
+        self._explore_up = not up
+        return k + 1 if up else k - 1  # from K = 1 down is a plain step: plain's cost is re-timed too
 
     def observe_cost(self, k: int, seconds: float) -> None:
         """A step that drafted k took `seconds` (drafting, verifying and the roll-back)."""
@@ -198,6 +219,12 @@ class AdaptiveK:
         if k == 0:
             self._plain_run += 1
             return
+        if k == TREE and self._tree_try:
+            # One try moves the tree's running mean only a little: while its tries beat the best
+            # other choice, keep trying, so a tree that started to pay takes over within steps.
+            others = [self.rate(x) or 0.0 for x in range(0, self.k_max + 1)]
+            tried = (1 + num_accepted) / (seconds or self.cost(TREE) or math.inf)
+            self._retry_tree = tried > max(others)
         probe = self._plain_run >= self._probe_gap
         self._since_explore += 1
         self._plain_run = 0
@@ -220,7 +247,9 @@ class AdaptiveK:
         """The K with the highest expected rate from what is known now; 0 (plain decoding) unless
         that rate beats plain's by `min_gain`: rates estimated from a few steps carry more error
         than a marginal gain, and a draft that only breaks even costs its mistakes."""
-        options = [TREE] if self.tree else range(1, self.k_max + 1)
+        options = list(range(1, self.k_max + 1))
+        if self.tree:  # chains join a tree drafter's choice once one was timed (else their cost is a guess)
+            options = [TREE] + (options if any(x > 0 for x in self._cost) else [])
         best = max(options, key=lambda x: self.rate(x) or 0.0)
         plain = self.rate(0)
         if plain is not None and (self.rate(best) or 0.0) < (1 + self.min_gain) * plain:

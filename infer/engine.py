@@ -84,7 +84,7 @@ class Engine:
     costs measured so far (infer/adaptive.py; 0 is a plain step), over this engine's
     generations: what one prompt taught carries to the next, so only an engine's first
     generation pays for finding out; with num_speculative_tokens None the ceiling is
-    `adaptive_ceiling(drafter)`. A tree drafter chooses between its tree and a plain step.
+    `adaptive_ceiling(drafter)`. A tree drafter chooses among its tree, chains and a plain step.
     Lossless verification only.
     """
 

@@ -150,8 +150,11 @@ def test_costs_of_an_untried_k_are_interpolated_between_measured_ones():
 
 def test_a_tree_drafter_chooses_between_its_tree_and_a_plain_step():
     policy = AdaptiveK(k_max=16, k_start=4, tree=True)
-    history = run(policy, lambda k: 3 if k == TREE else 0, lambda k: 0.12 if k == TREE else 0.1, steps=20)
-    assert set(history) == {TREE, 0} and history[-5:] == [TREE] * 5
+    history = run(policy, lambda k: 3 if k == TREE else 0, lambda k: 0.12 if k == TREE else 0.1 + 0.01 * k, steps=60)
+    assert history[:3] == [TREE, 0, 0] and history.count(TREE) >= 50
+    chains = [k for k in history if k not in (0, TREE)]
+    assert chains[0] == 1 and len(chains) <= 4  # tries beside the tree (first one token): chains never pay here
+    assert history[-5:] == [TREE] * 5
     assert policy.summary()["k_counts"]["tree"] == history.count(TREE)
     policy = AdaptiveK(k_max=16, k_start=4, tree=True)
     history = run(policy, lambda k: 0, lambda k: 0.3 if k == TREE else 0.1, steps=20)
@@ -164,8 +167,29 @@ def test_a_tree_drafter_probe_that_hits_brings_the_tree_back():
     run(policy, lambda k: (3 if k == TREE else 1) if good["on"] else 0, lambda k: 0.3 if k == TREE else 0.1, 10)
     assert policy.history == [TREE] + [0] * 8 + [1]  # the tree, 8 plain steps, then a probe (it kept nothing)
     good["on"] = True
-    history = run(policy, lambda k: 3 if k == TREE else 1, lambda k: 0.15 if k == TREE else 0.1, 60)
+    history = run(policy, lambda k: 3 if k == TREE else 1, lambda k: 0.15 if k == TREE else 0.1 + 0.01 * k, 60)
     assert TREE in history[-30:] and history[-5:] == [TREE] * 5
+
+
+def test_a_tree_drafter_drafts_chains_where_they_beat_its_tree():
+    """The tree keeps 1 token for 3 plain steps' time; a chain of k keeps min(k, 2) for a little
+    more than a plain step: the policy settles on chains of about 2-3 and still tries the tree."""
+    policy = AdaptiveK(k_max=8, k_start=4, tree=True)
+    history = run(policy, lambda k: 1 if k == TREE else min(k, 2), lambda k: 0.3 if k == TREE else 0.1 + 0.01 * k, 300)
+    late = history[100:]
+    assert sum(1 for k in late if k in (2, 3)) >= 0.8 * len(late)
+    assert 1 <= late.count(TREE) <= 0.1 * len(late)  # tried now and then, never kept
+
+
+def test_a_tree_drafter_comes_back_to_its_tree_when_it_starts_to_pay():
+    policy = AdaptiveK(k_max=8, k_start=4, tree=True)
+    tree_good = {"on": False}
+    cost = lambda k: 0.2 if k == TREE else 0.1 + 0.01 * k  # noqa: E731
+    run(policy, lambda k: (6 if tree_good["on"] else 0) if k == TREE else min(k, 2), cost, 150)
+    assert policy.history[-10:].count(TREE) <= 1
+    tree_good["on"] = True  # the text turned predictable along the tree's side branches
+    history = run(policy, lambda k: 6 if k == TREE else min(k, 2), cost, 200)
+    assert history[-10:].count(TREE) >= 8
 
 
 # --- the engine under the policy ------------------------------------------------------------------
@@ -179,7 +203,7 @@ class Scripted(AdaptiveK):
 
     def choose(self) -> int:
         k = self.script[len(self.history) % len(self.script)]
-        k = (TREE if self.tree else self.k_start) if k is None else (TREE if self.tree and k else k)
+        k = (TREE if self.tree else self.k_start) if k is None else k  # a tree drafter drafts chains too
         self.history.append(k)
         return k
 
