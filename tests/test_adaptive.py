@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+import types
 
 import pytest
 import torch
@@ -254,19 +255,48 @@ def test_the_real_policy_keeps_greedy_equality_and_the_law(tiny_target, tiny):
     assert drafted > 0 and chisquare_pvalue(counts, law) > 1e-3
 
 
+class VirtualClock:
+    """The engine's clock in the tests below: time passes only by the costs they model (a target
+    forward 10 ms + 0.5 ms a token, a drafter's own), so the policy's choices follow those costs
+    and not how busy the machine running the tests is."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch, tiny_target):
+    clock = VirtualClock()
+    monkeypatch.setattr(engine_module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    forward = tiny_target.forward_hidden
+
+    def timed_forward(input_ids, *args, **kwargs):
+        clock.advance(0.010 + 0.0005 * input_ids.shape[1])
+        return forward(input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(tiny_target, "forward_hidden", timed_forward)
+    return clock
+
+
 class Useless:
     """Drafts a token the target never picks, and takes 20 ms to do it: no K pays."""
 
     kind, needs_hidden_states = "stub", False
 
-    def __init__(self, bad: int):
-        self.bad = bad
+    def __init__(self, bad: int, clock: VirtualClock):
+        self.bad, self.clock = bad, clock
 
     def start(self, prompt, max_length, hidden=None):
         pass
 
     def propose(self, seq, k, sampling, generator=None, tree=None):
-        time.sleep(0.02)
+        self.clock.advance(0.02)
         return Proposal(torch.full((k,), self.bad, dtype=torch.long, device=seq.device))
 
     def accept(self, num_accepted, hidden=None):
@@ -284,11 +314,11 @@ class Oracle(Useless):
         return Proposal(torch.tensor(self.reference[at : at + k] or [0], device=seq.device)[:k])
 
 
-def test_plain_steps_are_chosen_when_drafting_cannot_pay(tiny_target):
+def test_plain_steps_are_chosen_when_drafting_cannot_pay(tiny_target, clock):
     plain = Engine(tiny_target).generate(PROMPT, 64, eos_token_ids=()).tokens
     seen = torch.zeros(tiny_target.vocab_size)
     seen[plain] = 1
-    useless = Useless(int(seen.argmin()))  # a token the greedy continuation never contains
+    useless = Useless(int(seen.argmin()), clock)  # a token the greedy continuation never contains
     out = Engine(tiny_target, useless, 4, adaptive=True).generate(PROMPT, 64, eos_token_ids=())
     assert out.tokens == plain
     chosen = out.extra["adaptive_k"]["k_per_step"]
@@ -296,7 +326,7 @@ def test_plain_steps_are_chosen_when_drafting_cannot_pay(tiny_target):
     assert chosen.count(0) >= 0.85 * len(chosen)
 
 
-def test_what_one_generation_learned_carries_to_the_next(tiny_target):
+def test_what_one_generation_learned_carries_to_the_next(tiny_target, clock):
     """A draft found useless on one prompt is not drafted at length again on the next one (the
     policy's costs, acceptance and probe back-off live as long as the engine); a new engine
     starts afresh."""
@@ -309,18 +339,19 @@ def test_what_one_generation_learned_carries_to_the_next(tiny_target):
     plain = Engine(tiny_target).generate(PROMPT, 48, eos_token_ids=()).tokens
     seen = torch.zeros(tiny_target.vocab_size)
     seen[plain] = 1
-    engine = Engine(tiny_target, Useless(int(seen.argmin())), 4, adaptive=True)
+    engine = Engine(tiny_target, Useless(int(seen.argmin()), clock), 4, adaptive=True)
     first = engine.generate(PROMPT, 48, eos_token_ids=())
     second = engine.generate(PROMPT, 48, eos_token_ids=())
     assert first.tokens == second.tokens == plain
     assert first.extra["adaptive_k"]["k_per_step"][:2] == [4, 0]
     chosen = second.extra["adaptive_k"]["k_per_step"]
     assert chosen[0] == 0 and chosen.count(0) >= len(chosen) - 1
-    fresh = Engine(tiny_target, Useless(int(seen.argmin())), 4, adaptive=True).generate(PROMPT, 8, eos_token_ids=())
+    fresh = Engine(tiny_target, Useless(int(seen.argmin()), clock), 4, adaptive=True)
+    fresh = fresh.generate(PROMPT, 8, eos_token_ids=())
     assert fresh.extra["adaptive_k"]["k_per_step"][:2] == [4, 0]
 
 
-def test_a_perfect_draft_drafts_long_chains(tiny_target):
+def test_a_perfect_draft_drafts_long_chains(tiny_target, clock):
     plain = Engine(tiny_target).generate(PROMPT, 80, eos_token_ids=()).tokens
     oracle = Oracle(plain, len(PROMPT))
     out = Engine(tiny_target, oracle, 8, adaptive=True).generate(PROMPT, 80, eos_token_ids=())

@@ -66,17 +66,22 @@ def test_hooks_equal_output_hidden_states(arch):
     assert hooked[1].shape == (9, len(layers) * target.config.hidden_size)
 
 
-def test_tiny_target_keeps_transformers_hooks_off(tiny_target, tiny):
+def test_tiny_target_keeps_transformers_hooks_off(tiny_cache, tiny):
     """Decoding with a drafter that reads hidden states installs no transformers hook, so a plain
-    forward on the same model afterwards runs as fast as before any draft was used."""
+    forward on the same model afterwards runs as fast as before any draft was used. A target of
+    its own: a forward with output_hidden_states=True elsewhere (online training features) leaves
+    transformers' hooks on the model it ran."""
     from draftsmith.infer.engine import Engine
+    from draftsmith.models import Target
 
+    target = Target.load("tiny-random", dtype="float32", device="cpu")
     drafter = tiny("eagle3")[0]
-    assert tiny_target._capture is not None and drafter.hidden_layers
-    Engine(tiny_target, drafter, 3).generate([1, 5, 9, 4], 6)
-    hooked = [m for m in tiny_target.model.modules() if m._forward_hooks or m._forward_pre_hooks]
+    assert target._capture is not None and drafter.hidden_layers
+    assert not [m for m in target.model.modules() if m._forward_hooks or m._forward_pre_hooks]
+    Engine(target, drafter, 3).generate([1, 5, 9, 4], 6)
+    hooked = [m for m in target.model.modules() if m._forward_hooks or m._forward_pre_hooks]
     assert len(hooked) <= len(set(drafter.hidden_layers)), hooked
-    assert not getattr(tiny_target.model.get_decoder(), "_output_capturing_hooks_installed", False)
+    assert not getattr(target.model.get_decoder(), "_output_capturing_hooks_installed", False)
 
 
 def test_idle_hooks_record_nothing(tiny_target):
