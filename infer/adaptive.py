@@ -164,18 +164,18 @@ class AdaptiveK:
         step, self._steps = self._steps, self._steps + 1
         drafted = TREE if self.tree else self.k_start
         if step == 0:
-            k = drafted
+            k = best = drafted
         elif step in (1, 2) or 0 not in self._cost:
-            k = 0  # two plain steps: the first is often cold (kernels warming up), the lower median drops it
+            k = best = 0  # two plain steps: the first is often cold (kernels warming up), the lower median drops it
         else:
-            k = self._best()
+            k = best = self._best()
             if self._retry_tree:  # a probe hit, or a try of the tree beat the best choice: the tree again
                 k, self._retry_tree = TREE, False
             elif k == 0 and self._plain_run >= self._probe_gap:
                 k = 1  # a probe, one drafted token (a tree drafter too: a whole tree is a dear probe)
             elif k != 0 and self._since_explore >= self.explore_every:
                 k = self._beside(k)
-        self._tree_try = k == TREE and self._best() != TREE
+        self._tree_try = k == TREE and best != TREE
         self.history.append(k)
         return k
 
@@ -185,7 +185,7 @@ class AdaptiveK:
         token while no chain was timed: a long chain's cost would be a guess)."""
         self._since_explore = 0
         if k == TREE:
-            if not any(x > 0 for x in self._cost):
+            if not self._chain_timed():
                 return 1
             return max(range(1, self.k_max + 1), key=lambda x: self.rate(x) or 0.0)
         self._explores += 1
@@ -249,12 +249,15 @@ class AdaptiveK:
         than a marginal gain, and a draft that only breaks even costs its mistakes."""
         options = list(range(1, self.k_max + 1))
         if self.tree:  # chains join a tree drafter's choice once one was timed (else their cost is a guess)
-            options = [TREE] + (options if any(x > 0 for x in self._cost) else [])
+            options = [TREE] + (options if self._chain_timed() else [])
         best = max(options, key=lambda x: self.rate(x) or 0.0)
         plain = self.rate(0)
         if plain is not None and (self.rate(best) or 0.0) < (1 + self.min_gain) * plain:
             return 0
         return best
+
+    def _chain_timed(self) -> bool:
+        return any(x > 0 for x in self._cost)
 
     def _update_rates(self, k: int, num_accepted: int) -> None:
         if k == TREE:

@@ -3,7 +3,8 @@ which sets the cosine schedule's length (the time budget stops the run either wa
 
 A CPU: 22 steps a minute of the quick recipe (configs/smollm2-135m-instruct/eagle3_quick.yaml:
 2 rows of 512 tokens, 2 training-time-test steps), as timed on 2 cores of an AMD EPYC with
-AVX-512; a faster CPU ends the budget before the schedule's end, a slower one stops short of it. A GPU: the
+AVX-512; a faster CPU ends the schedule before the budget, and on a slower one the budget stops
+the run before the schedule ends. A GPU: the
 rate `draftsmith plan` expects on one GPU of its timed bf16 matmul rate x the plan's utilisation,
 at most GPU_MAX_STEPS_PER_S (a small model's step is bound by its thousands of kernel launches, some
 10 us each, not by its FLOPs).
