@@ -4,7 +4,12 @@ import pytest
 import torch
 
 from draftsmith.infer import Engine
+from draftsmith.kinds import KINDS
 from draftsmith.models import Target, load_drafter
+
+K = 3  # the chain length the CUDA twins run at (at most a kind's cap)
+# A repeat at the end of each prompt gives a lookup drafter something to find.
+PROMPTS = ([5, 40, 41, 42, 43, 9, 12, 5, 40], [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 30, 31, 7, 8, 9])
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -60,23 +65,26 @@ def test_compiled_cuda_eagle_dynamic_tree_matches_plain(tiny_cache):
     _chain_and_tree_match_plain(compiled, drafter, TreeConfig(topk=3, depth=3, num_draft_tokens=10))
 
 
-@pytest.mark.parametrize("name", ["eagle", "eagle3", "eagle3-tree", "medusa", "dflash", "draft_lm", "pard"])
-def test_compiled_cuda_drafting_matches_eager(tiny_cache, name):
-    """Every kind's drafting as CUDA graphs (issue 17): outputs == plain decoding and the same
-    acceptance as the eager drafter, with acceptance forced through every count 0..k (CPU twin
-    with a counting backend: tests/test_compiled_drafting.py)."""
-    from test_compiled_drafting import KINDS, PROMPTS, Forced, K
+@pytest.mark.parametrize("name", list(KINDS))
+def test_compiled_cuda_drafting_matches_eager(tiny, name):
+    """Every registered kind's drafting as CUDA graphs: outputs == plain decoding and the same
+    acceptance as the eager drafter, with acceptance forced through every count 0..k so the
+    drafter meets every catch-up count (the CPU twin, with a counting backend, is the contract
+    suite's compiled-drafting test in tests/test_contract.py)."""
+    from draftsmith.infer.proposal import speculative_cap
+    from draftsmith.testing import Forced
 
-    build, tree, _most = KINDS[name]
+    _, spec, _ = tiny(name)  # the kind's tiny checkpoint, written once on the CPU
     runs = {}
     for compile in (False, True):
         target = Target.load("tiny-random", dtype="float32", device="cuda", compile=compile)
-        torch.manual_seed(0)
-        drafter = build(target)
+        drafter = load_drafter(spec, target)
+        k = min(K, speculative_cap(drafter) or K)
         for prompt in PROMPTS:
             plain = Engine(target).generate(prompt, 24, speculative=False, eos_token_ids=())
-            d = drafter if tree is not None else Forced(drafter, plain.tokens, len(prompt))
-            got = Engine(target, d, K, tree=tree).generate(prompt, 24, eos_token_ids=())
+            got = Engine(target, Forced(drafter, plain.tokens, len(prompt), k), k).generate(
+                prompt, 24, eos_token_ids=()
+            )
             assert got.tokens == plain.tokens, f"{name} compile={compile}: output differs from plain decoding"
             runs.setdefault(compile, []).append((got.metrics.drafts, got.metrics.accepted_tokens))
     assert runs[True] == runs[False], f"{name}: compiled drafting accepted differently from eager"
