@@ -118,7 +118,8 @@ def resolve_model(name_or_path: str) -> ModelSource:
     name = str(name_or_path)
     if name in BUILTINS:
         b = BUILTINS[name]
-        folder = build_tiny_random() if name == "tiny-random" else _ensure_builtin(b)
+        with _real_device():
+            folder = build_tiny_random() if name == "tiny-random" else _ensure_builtin(b)
         return ModelSource(str(folder), builtin=name, hub_id=b.hub_id, note=b.note)
     p = pathlib.Path(name).expanduser()
     if p.is_dir():
@@ -129,10 +130,25 @@ def resolve_model(name_or_path: str) -> ModelSource:
                 f"{p} is a file, not a model: pass a Hugging Face model folder, a .gguf file, "
                 f"a hub id or a built-in name ({_builtin_names()})"
             )
-        return ModelSource(str(_ensure_gguf_file(p.resolve())), note="dequantised from GGUF")
+        with _real_device():
+            folder = _ensure_gguf_file(p.resolve())
+        return ModelSource(str(folder), note="dequantised from GGUF")
     if name.startswith(("/", ".", "~")) or name.lower().endswith(".gguf"):
         raise DraftsmithError(f"{name}: no such file or folder; check the path")
     return ModelSource(name, hub_id=name)
+
+
+@contextlib.contextmanager
+def _real_device():
+    """Building or converting a cached folder reads and writes real weights: on the CPU even when
+    the caller builds shapes on the meta device (`draftsmith plan` builds a drafter inside
+    `torch.device("meta")`; a draft initialised from a GGUF built-in that no run has converted yet
+    converts it there, and transformers refuses `from_pretrained` under a meta device)."""
+    if torch.get_default_device().type != "meta":
+        yield
+        return
+    with torch.device("cpu"):
+        yield
 
 
 def load_tokenizer(name_or_path: str):
