@@ -130,9 +130,11 @@ def vocab_maps(draft_ids: torch.Tensor, target_vocab_size: int) -> tuple[torch.T
         raise DraftsmithError(
             f"draft vocabulary holds id {int(ids[-1])}, outside the target's vocabulary of {target_vocab_size}"
         )
-    t2d = torch.zeros(target_vocab_size, dtype=torch.bool)
+    # built on the CPU whatever device context is active (a bench building on the GPU met a
+    # CUDA arange beside these CPU ids); callers move the maps with the module
+    t2d = torch.zeros(target_vocab_size, dtype=torch.bool, device="cpu")
     t2d[ids] = True
-    return ids - torch.arange(ids.numel()), t2d
+    return ids - torch.arange(ids.numel(), device="cpu"), t2d
 
 
 def check_vocab(d2t: torch.Tensor, t2d: torch.Tensor, target_vocab_size: int, where: str) -> None:

@@ -89,7 +89,7 @@ step verify 120 python3 scripts/bench_verify_cost.py --shapes "$SHAPE" --dtype "
 step engine 120 python3 scripts/bench_engine.py --shapes "$SHAPE" --device "$DEVICE" --dtype "$bf16" -k "$K" \
   --methods oracle,tree --prompt-len 512 --max-new-tokens 96 --repeats 2 --out "$RUN/engine.json"
 step train 90 python3 scripts/plan_check.py "$RECIPE" --random-target --steps "$TRAIN_STEPS" --rows 64 \
-  --data.path=stdlib --optim.batch_size=1 $([ "$DEVICE" = cuda ] && echo --optim.mixed_precision=bf16) \
+  --data.path=stdlib --data.source=corpus --optim.batch_size=1 $([ "$DEVICE" = cuda ] && echo --optim.mixed_precision=bf16) \
   --json "$RUN/plan_check.json"
 step matmul 20 python3 -c "import json, sys, torch; from draftsmith.train.trainer.flops import measure_tflops as m
 n = int(sys.argv[2]) if sys.argv[2] else None

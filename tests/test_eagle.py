@@ -147,6 +147,16 @@ def test_dynamic_tree_nodes_are_the_draft_top_k_along_their_paths(tiny_target, v
             assert ranked[tree.ranks[node]] == tokens[node - 1]
 
 
+def test_draft_vocabulary_maps_build_under_another_device_context():
+    """A bench that builds its models under `with torch.device("cuda")` made the maps there beside
+    CPU ids (it stopped on an H200); the meta device stands in for the GPU here."""
+    ids = torch.tensor([2, 5, 6, 40, 258])
+    with torch.device("meta"):
+        d2t, t2d = vocab_maps(ids, 259)
+    assert d2t.device.type == t2d.device.type == "cpu"
+    assert (torch.arange(5) + d2t).tolist() == ids.tolist()
+
+
 def test_draft_vocabulary_maps_round_trip_and_refuse_another_target():
     ids = torch.tensor([2, 5, 6, 40, 258])
     d2t, t2d = vocab_maps(ids, 259)

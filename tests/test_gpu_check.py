@@ -88,6 +88,7 @@ def test_gpu_check_dry_run_returns_two_files_with_every_step(tmp_path):
     rows = {r["method"]: r for r in engine["rows"]}
     assert set(rows) == {"plain", "oracle chain5", "oracle tree62"}  # --methods oracle,tree, K+1 = 6
     assert all(r["same_as_plain"] and r["graphs_after_warmup"]["graphs"] == 0 for r in rows.values())
+    assert all(r["settled"] for r in rows.values())  # the oracle replays a fixed point of the engine
     assert check["random_target"] is True and check["memory"]["measured_bytes"] > 0
     summary = (out / "summary.txt").read_text()
     for step in ("tests", "verify", "engine", "train", "matmul"):
@@ -117,3 +118,20 @@ def test_random_model_builds_where_it_runs(monkeypatch):
     params = list(model.parameters())
     assert all(p.device.type == "meta" and p.dtype == torch.bfloat16 for p in params)
     assert 7.9e9 < sum(p.numel() for p in params) < 8.1e9
+
+
+def test_train_step_overrides_take_the_default_recipe_off_regenerated_data():
+    """The train step feeds the 8B recipe the stdlib text; that recipe trains on regenerated chats,
+    so the step must also set the data source back to the corpus (on an H200 the step stopped at
+    'data.regenerate needs chat data' while the CPU dry run, on the tiny recipe, passed)."""
+    import re
+
+    from draftsmith.train.config import load_recipe
+
+    text = (ROOT / "scripts" / "gpu_check.sh").read_text()
+    recipe = re.search(r"RECIPE=\$\{RECIPE:-(\S+)\}", text).group(1)
+    step = text[text.index("step train") :].split("--json")[0]
+    overrides = [o for o in re.findall(r"(--(?:data|optim)\.[a-z_]+=[^\s$)]+)", step) if "mixed_precision" not in o]
+    r = load_recipe(str(ROOT / recipe), overrides)
+    assert r.data.path == "stdlib"
+    assert not r.data.regenerate and r.data.source == "corpus", overrides
