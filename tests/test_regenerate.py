@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -62,13 +63,16 @@ def reply_for(messages: list[dict]) -> str:
 
 class StandIn:
     """`vllm serve`'s /v1/chat/completions, as far as regeneration uses it. `plan(n)` decides the
-    n-th request's fate (0-based): None (answer), an HTTP status, or "slow" (sleep past a timeout)."""
+    n-th request's fate (0-based): None (answer), an HTTP status, or "slow" (sleep past a timeout).
+    `content(messages)` is the reply's choices[0].message.content (vLLM answers null for a reply that
+    is all reasoning under a reasoning parser, or a tool call)."""
 
     def __init__(self, model: str = "served-model", delay: float = 0.0):
         self.model, self.delay = model, delay
         self.models_route, self.max_model_len = False, None  # GET /v1/models, as vLLM lists its model
         self.requests, self.in_flight, self.max_in_flight = [], 0, 0
         self.plan = lambda n: None
+        self.content = lambda messages: " " + reply_for(messages) + "\n"
         self.lock = threading.Lock()
         stand_in = self
 
@@ -112,7 +116,8 @@ class StandIn:
                     elif isinstance(fate, int):
                         self.answer(fate, {"object": "error", "message": "engine overloaded"})
                     else:
-                        text = reply_for(body["messages"])
+                        content = stand_in.content(body["messages"])
+                        text = content.strip() if isinstance(content, str) else ""
                         self.answer(
                             200,
                             {
@@ -123,7 +128,7 @@ class StandIn:
                                     {
                                         "index": 0,
                                         "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": " " + text + "\n"},
+                                        "message": {"role": "assistant", "content": content},
                                     }
                                 ],
                                 "usage": {
@@ -374,6 +379,180 @@ def test_the_served_context_cuts_chats_and_a_wrong_model_fails_first(server, tmp
     assert len(server.requests) == before  # nothing was sent
 
 
+# --- Empty replies, and files that are not chats -------------------------------------------------
+
+
+def null_for(*chats: int):
+    """The stand-in's content: null (vLLM's answer to a reply that is all reasoning, or a tool call)
+    for the turns of these chats (chat(i) asks "question i.t"), the usual reply for the others."""
+
+    def content(messages):
+        if any(messages[0]["content"].startswith(f"question {i}.") for i in chats):
+            return None
+        return " " + reply_for(messages) + "\n"
+
+    return content
+
+
+def test_null_replies_everywhere_stop_the_run_with_the_likely_cause(server, tmp_path, tok):
+    chats = [chat(i, turns=2) for i in range(6)]
+    c = endpoint_cfg(server.url, tmp_path)
+    server.content = lambda messages: None
+    with pytest.raises(DraftsmithError) as e:
+        regenerate(rows_of(chats), c, tok, None, progress=False)
+    msg = str(e.value)
+    assert "\n" not in msg and server.url in msg and "returned no content for 6 of 6 chats" in msg
+    assert "--reasoning-parser" in msg and "enable_thinking false" in msg
+    assert len(server.requests) == 6  # a chat stops at its first empty reply: no second turn after it
+    assert not cache_path(c, None).read_text()  # nothing cached: a rerun does not serve empty replies
+
+
+def test_a_few_null_replies_are_counted_warned_and_asked_again(server, tmp_path, tok, caplog):
+    chats = [chat(i, turns=2) for i in range(8)]
+    c = endpoint_cfg(server.url, tmp_path)
+    server.content = null_for(3)
+    with caplog.at_level(logging.WARNING, logger="draftsmith.train.data.regeneration"):
+        out, counts = regenerate(rows_of(chats), c, tok, None, progress=False)
+    assert counts["regenerate_empty_rows"] == 1 and counts["regenerated_rows"] == 7
+    assert out[3]["messages"] == chats[3]  # trains on the dataset's replies, not on an empty one
+    assert not any(m["content"] == "" for row in out for m in row["messages"])
+    assert sorted(e["index"] for e in cached_lines(c)) == [0, 1, 2, 4, 5, 6, 7]
+    assert any("no content for 1 of 8 chats" in r.getMessage() for r in caplog.records)
+    server.content, before = null_for(), len(server.requests)  # the server answers now
+    out, counts = regenerate(rows_of(chats), c, tok, None, progress=False)
+    assert len(server.requests) - before == 2 and counts["regenerated_rows"] == 8  # only chat 3, both turns
+    assert counts["regenerate_empty_rows"] == 0
+    assert_regenerated_by_stand_in(chats[3], out[3]["messages"])
+
+
+def test_a_cache_line_that_is_no_good_chat_is_asked_again(server, tmp_path, tok):
+    """An empty reply cached before those were refused, a line of another shape, bytes that are not
+    UTF-8: skipped (their chats are regenerated), the good lines kept, no traceback."""
+    chats = [chat(i, turns=1) for i in range(5)]
+    c = endpoint_cfg(server.url, tmp_path)
+    path = cache_path(c, None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    good = [chats[2][0], {"role": "assistant", "content": "R1<cached>"}]
+    path.write_bytes(
+        (json.dumps({"index": 0, "messages": [chats[0][0], {"role": "assistant", "content": ""}]}) + "\n").encode()
+        + b'{"index": 1, "messages": "not turns"}\n'
+        + (json.dumps({"index": 2, "messages": good}) + "\n").encode()
+        + b'{"index": 3, "messages": [{"role": "user"}]}\n'
+        + b"\xff\xfe not utf-8\n"
+    )
+    out, counts = regenerate(rows_of(chats), c, tok, None, progress=False)
+    assert counts["regenerated_from_cache"] == 1 and counts["regenerated_rows"] == 5
+    assert sorted(body["messages"][0]["content"][:10] for _, body in server.requests) == [
+        f"question {i}" for i in (0, 1, 3, 4)
+    ]
+    assert out[2]["messages"] == good
+    for i in (0, 1, 3, 4):
+        assert_regenerated_by_stand_in(chats[i], out[i]["messages"])
+
+
+def test_a_reply_that_is_not_text_is_one_line(server, tmp_path, tok):
+    server.content = lambda messages: 12345
+    with pytest.raises(DraftsmithError) as e:
+        regenerate(rows_of([chat(0, turns=1)]), endpoint_cfg(server.url, tmp_path), tok, None, progress=False)
+    msg = str(e.value)
+    assert "\n" not in msg and server.url in msg and "bad reply" in msg and "12345" in msg and "not text" in msg
+
+
+def saved_cfg(server, tmp_path, saved, **kw) -> DataConfig:
+    write_jsonl(tmp_path / "chats.jsonl", [chat(i, turns=1) for i in range(4)])
+    return endpoint_cfg(server.url, tmp_path, regenerated_path=str(saved), pack=False, eval_rows=1, **kw)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "holds no chats: delete it to regenerate"),
+        (b"\n\n", "holds no chats: delete it to regenerate"),
+        (b'{"index": 0, "messages": "hi"}\n', "line 1: expected"),
+        (b"[1, 2]\n", "line 1: expected"),
+        (b'{"index": 0, "messages": []}\n{"index": 1, "messages": [{"role": "user"}]}\n', "line 2: expected"),
+        (b'{"index": 0, "messages": []}\n\xff\xfe{"index": 1}\n', "line 2: expected"),
+        (b'{"index": "zero", "messages": []}\n', "line 1: expected"),
+    ],
+)
+def test_a_regenerated_file_that_holds_no_chats_is_one_line(server, tmp_path, tok, content, message):
+    saved = tmp_path / "regenerated.jsonl"
+    saved.write_bytes(content)
+    with pytest.raises(DraftsmithError) as e:
+        build_data(saved_cfg(server, tmp_path, saved), tok, progress=False)
+    msg = str(e.value)
+    assert "\n" not in msg and str(saved) in msg and message in msg and "delete it to regenerate" in msg
+    assert server.requests == []  # the file is what the recipe names: it is not silently regenerated
+
+
+def test_a_regenerated_file_with_an_empty_reply_does_not_train_on_it(server, tmp_path, tok, caplog):
+    saved = tmp_path / "regenerated.jsonl"
+    cfg = saved_cfg(server, tmp_path, saved)
+    chats = [chat(i, turns=1) for i in range(4)]
+    rows = [{"index": i, "messages": [c[0], {"role": "assistant", "content": f"R{i}"}]} for i, c in enumerate(chats)]
+    rows[1]["messages"][1]["content"] = ""  # written by a run before empty replies were refused
+    saved.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with caplog.at_level(logging.WARNING, logger="draftsmith.train.data.regenerated_file"):
+        data = build_data(cfg, tok, progress=False)
+    assert data.stats["regenerated_file_empty_rows"] == 1 and data.stats["regenerated_rows"] == 3
+    assert any("1 chats hold an empty reply" in r.getMessage() for r in caplog.records)
+    texts = [tok.decode(item["input_ids"][item["attention_mask"].bool()]) for item in [*data.train, *data.eval]]
+    assert sum("answer 1.0" in t for t in texts) == 1 and server.requests == []
+
+
+def test_a_folder_as_the_regenerated_file_says_so(server, tmp_path, tok):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    for cfg in (saved_cfg(server, tmp_path, folder), saved_cfg(server, tmp_path, folder, regenerate_endpoint=None)):
+        with pytest.raises(DraftsmithError) as e:
+            build_data(cfg, tok, progress=False)
+        msg = str(e.value)
+        assert f"data.regenerated_path {folder} is a folder: name a file" in msg and "\n" not in msg
+        assert "does not exist" not in msg
+    assert server.requests == []
+
+
+def test_an_unwritable_regenerated_file_fails_before_the_first_request(server, tmp_path, tok):
+    (tmp_path / "a-file").write_text("x")
+    saved = tmp_path / "a-file" / "regenerated.jsonl"  # its folder cannot be made
+    with pytest.raises(DraftsmithError) as e:
+        build_data(saved_cfg(server, tmp_path, saved), tok, progress=False)
+    msg = str(e.value)
+    assert f"data.regenerated_path {saved} cannot be written" in msg and "nothing was regenerated" in msg
+    assert server.requests == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_folder_fails_before_the_first_request(server, tmp_path, tok):
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        with pytest.raises(DraftsmithError, match="cannot be written"):
+            build_data(saved_cfg(server, tmp_path, folder / "regenerated.jsonl"), tok, progress=False)
+    finally:
+        folder.chmod(0o700)
+    assert server.requests == []
+
+
+def test_the_regenerated_file_is_written_whole_by_one_rename(server, tmp_path, tok, monkeypatch):
+    """Written through draftsmith.fileio.write_atomic (fsynced); a failed write is one line."""
+    from draftsmith.train.data import regenerated_file
+
+    saved = tmp_path / "regenerated.jsonl"
+    calls, real = [], regenerated_file.write_atomic
+
+    def recorded(path, content, sync=False):
+        calls.append((path, sync))
+        return real(path, content, sync=sync)
+
+    monkeypatch.setattr(regenerated_file, "write_atomic", recorded)
+    data = build_data(saved_cfg(server, tmp_path, saved), tok, progress=False)
+    assert calls == [(saved, True)] and data.stats["regenerated_rows"] == 4
+    assert [json.loads(line)["index"] for line in saved.read_text().splitlines()] == [0, 1, 2, 3]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".regenerated.jsonl")]
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -481,6 +660,17 @@ def test_engine_regeneration_rewrites_assistant_turns(tmp_path, tok, tiny_target
     again = build_data(dataclasses.replace(c, regenerate_with="batched"), tok, target=tiny_target, progress=False)
     assert again.stats["regenerated_from_cache"] == 4  # batched reads what the engine wrote
     assert torch.equal(again.train.input_ids, data.train.input_ids)
+
+
+def test_in_process_empty_replies_are_not_training_data(tmp_path, tok, tiny_target, monkeypatch):
+    """A target that ends its turn at once (an EOS first) wrote nothing: not cached, and a run where
+    most chats come back so stops with one line."""
+    eos = sorted(tiny_target.eos_token_ids)[0]
+    monkeypatch.setattr(regen_mod, "_generate", lambda target, prompts, *args: [[eos] for _ in prompts])
+    c = regen_cfg(tmp_path, n=4)
+    with pytest.raises(DraftsmithError, match=r"the target wrote an empty reply \(an end of turn at once\) for 4 of 4"):
+        regenerate(rows_of([chat(i) for i in range(4)]), c, tok, tiny_target, progress=False)
+    assert not cache_path(c, tiny_target).read_text()
 
 
 def test_regeneration_needs_a_target_and_chat_data(tmp_path, tok, tiny_target):

@@ -95,6 +95,29 @@ def test_regenerate_then_train_on_exactly_those_replies(tmp_path, tiny_cache, mo
     assert template_calls and all(c.get("enable_thinking") is False for c in template_calls)
 
 
+def test_a_server_that_answers_no_content_writes_no_file(tmp_path, tiny_cache, capsys):
+    """vLLM under a reasoning parser answers "content": null for a reply that is all reasoning: the
+    run stops with one line naming the likely cause, and no file of empty replies is left to train on."""
+    recipe = write_recipe(tmp_path)
+    server = StandIn()
+    server.content = lambda messages: None
+    try:
+        code = train_main([recipe, "--data-only", f"--data.regenerate_endpoint={server.url}"])
+    finally:
+        server.close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and not (tmp_path / "regenerated.jsonl").exists()
+    assert "returned no content for 10 of 10 chats: a reasoning parser or tool-call reply?" in err[-1]
+    assert "serve without --reasoning-parser" in err[-1] and "Traceback" not in "\n".join(err)
+
+
+def test_an_empty_regenerated_file_is_not_trusted(tmp_path, tiny_cache):
+    recipe = load_recipe(write_recipe(tmp_path), [])
+    (tmp_path / "regenerated.jsonl").write_bytes(b"")
+    with pytest.raises(DraftsmithError, match="regenerated.jsonl holds no chats: delete it to regenerate"):
+        data_mod.build_data(recipe.data, load_tokenizer("tiny-random"), progress=False)
+
+
 def test_training_without_the_file_says_how_to_make_it(tmp_path, tiny_cache):
     recipe = load_recipe(write_recipe(tmp_path), [])
     with pytest.raises(DraftsmithError, match="regenerate first"):

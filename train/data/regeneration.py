@@ -18,6 +18,11 @@ then read). A killed run resumes: rows already in the cache are never asked for 
 hashes what decides the outputs: the data source, the filters, the model (the target's name,
 or the endpoint's served model), max new tokens, temperature and seed; not the way of running
 nor the budget (`regenerate_max_rows`), so a larger budget later extends the same cache.
+
+An empty reply (an endpoint's `"content": null`: vLLM answers it for a reply that is all reasoning
+under a reasoning parser, or a tool call) is no training data: its chat is not cached, trains on
+the dataset's replies, is counted and warned of, and a rerun asks again; a run where most chats come
+back empty stops with one line naming the likely cause.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ REGEN_FORMAT = 1  # bump when regeneration changes, so old cache files are not r
 POOL_FACTOR = 4  # batched: chats in progress per batch slot (the shortest prompts go first)
 BACKOFF_S = 1.0  # endpoint: first retry after this, doubling, capped at MAX_BACKOFF_S
 MAX_BACKOFF_S = 30.0
+EMPTY_SAMPLE = 10  # chats asked before "most replies are empty" may stop a run (all of them if fewer)
+EMPTY = object()  # what a chat whose target wrote an empty reply ends as (never cached)
 
 
 def cache_path(cfg: DataConfig, target) -> pathlib.Path:
@@ -86,6 +93,10 @@ def regenerate(rows: list[dict], cfg: DataConfig, tokenizer, target, progress: b
     """`rows` with the assistant turns of the first `regenerate_max_rows` (all if None) written
     by the target, plus any other row the cache already holds; the rest as they were.
     Returns (rows, counts)."""
+    if cfg.regenerated_path:  # where the chats go once all are done: writable before the first request
+        from .regenerated_file import check_writable
+
+        check_writable(pathlib.Path(cfg.regenerated_path).expanduser())
     path = cache_path(cfg, target)
     path.parent.mkdir(parents=True, exist_ok=True)
     limit = _context_limit(target, tokenizer)
@@ -102,7 +113,9 @@ def regenerate(rows: list[dict], cfg: DataConfig, tokenizer, target, progress: b
             "regenerated_from_cache": len(budget) - len(todo),
             "regenerate_cut_rows": 0,
             "regenerate_skipped_too_long": 0,
+            "regenerate_empty_rows": 0,
         }
+        asked, stopped = [0], [False]  # chats the target answered in this run; the empty-reply stop raised
         log.info(
             "regeneration (%s): %d of %d rows from the cache %s, %d to generate; %d rows beyond "
             "data.regenerate_max_rows stay as they are",
@@ -114,10 +127,19 @@ def regenerate(rows: list[dict], cfg: DataConfig, tokenizer, target, progress: b
             len(rows) - len(budget),
         )
 
-        def write(index: int, messages: list[dict] | None) -> None:
-            """Record a finished chat (None: its first reply does not fit the context; kept as it was)."""
+        def write(index: int, messages) -> None:
+            """Record a finished chat (None: its first reply does not fit the context; EMPTY: the target
+            wrote an empty reply; both kept as they were and not cached)."""
             if messages is None:
                 counts["regenerate_skipped_too_long"] += 1
+                return
+            asked[0] += 1
+            if messages is EMPTY:
+                counts["regenerate_empty_rows"] += 1
+                empty = counts["regenerate_empty_rows"]
+                if not stopped[0] and 2 * empty > asked[0] >= min(EMPTY_SAMPLE, len(todo)):
+                    stopped[0] = True  # once: the chats still finishing are recorded, not raised on again
+                    raise DraftsmithError(_empty_replies(cfg, empty, asked[0]))
                 return
             done[index] = messages
             f.write((json.dumps({"index": index, "messages": messages}) + "\n").encode())
@@ -127,6 +149,11 @@ def regenerate(rows: list[dict], cfg: DataConfig, tokenizer, target, progress: b
         run = {"batched": _batched, "engine": _engine, "endpoint": _endpoint}[cfg.regenerate_with]
         with _Progress(len(todo), progress) as bar:
             run(todo, cfg, tokenizer, target, limit, write, bar)
+    if counts["regenerate_empty_rows"]:
+        log.warning(
+            "regeneration: %s; those chats train on the dataset's replies and a rerun asks again",
+            _empty_replies(cfg, counts["regenerate_empty_rows"], asked[0]),
+        )
     out = []
     for row in rows:
         cached = done.get(row["index"])
@@ -138,20 +165,70 @@ def regenerate(rows: list[dict], cfg: DataConfig, tokenizer, target, progress: b
     return out, counts
 
 
+def _empty_replies(cfg: DataConfig, empty: int, asked: int) -> str:
+    """One line: how many chats came back with an empty reply, and the likely cause."""
+    if cfg.regenerate_with == "endpoint":
+        return (
+            f"the endpoint {cfg.regenerate_endpoint} returned no content for {empty} of {asked} chats: a reasoning "
+            "parser or tool-call reply? serve without --reasoning-parser or set data.chat_template_kwargs "
+            "enable_thinking false"
+        )
+    return (
+        f"the target wrote an empty reply (an end of turn at once) for {empty} of {asked} chats: check its chat "
+        "template and data.chat_template_kwargs"
+    )
+
+
+def chat_entry(line: bytes | str) -> tuple[int, list[dict]]:
+    """(index, messages) of one {"index", "messages"} line; ValueError for anything else (not
+    UTF-8, not JSON, another shape)."""
+    entry = json.loads(line)
+    if not isinstance(entry, dict) or not valid_chat(entry.get("messages")):
+        raise ValueError("not a chat")
+    index = entry.get("index")
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise ValueError("no index")
+    return index, entry["messages"]
+
+
+def valid_chat(messages) -> bool:
+    """A list of {"role": str, "content": str} turns."""
+    return isinstance(messages, list) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages
+    )
+
+
+def has_empty_reply(messages: list[dict]) -> bool:
+    return any(m["role"] == "assistant" and not m["content"].strip() for m in messages)
+
+
 def _read_cache(f, path: pathlib.Path) -> dict[int, list[dict]]:
-    """Rows already done; a partial line left by a killed run (and anything after) is cut off."""
+    """Rows already done; a partial line left by a killed run is cut off. A whole line that is not
+    a chat, or a chat with an empty reply (cached before those were refused), is skipped: its row
+    is asked for again."""
     f.seek(0)
-    data, done, good = f.read(), {}, 0
-    for line in data.split(b"\n")[:-1]:  # the piece after the last newline is never complete
+    data, done = f.read(), {}
+    lines = data.split(b"\n")
+    skipped = 0
+    for line in lines[:-1]:  # the piece after the last newline is never complete
         try:
-            entry = json.loads(line)
-            done[int(entry["index"])] = entry["messages"]
-        except (ValueError, KeyError, TypeError):
-            break
-        good += len(line) + 1
-    if good < len(data):
-        log.info("regeneration cache %s: dropping %d bytes of an unfinished line", path, len(data) - good)
-        f.truncate(good)
+            index, messages = chat_entry(line)
+        except ValueError:
+            skipped += 1
+            continue
+        if has_empty_reply(messages):
+            skipped += 1
+            continue
+        done[index] = messages
+    if skipped:
+        log.warning(
+            "regeneration cache %s: %d lines skipped (not a chat, or a chat with an empty reply): asked again",
+            path,
+            skipped,
+        )
+    if lines[-1]:
+        log.info("regeneration cache %s: dropping %d bytes of an unfinished line", path, len(lines[-1]))
+        f.truncate(len(data) - len(lines[-1]))
     return done
 
 
@@ -176,7 +253,8 @@ def _context_limit(target, tokenizer) -> int | None:
 def _conversation(messages: list[dict], tokenizer, limit: int | None, max_new: int, template: dict | None = None):
     """A chat regenerated turn by turn, as a coroutine: yields (history, prompt ids) before each
     assistant turn and is sent the reply text. Returns the new messages; cut before the first
-    turn whose prompt + max_new tokens overflow `limit` (None if that is the first reply)."""
+    turn whose prompt + max_new tokens overflow `limit` (None if that is the first reply); EMPTY at the
+    first empty reply."""
     history = []
     for m in messages:
         if m["role"] != "assistant":
@@ -188,6 +266,8 @@ def _conversation(messages: list[dict], tokenizer, limit: int | None, max_new: i
             last = max((i for i, h in enumerate(history) if h["role"] == "assistant"), default=None)
             return None if last is None else history[: last + 1]
         reply = yield history, ids
+        if not reply:  # no training data; the chat is not cached and keeps its own replies
+            return EMPTY
         history.append({"role": "assistant", "content": reply})
     return history
 
@@ -372,13 +452,24 @@ class _Endpoint:
             body["chat_template_kwargs"] = cfg.chat_template_kwargs
         answer = self._post(body)
         try:
-            text = answer["choices"][0]["message"]["content"] or ""
+            text = answer["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
             raise DraftsmithError(
                 f"endpoint {self.url} answered without choices[0].message.content: {json.dumps(answer)[:160]}"
             ) from None
-        usage = answer.get("usage") or {}
-        return text.strip(), int(usage.get("completion_tokens") or 0)
+        if text is None:  # a reply that is all reasoning (under a reasoning parser) or a tool call
+            text = ""
+        if not isinstance(text, str):
+            raise DraftsmithError(
+                f"endpoint {self.url} answered a bad reply: choices[0].message.content is "
+                f"{json.dumps(text)[:80]}, not text (data.regenerate_model={self.cfg.regenerate_model!r})"
+            )
+        usage = answer.get("usage")
+        try:
+            tokens = int(usage.get("completion_tokens") or 0) if isinstance(usage, dict) else 0
+        except (TypeError, ValueError):
+            tokens = 0
+        return text.strip(), tokens
 
     def _post(self, body: dict) -> dict:
         data, tries = json.dumps(body).encode(), self.cfg.regenerate_retries + 1
