@@ -14,7 +14,8 @@ import torch
 from draftsmith import kinds
 from draftsmith.errors import DraftsmithError
 from draftsmith.models import read_drafter_meta
-from draftsmith.train.tasks.base import TrainingTask, unwrap
+from draftsmith.train.distributed import unwrap
+from draftsmith.train.tasks.base import TrainingTask
 
 
 class _Config(types.SimpleNamespace):

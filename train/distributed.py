@@ -1,7 +1,9 @@
-"""accelerate helpers shared by the trainer and the feature extraction: the Accelerator for a
-recipe, the frozen target loaded outside DeepSpeed's `zero.Init`, a parameter fingerprint, and a
-clean process-group shutdown. Its own module so that train/features/__init__.py (which the EAGLE tasks
-import) does not import the trainer (which imports the tasks).
+"""accelerate helpers shared by the trainer, the tasks, the losses and the feature extraction: the
+Accelerator for a recipe, the frozen target loaded outside DeepSpeed's `zero.Init`, the module
+inside a DDP or DeepSpeed wrapper (`unwrap`), a parameter fingerprint, and a clean process-group
+shutdown. Its own module, below the pipelines (it imports only the recipe's config.py), so that
+train/losses.py and train/features/__init__.py (which the EAGLE tasks import) import neither the
+tasks nor the trainer above them.
 """
 
 from __future__ import annotations
@@ -90,6 +92,11 @@ def load_target(recipe: Recipe, acc, parts: str | None = None, device=None):
         compile=False,
         parts=parts or recipe.model.target_parts,
     )
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The module a DDP or DeepSpeed wrapper holds (its `.module`), or the model itself."""
+    return getattr(model, "module", model)
 
 
 def fingerprint(model) -> str:

@@ -25,7 +25,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from draftsmith.train.tasks.base import unwrap
+from draftsmith.train.distributed import unwrap
 
 KINDS = ("fkl", "rkl", "jsd", "tvd", "ce")
 _DIVERGENCES = ("fkl", "rkl", "jsd", "tvd")

@@ -21,11 +21,6 @@ import torch
 from draftsmith.models import write_drafter_meta
 
 
-def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The module a DDP or DeepSpeed wrapper holds (its `.module`), or the model itself."""
-    return getattr(model, "module", model)
-
-
 class TrainingTask:
     """The trainer's view of a drafter kind.
 
@@ -118,4 +113,4 @@ class TrainingTask:
         return self.drafter_class(model, self.target, name, freeze=False)
 
 
-__all__ = ["TrainingTask", "unwrap"]
+__all__ = ["TrainingTask"]

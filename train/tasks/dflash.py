@@ -40,8 +40,9 @@ from draftsmith.models.dflash import DFlash, DFlashConfig, DFlashModel, default_
 from draftsmith.models.eagle import EagleConfig
 from draftsmith.train import losses
 from draftsmith.train.config import divergence_checks
+from draftsmith.train.distributed import unwrap
 from draftsmith.train.features import OfflineFeatures, OnlineFeatures
-from draftsmith.train.tasks.base import TrainingTask, unwrap
+from draftsmith.train.tasks.base import TrainingTask
 
 
 @dataclass

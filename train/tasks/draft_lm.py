@@ -32,8 +32,9 @@ from draftsmith.models.eagle3 import frequent_tokens
 from draftsmith.models.sources import check_same_tokenizer, load_causal_lm, load_tokenizer
 from draftsmith.train import losses
 from draftsmith.train.config import LoraConfig, divergence_checks, take_old_loss_key
+from draftsmith.train.distributed import unwrap
 from draftsmith.train.lora import wrap_lora
-from draftsmith.train.tasks.base import TrainingTask, unwrap
+from draftsmith.train.tasks.base import TrainingTask
 
 
 @dataclass

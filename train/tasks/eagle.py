@@ -37,8 +37,9 @@ from draftsmith.models import require_drafter_kind
 from draftsmith.models.eagle import Eagle, EagleConfig
 from draftsmith.train import losses
 from draftsmith.train.config import divergence_checks
+from draftsmith.train.distributed import unwrap
 from draftsmith.train.features import OfflineFeatures, OnlineFeatures
-from draftsmith.train.tasks.base import TrainingTask, unwrap
+from draftsmith.train.tasks.base import TrainingTask
 from draftsmith.train.tasks.medusa import label_positions
 
 
