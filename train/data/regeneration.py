@@ -209,17 +209,18 @@ def _read_cache(f, path: pathlib.Path) -> dict[int, list[dict]]:
     f.seek(0)
     data, done = f.read(), {}
     lines = data.split(b"\n")
-    skipped = 0
+    bad = []  # the index of each skipped line (None: not a chat)
     for line in lines[:-1]:  # the piece after the last newline is never complete
         try:
             index, messages = chat_entry(line)
         except ValueError:
-            skipped += 1
+            bad.append(None)
             continue
         if has_empty_reply(messages):
-            skipped += 1
+            bad.append(index)
             continue
         done[index] = messages
+    skipped = sum(1 for index in bad if index not in done)  # not those a later line answered again
     if skipped:
         log.warning(
             "regeneration cache %s: %d lines skipped (not a chat, or a chat with an empty reply): asked again",
