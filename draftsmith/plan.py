@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass, field
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.fileio import write_json
 from draftsmith.plan_job import DEFAULT_BANDWIDTH, job_times, render_job
 
 HEADROOM = 0.9  # of a GPU's memory a plan may fill
@@ -496,14 +497,15 @@ def parse_bytes(text: str) -> float:
     return float(m.group(1)) * scale[unit]
 
 
-def run(args, overrides: list[str]) -> int:
+def run(args) -> int:
+    """`draftsmith plan`; args.overrides: the recipe overrides (draftsmith/cli.py hands them down)."""
     from draftsmith.train.config import load_recipe
 
     if args.json:  # before any work: the table is not lost to a path that cannot be written
         from draftsmith.evaluation.bench import check_output_path
 
         check_output_path(args.json, "--json")
-    recipe = load_recipe(args.recipe, overrides)
+    recipe = load_recipe(args.recipe, args.overrides)
     recipe._path = args.recipe
     tflops = args.gpu_tflops
     if tflops == "measured":
@@ -526,7 +528,7 @@ def run(args, overrides: list[str]) -> int:
     )
     print(render(plan))
     if args.json:
-        write_json(plan, args.json)
+        _write_json(plan, args.json)
     if args.strategy and args.strategy not in plan.fitting:  # advice: another strategy first
         advice = smallest_change(recipe, plan._built, plan.world, plan.gpu_memory, plan.max_length, plan.batch_size,
                                  strategy=args.strategy)  # fmt: skip
@@ -538,15 +540,13 @@ def run(args, overrides: list[str]) -> int:
     return 0
 
 
-def write_json(plan: Plan, path: str) -> None:
-    """The plan as JSON, atomically: a full disk or a vanished folder leaves no half-written
-    file, and says so in one line."""
-    from draftsmith.fileio import write_json as write
-
+def _write_json(plan: Plan, path: str) -> None:
+    """--json: the plan through fileio.write_json (atomic: a full disk or a vanished folder leaves
+    no half-written file), a failure said in one line."""
     path = pathlib.Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write(path, to_dict(plan), indent=1)
+        write_json(path, to_dict(plan), indent=1)
     except OSError as e:
         raise DraftsmithError(
             f"--json {path}: cannot write it ({e.strerror or e}); the plan is printed above"

@@ -1,6 +1,7 @@
 """The command line end to end on tiny-random, and its errors on bad input."""
 
 import json
+import pathlib
 import shutil
 
 import pytest
@@ -351,3 +352,46 @@ def test_ctrl_c_is_one_line_not_a_traceback(capsys):
     assert run_command(interrupted) == 130
     err = capsys.readouterr().err
     assert err.startswith("draftsmith: interrupted") and "Traceback" not in err and err.count("\n") == 1
+
+
+# --- one parser tree: every command through draftsmith/cli.py -------------------------------------
+
+TINY_RECIPE = str(pathlib.Path(__file__).resolve().parents[1] / "configs" / "tiny" / "eagle3.yaml")
+
+
+@pytest.mark.parametrize("command", ["train", "features", "plan"])
+def test_recipe_commands_take_the_same_override_tail(command, tmp_path, capsys):
+    """train, features and plan hand the tokens no option claims to the recipe loader: an unknown
+    key is one line with a "did you mean", whichever command reads the recipe."""
+    extra = ["--output-dir", str(tmp_path / "feats")] if command == "features" else []
+    assert main([command, TINY_RECIPE, *extra, "--optim.lrr=1"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown config key 'optim.lrr' (did you mean 'optim.lr'?)" in err and "Traceback" not in err
+
+
+def test_python_dash_m_train_is_draftsmith_train(capsys):
+    """`python -m draftsmith.train` (what accelerate launches) goes through the same parser and command."""
+    from draftsmith.train.__main__ import main as train_main
+
+    argv = [TINY_RECIPE, "--print-config", "--optim.lr", "1e-3", "--data.max_rows=7"]
+    assert main(["train", *argv]) == 0
+    through_cli = capsys.readouterr().out
+    assert train_main(argv) == 0
+    assert capsys.readouterr().out == through_cli and "max_rows: 7" in through_cli
+    with pytest.raises(SystemExit) as e:  # the subcommand's own usage line, as before
+        train_main([])
+    assert e.value.code == 2 and "usage: draftsmith train" in capsys.readouterr().err
+
+
+def test_commands_without_a_recipe_refuse_unknown_tokens(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["eval", "--draft", "truncated:2", "--optim.lr=1"])
+    assert e.value.code == 2 and "unrecognized arguments: --optim.lr=1" in capsys.readouterr().err
+
+
+def test_the_features_options_name_the_cache_dtypes():
+    """train/cli_options.py declares the features options without torch: its dtype names are the cache's."""
+    from draftsmith.train.cli_options import CACHE_DTYPE_NAMES
+    from draftsmith.train.features import CACHE_DTYPES
+
+    assert CACHE_DTYPE_NAMES == tuple(CACHE_DTYPES)

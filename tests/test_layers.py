@@ -112,7 +112,7 @@ def test_layers_import_only_downwards():
 # folder, each building on the ones before it; on top the package itself (its lazy `train`), its
 # command and the deprecated kinds shim. Every module of train/ is placed: a new one must be too.
 TRAIN_LAYERS = [
-    {"config"},
+    {"config", "cli_options"},  # cli_options: the command options the parser declares without torch
     {"lora", "distributed"},
     {"losses"},
     {"data"},
@@ -210,3 +210,17 @@ def test_the_registry_imports_nothing_but_the_errors_module():
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported <= {"__future__", "importlib", "dataclasses", "draftsmith"}, imported
+
+
+def test_export_never_imports_the_engines():
+    """shipping's own direction: the engines' drivers, publish and crosscheck read the export
+    formats' declarations (`Format.crosscheck`, `Format.requires`); the export package never imports
+    draftsmith.shipping.engines, where an engine is installed is draftsmith/shipping/installs.py."""
+    bad = [
+        f"{m} imports {d}"
+        for m, deps in graph().items()
+        if m.startswith("draftsmith.shipping.export")
+        for d in deps
+        if d == "draftsmith.shipping.engines" or d.startswith("draftsmith.shipping.engines.")
+    ]
+    assert not bad, "\n".join(bad)

@@ -1,4 +1,9 @@
-"""`python -m draftsmith.train RECIPE [--output-dir D] [--resume] [--print-config] [--a.b=value ...]`."""
+"""`draftsmith train RECIPE [--output-dir D] [--resume] [--print-config] [--data-only] [--a.b=value ...]`.
+
+`python -m draftsmith.train ...` (what `accelerate launch -m draftsmith.train` runs on every process)
+is the same command: it goes through draftsmith/cli.py's parser, which takes this module's
+`add_arguments` and `run` and hands the recipe overrides down as `args.overrides`.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,13 @@ import logging
 import pathlib
 import sys
 
-from draftsmith.errors import DraftsmithError, run_command
+from draftsmith.errors import DraftsmithError
 from draftsmith.fileio import first_line
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="draftsmith train",
-        description="Train a drafter from a YAML recipe.",
-        epilog="Any recipe key can be overridden: --optim.lr=3e-4 --data.max_rows 500",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = "Train a drafter from a YAML recipe."
+    p.epilog = "Any recipe key can be overridden: --optim.lr=3e-4 --data.max_rows 500"
     p.add_argument("recipe", help="YAML recipe, e.g. configs/tiny/draft_lm.yaml")
     p.add_argument("--output-dir", default=None, help="where checkpoints go (overrides checkpoint.output_dir)")
     p.add_argument(
@@ -30,22 +32,29 @@ def build_parser() -> argparse.ArgumentParser:
         "e.g. regenerate through a server (data.regenerate_with=endpoint) into data.regenerated_path, stop it, "
         "then train with the recipe as it is",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command's options alone (`draftsmith train`'s subparser holds the same)."""
+    p = argparse.ArgumentParser(prog="draftsmith train")
+    add_arguments(p)
     return p
 
 
 def main(argv=None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    """`python -m draftsmith.train ARGS` = `draftsmith train ARGS`."""
+    from draftsmith.cli import main as cli_main
+
+    return cli_main(["train", *(sys.argv[1:] if argv is None else argv)])
+
+
+def run(args) -> int:
     logging.getLogger("accelerate").setLevel(logging.WARNING)  # one line per file it saves otherwise
-    args, rest = build_parser().parse_known_args(argv)
-    return run_command(_run, args, rest)
-
-
-def _run(args, rest: list[str]) -> int:
     from .config import dump_recipe, load_recipe
 
     if args.output_dir is not None and not args.output_dir.strip():  # "" is a mistake, not "use the recipe's"
         raise DraftsmithError('--output-dir "": name the run folder, or leave the flag out for the recipe\'s')
-    recipe = load_recipe(args.recipe, rest)
+    recipe = load_recipe(args.recipe, args.overrides)
     if args.output_dir:
         recipe.checkpoint.output_dir = args.output_dir
     if args.print_config:

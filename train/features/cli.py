@@ -1,10 +1,14 @@
-"""`python -m draftsmith.train.features RECIPE --output DIR`: extract the target's hidden states
-for a recipe into an offline feature cache (train/features/__init__.py holds the cache itself). Its own
-module because it reads the table of kinds, whose tasks import train/features/__init__.py.
+"""`draftsmith features RECIPE --output-dir DIR [--engine vllm ...]`: extract the target's hidden
+states for a recipe into an offline feature cache (train/features/__init__.py holds the cache
+itself). Its own module because it reads the table of kinds, whose tasks import
+train/features/__init__.py.
 
-`draftsmith features RECIPE --output-dir DIR [--engine vllm ...]` is the same command; with
-`--engine vllm` the target runs in vLLM (train/features/vllm.py), which the CLI layer hands down
-since this layer does not import draftsmith.shipping.engines.
+draftsmith/cli.py's parser takes the options train/cli_options.py declares and this module's
+`run`, handing down the recipe overrides (`args.overrides`) and, for `--engine vllm`
+(train/features/vllm.py), the extractor that starts vLLM: this layer does not import
+draftsmith.shipping.engines. `python -m draftsmith.train.features RECIPE --output DIR` (or under
+`accelerate launch -m`) runs the same `run` through `main` below, with transformers only (or a
+folder vLLM already wrote).
 """
 
 from __future__ import annotations
@@ -16,76 +20,39 @@ import sys
 
 from draftsmith.errors import DraftsmithError, run_command
 from draftsmith.kinds import KINDS
-from draftsmith.train.features import (
-    CACHE_DTYPES,
-    check_cache_folder,
-    check_distinct_layers,
-    check_layers,
-    extract,
-    num_hidden_states,
-)
+from draftsmith.train.cli_options import features_arguments
 
 log = logging.getLogger("draftsmith.train")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m draftsmith.train.features",
-        allow_abbrev=False,
-        description="Extract the target's hidden states for a recipe into an offline feature cache.",
-        epilog="Any recipe key can be overridden: --data.max_rows=500. Rerun the same "
-        "command after a kill: finished shards are kept.",
-    )
-    p.add_argument("recipe", help="YAML recipe of an EAGLE drafter")
-    p.add_argument("--output", "--output-dir", dest="output", required=True, help="the cache folder")
-    p.add_argument(
-        "--engine",
-        choices=["transformers", "vllm"],
-        default="transformers",
-        help="who runs the target: transformers in this process (default), or vLLM in its own environment "
-        "(bash scripts/install_engines.sh vllm), which shards a target too big for one device",
-    )
-    p.add_argument("--shard-rows", type=int, default=64, help="training rows per shard file")
-    p.add_argument("--batch-size", type=int, default=4, help="rows per target forward")
-    p.add_argument("--dtype", default="bfloat16", choices=list(CACHE_DTYPES), help="stored dtype")
-    p.add_argument("--layers", default=None, help="hidden-state indices instead of the drafter's, e.g. 2,5,-1")
-    v = p.add_argument_group("--engine vllm (vLLM's extract_hidden_states; its own engine arguments)")
-    v.add_argument("--tensor-parallel-size", type=int, default=None, help="vLLM: GPUs the target is split over")
-    v.add_argument("--pipeline-parallel-size", type=int, default=None, help="vLLM: pipeline stages (e.g. nodes)")
-    v.add_argument(
-        "--vllm-arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="any further vLLM engine argument (repeatable, JSON values), e.g. distributed_executor_backend=ray",
-    )
-    v.add_argument(
-        "--from-hidden-states",
-        default=None,
-        metavar="DIR",
-        help="read a folder vLLM already wrote (with its vllm-hidden-states.json) instead of starting vLLM",
-    )
-    v.add_argument("--vllm-log", default=None, help="vLLM's log file (default: OUTPUT/vllm.log)")
+    """`python -m draftsmith.train.features`'s parser (`draftsmith features`' subparser holds the same options)."""
+    p = argparse.ArgumentParser(prog="python -m draftsmith.train.features")
+    features_arguments(p)
     return p
 
 
-def main(argv=None, engines: dict | None = None, prog: str | None = None) -> int:
-    """engines: engine name -> the extractor class that starts it (`draftsmith features` passes
-    draftsmith.shipping.engines'; this layer does not import the engines)."""
+def main(argv=None, engines: dict | None = None) -> int:
+    """`python -m draftsmith.train.features`: the recipe overrides are the tokens no option claims,
+    as in draftsmith/cli.py. engines: engine name -> the extractor class that starts it."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    parser = build_parser()
-    if prog:
-        parser.prog = prog
-    args, rest = parser.parse_known_args(argv)
+    args, rest = build_parser().parse_known_args(argv)
+    args.overrides = rest
+    return run_command(run, args, engines)
+
+
+def run(args, engines: dict | None = None) -> int:
+    """The command (args.overrides: the recipe overrides); engines: engine name -> the extractor
+    class that starts it (`draftsmith features` passes draftsmith.shipping.engines')."""
     if args.engine == "vllm":
-        return run_command(_run_vllm, args, rest, engines)
-    return run_command(_run, args, rest)
+        return _run_vllm(args, engines)
+    return _run(args)
 
 
-def _run_vllm(args, rest: list[str], engines) -> int:
+def _run_vllm(args, engines) -> int:
     """The recipe's data, vLLM's hidden states, our cache (train/features/vllm.py)."""
     check_output_folder(args.output, "--output")
-    m = _extract_with_vllm(args, rest, engines)
+    m = _extract_with_vllm(args, engines)
     log.info(
         "feature cache %s (from vLLM): %d rows, %d tokens, layers %s, %.1f MB in %d shards",
         args.output,
@@ -98,13 +65,14 @@ def _run_vllm(args, rest: list[str], engines) -> int:
     return 0
 
 
-def _run(args, rest: list[str]) -> int:
+def _run(args) -> int:
     from draftsmith.train.config import load_recipe
     from draftsmith.train.data import build_data
     from draftsmith.train.distributed import load_target, make_accelerator, outside_zero_init, shutdown
+    from draftsmith.train.features import check_distinct_layers, check_layers, extract, num_hidden_states
 
     check_output_folder(args.output, "--output")  # before the target loads: not a traceback at the first shard
-    recipe = load_recipe(args.recipe, rest)
+    recipe = load_recipe(args.recipe, args.overrides)
     layers = _parse_layers(args.layers) if args.layers is not None else None  # "" is refused, not the default
     acc = make_accelerator(recipe)
     main = acc.is_main_process
@@ -144,10 +112,11 @@ def _run(args, rest: list[str]) -> int:
     return 0
 
 
-def _extract_with_vllm(args, rest: list[str], engines) -> dict:
+def _extract_with_vllm(args, engines) -> dict:
     from draftsmith.train.config import load_recipe
     from draftsmith.train.data import build_data
     from draftsmith.train.distributed import load_target, make_accelerator, shutdown
+    from draftsmith.train.features import check_distinct_layers, check_layers, num_hidden_states
     from draftsmith.train.features.vllm import EngineHiddenStates, HiddenStatesFolder, extract_vllm, parse_engine_args
 
     engine_args = parse_engine_args(args)
@@ -157,7 +126,7 @@ def _extract_with_vllm(args, rest: list[str], engines) -> dict:
             "--engine vllm starts vLLM through `draftsmith features` (python -m draftsmith.train.features runs "
             "transformers only, or reads an existing folder with --from-hidden-states DIR)"
         )
-    recipe = load_recipe(args.recipe, rest)
+    recipe = load_recipe(args.recipe, args.overrides)
     acc = make_accelerator(recipe)
     try:
         if acc.num_processes > 1:
@@ -217,6 +186,8 @@ def check_output_folder(path: str, flag: str) -> None:
     this process cannot write (probed with a real file: root passes os.access)."""
     import pathlib
     import tempfile
+
+    from draftsmith.train.features import check_cache_folder
 
     if not str(path).strip():
         raise DraftsmithError(f'{flag} "": name the folder to write into')
