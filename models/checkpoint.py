@@ -6,25 +6,41 @@ plus what a kind adds: Medusa-2's fine-tuned `target_path`, best/'s `tau`). A ru
 chosen by measured acceptance) when it holds a drafter.json, else final/.
 
 `Checkpoint.open(path)` resolves a path, reads drafter.json once and names what is wrong in one
-line; `Checkpoint.load(target)` checks the checkpoint belongs to that target and builds its
+line; its config.json is read once on first use, its weights and tokenizer files are read from
+here; `Checkpoint.load(target)` checks the checkpoint belongs to that target and builds its
 drafter. generate/eval/bench `--draft`, `load_drafter`, export, publish and crosscheck all read
-checkpoints here.
+checkpoints here, and a command that opened one hands the object on (`Checkpoint.of` takes a
+path or an opened checkpoint) rather than opening the folder again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import pathlib
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.fileio import read_json, write_json
+from draftsmith.fileio import first_line, read_json, write_json
 
 DRAFTER_META = "drafter.json"  # in every checkpoint the trainer writes: kind, target, step
 DRAFTER_META_FORMAT = 1
 RUN_CHECKPOINTS = ("best", "final")  # what a run folder stands for, in order of preference
+# Files a tokenizer may consist of (transformers' save_pretrained writes some of these).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 log = logging.getLogger("draftsmith")
 
 
@@ -115,10 +131,15 @@ def _same_model(a: str, b: str) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
-    """A drafter checkpoint folder and its drafter.json, read once."""
+    """A drafter checkpoint folder and its drafter.json, read once (config.json too, on first use)."""
 
     path: pathlib.Path
     meta: dict
+
+    @classmethod
+    def of(cls, checkpoint, flag: str = "checkpoint") -> Checkpoint:
+        """`checkpoint` itself when it is an opened Checkpoint, else the one a path names (`open`)."""
+        return checkpoint if isinstance(checkpoint, Checkpoint) else cls.open(checkpoint, flag)
 
     @classmethod
     def find(cls, path, flag: str = "checkpoint") -> Checkpoint | None:
@@ -167,8 +188,52 @@ class Checkpoint:
         return self.meta.get("target")
 
     @property
+    def target_name(self) -> str:
+        """The target as a string for what is written about it (exports, repo names): drafter.json's
+        `target`, else config.json's, else ""."""
+        return str(self.meta.get("target") or self.config.get("target") or "")
+
+    @property
     def step(self) -> int | None:
         return self.meta.get("step")
+
+    @functools.cached_property
+    def config(self) -> dict:
+        """The checkpoint's config.json ({} when there is none: export and publish require it
+        separately); read once. A corrupt one is a one-line DraftsmithError."""
+        cfg = self.path / "config.json"
+        if not cfg.is_file():
+            return {}
+        try:
+            config = json.loads(cfg.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DraftsmithError(f"{cfg}: corrupt checkpoint config ({e})") from None
+        if not isinstance(config, dict):
+            raise DraftsmithError(f"{cfg}: corrupt checkpoint config (not a JSON object)")
+        return config
+
+    def weight_files(self) -> list[pathlib.Path]:
+        """model.safetensors or the shards its index names (models/weights.py: the one helper)."""
+        from .weights import weight_files
+
+        return weight_files(self.path)
+
+    def weights(self) -> dict:
+        """Every tensor of the checkpoint's top-level weights, by name (read at each call: a
+        caller that needs them twice keeps them; an opened checkpoint does not hold them)."""
+        from safetensors.torch import load_file
+
+        out = {}
+        for f in self.weight_files():
+            try:
+                out.update(load_file(str(f)))
+            except Exception as e:  # noqa: BLE001 -- safetensors raises its own error types
+                raise DraftsmithError(f"{f}: could not read the weights ({type(e).__name__}: {first_line(e)})") from e
+        return out
+
+    def tokenizer_files(self) -> list[pathlib.Path]:
+        """The tokenizer's files in the folder (TOKENIZER_FILES that are there)."""
+        return [self.path / n for n in TOKENIZER_FILES if (self.path / n).is_file()]
 
     def target_to_load(self) -> tuple[str | None, str | None]:
         """(target, note): the checkpoint's own fine-tuned target when it carries one (Medusa-2
@@ -213,7 +278,13 @@ class Checkpoint:
         return KINDS[self.kind].drafter.from_pretrained(str(self.path), target)
 
     def identity(self) -> dict:
-        """What a result JSON records about the checkpoint it measured (see checkpoint_identity)."""
+        """What a result JSON records about the checkpoint it measured (see checkpoint_identity);
+        hashed once per opened checkpoint."""
+        if "_identity" not in self.__dict__:
+            self.__dict__["_identity"] = self._hash()
+        return dict(self.__dict__["_identity"])
+
+    def _hash(self) -> dict:
         from .weights import weight_files
 
         h = hashlib.sha256((self.path / DRAFTER_META).read_bytes())
@@ -257,6 +328,7 @@ def require_drafter_kind(init, kind: str) -> dict:
 
 __all__ = [
     "DRAFTER_META",
+    "TOKENIZER_FILES",
     "Checkpoint",
     "checkpoint_identity",
     "describe_missing_meta",

@@ -110,3 +110,28 @@ def test_identity_follows_drafter_json_and_weights(tmp_path):
     (ckpt / "model.safetensors").write_bytes(b"other weights")
     assert checkpoint_identity(ckpt)["sha256"] != first["sha256"]
     assert checkpoint_identity(tmp_path / "nothing") is None and checkpoint_identity(None) is None
+
+
+def test_one_opened_checkpoint_is_handed_on_and_reads_its_config_once(tmp_path, monkeypatch):
+    """export and publish take a path or an opened Checkpoint; an opened one is used as it is, and
+    its config.json is read once (a corrupt one is one line)."""
+    folder = _ckpt(tmp_path / "c")
+    (folder / "config.json").write_text(json.dumps({"target": "from-config", "vocab_size": 8}))
+    (folder / "tokenizer.json").write_text("{}")
+    opened = Checkpoint.open(folder)
+    assert Checkpoint.of(opened) is opened and Checkpoint.of(folder) == opened
+    reads = []
+    real = type(folder).read_text
+    monkeypatch.setattr(type(folder), "read_text", lambda self, *a, **k: reads.append(self.name) or real(self, *a, **k))
+    assert opened.config["vocab_size"] == 8 and opened.config["vocab_size"] == 8
+    assert reads == ["config.json"]
+    assert opened.target_name == "tiny-random" and opened.tokenizer_files() == [folder / "tokenizer.json"]
+    monkeypatch.undo()
+    real_hash, hashed = Checkpoint._hash, []
+    monkeypatch.setattr(Checkpoint, "_hash", lambda self: hashed.append(1) or real_hash(self))
+    assert opened.identity() == opened.identity() == checkpoint_identity(folder) and len(hashed) == 2  # once each
+    monkeypatch.undo()
+    bad = _ckpt(tmp_path / "bad")
+    (bad / "config.json").write_text("{not json")
+    with pytest.raises(DraftsmithError, match="corrupt checkpoint config"):
+        Checkpoint.open(bad).config  # noqa: B018

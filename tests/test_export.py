@@ -11,9 +11,6 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -519,10 +516,10 @@ def test_the_command_line_says_a_full_disk_in_one_line(ckpts, tmp_path, monkeypa
     assert err.count("\n") == 1 and not out.exists()
 
 
-# --- a format declared outside the package --------------------------------------------------------
+# --- a new format: its module, its line in the registry, the layouts the kinds' entries name ----------
 
 TOY_FORMAT = '''
-"""A serving engine draftsmith does not ship: one module, registered by its package's entry point."""
+"""A serving engine draftsmith does not ship yet: one module."""
 import json
 import shutil
 from dataclasses import dataclass
@@ -554,66 +551,47 @@ FORMAT = Format(
     engine="ToyServe",
     help="ToyServe's draft folder",
     layout_type=ToyLayout,
-    write_ref="toy_format:write",
-    check_ref="toy_format:check",
+    write=write,
+    check=check,
     checked_against="ToyServe 1.0",
     options=(Option("--toy-precision", "toy_precision", ("fp32", "int4"), "fp32", "--format toy only: weights"),),
-    kinds={"draft_lm": "toy_format:DRAFT_LM"},
 )
 '''
 
-TOY_RUN = """
-import contextlib, io, json, pathlib, sys
-from draftsmith.cli import main
-from draftsmith.shipping.hub import stage
 
-ckpt, work = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-with contextlib.redirect_stdout(io.StringIO()) as help_text:
-    try:
-        main(["export", "--help"])
-    except SystemExit:
-        pass
-with contextlib.redirect_stdout(io.StringIO()):
-    rc = main(["export", str(ckpt), "--format", "toy", "--toy-precision", "int4", "--output-dir", str(work / "toy"),
-               "-k", "2"])
-    staged = stage(ckpt, "org/toy-draft", [], work / "staged")
-names = [str(p.relative_to(work / "staged")) for p in staged]
-print(json.dumps({"help": help_text.getvalue(), "rc": rc, "staged": names}))
-"""
+def test_a_new_format_exports_and_cards(ckpts, tmp_path, monkeypatch):
+    """A format is its module, its line in format.py's registry and the layout a kind's entry in
+    draftsmith/kinds.py names (`Kind.exports`, the one direction from kinds to formats): the help
+    lists it for that kind, `export` writes it with the kind's layout and its option, and publish
+    stages it and puts it on the card."""
+    import dataclasses
 
+    from draftsmith.shipping import hub
+    from draftsmith.shipping.export import _format_help
+    from draftsmith.shipping.export import format as format_registry
 
-def test_a_format_declared_outside_the_package_exports_and_cards(ckpts, tmp_path):
-    """A format module outside the package, registered through the `draftsmith.formats` entry
-    point (format.py) and nothing else: `export --help` lists it and its option, `export` writes
-    it with the kind's layout, and publish stages it and puts it on the card."""
-    site = tmp_path / "site"
-    (site / "toy_serve-1.0.dist-info").mkdir(parents=True)
-    (site / "toy_format.py").write_text(TOY_FORMAT)
-    (site / "toy_serve-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-serve\nVersion: 1.0\n")
-    (site / "toy_serve-1.0.dist-info" / "entry_points.txt").write_text(
-        "[draftsmith.formats]\ntoy = toy_format:FORMAT\n"
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "toy_format.py").write_text(TOY_FORMAT)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setitem(format_registry.BUILTIN, "toy", "toy_format:FORMAT")
+    entry = REGISTRY["draft_lm"]
+    monkeypatch.setitem(
+        REGISTRY, "draft_lm", dataclasses.replace(entry, exports={**entry.exports, "toy": "toy_format:DRAFT_LM"})
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
-    env["DRAFTSMITH_ENGINES"] = str(tmp_path / "no-engines")
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(TOY_RUN), str(ckpts["draft_lm"]), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=pathlib.Path(__file__).resolve().parents[1],
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    help_text = " ".join(result["help"].split())
-    assert "toy: ToyServe's draft folder (draft_lm)" in help_text and "--toy-precision {fp32,int4}" in help_text
-    assert result["rc"] == 0
-    written = json.loads((tmp_path / "toy" / "toy.json").read_text())
+    monkeypatch.setenv("DRAFTSMITH_ENGINES", str(tmp_path / "no-engines"))
+    assert "toy: ToyServe's draft folder (draft_lm)" in _format_help()
+    out = export(ckpts["draft_lm"], "toy", tmp_path / "toy", num_speculative_tokens=2, toy_precision="int4")
+    written = json.loads((out / "toy.json").read_text())
     assert written["precision"] == "int4" and written["layout"] == "int4" and written["k"] == 2
-    meta = json.loads((tmp_path / "toy" / EXPORT_META).read_text())
+    meta = json.loads((out / EXPORT_META).read_text())
     assert meta["engine"] == "ToyServe" and meta["format"] == "toy" and meta["checked_against"] == "ToyServe 1.0"
-    assert "toy/toy.json" in result["staged"] and "toy/config.json" in result["staged"]
+    staged = [
+        p.relative_to(tmp_path / "staged").as_posix()
+        for p in hub.stage(ckpts["draft_lm"], "org/toy-draft", [], tmp_path / "staged")
+    ]
+    assert "toy/toy.json" in staged and "toy/config.json" in staged
     card = (tmp_path / "staged" / "README.md").read_text()
     assert "### ToyServe" in card and f"toy-serve drafter/toy --k {REGISTRY['draft_lm'].default_k}" in card
     assert "Export written; not decoded by an engine here" in card.split("### ToyServe")[1]
-    # Without the entry point the format does not exist.
-    assert "toy" not in FORMATS
+    with pytest.raises(DraftsmithError, match="does not apply"):  # a kind whose entry does not name it
+        export(ckpts["eagle3"], "toy", tmp_path / "toy-eagle3")

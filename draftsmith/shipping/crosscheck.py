@@ -39,7 +39,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.kinds import KINDS, resolve
+from draftsmith.kinds import KINDS
 from draftsmith.shipping.crosscheck_report import (  # noqa: F401 (hub, the tests and users import them from here)
     format_crosscheck,
     hardware_name,
@@ -294,7 +294,7 @@ def _export(setup: Setup, fmt: str, **options) -> pathlib.Path:
 
 
 def engine_format(name: str):
-    """The export format engine `name` decodes (its Format names the driver that runs it)."""
+    """The export format engine `name` decodes (the Format whose `crosscheck` names it)."""
     if name not in ENGINE_FORMATS:
         raise DraftsmithError(f"unknown engine {name!r}; engines: {', '.join(ENGINE_KINDS)}")
     return get_format(ENGINE_FORMATS[name])
@@ -302,9 +302,11 @@ def engine_format(name: str):
 
 def engine_runtimes(name: str, setup: Setup, stop_ids, max_model_len: int, tokenizer=None) -> tuple[dict, dict]:
     """(runtimes, info) an engine contributes: its plain decoding and the draft's, built by the
-    driver its format names (`Format.crosscheck_ref`)."""
+    engine's driver (draftsmith/shipping/engines: `driver`) on the export its format declares."""
+    from draftsmith.shipping import engines as engine_drivers
+
     fmt = engine_format(name)
-    plain, spec, info = resolve(fmt.crosscheck_ref)(
+    plain, spec, info = engine_drivers.driver(name)(
         setup, lambda **options: _export(setup, fmt.name, **options), max_model_len, tokenizer
     )
     return {f"{name} plain": EngineRuntime(plain, stop_ids), name: EngineRuntime(spec, stop_ids, True)}, info

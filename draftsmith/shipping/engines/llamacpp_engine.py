@@ -31,67 +31,10 @@ import time
 from draftsmith.errors import DraftsmithError
 from draftsmith.kinds import get_kind
 from draftsmith.shipping.engines import EngineOutput, require
+from draftsmith.shipping.export.gguf import convert_to_gguf, outtype  # the format's converter, also the target's
 
 STEP_LINE = re.compile(r"accepted (\d+)/(\d+) draft tokens, the last target token is: \((-?\d+)\)")
 TIMEOUT_S = 1800
-
-
-def outtype(dtype: str) -> str:
-    return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(dtype, "f32")
-
-
-def _readable_by_converter(model_dir: pathlib.Path, stage: pathlib.Path) -> pathlib.Path:
-    """The folder as the converter's transformers 4.x reads it. transformers 5 saves fast
-    tokenizers as `"tokenizer_class": "TokenizersBackend"`, a class 4.x does not have: stage a
-    copy (links to the files) whose tokenizer_config names PreTrainedTokenizerFast, the same
-    tokenizer.json-backed tokenizer under its 4.x name."""
-    cfg = model_dir / "tokenizer_config.json"
-    if not cfg.is_file() or json.loads(cfg.read_text()).get("tokenizer_class") != "TokenizersBackend":
-        return model_dir
-    stage.mkdir(parents=True, exist_ok=True)
-    for f in model_dir.iterdir():
-        if f.name != cfg.name:
-            (stage / f.name).symlink_to(f.resolve())
-    (stage / cfg.name).write_text(
-        json.dumps({**json.loads(cfg.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"})
-    )
-    return stage
-
-
-def convert_to_gguf(model_dir, out_file, dtype: str = "float32", target_dir=None, log_path=None) -> pathlib.Path:
-    """HF folder -> one GGUF file, with llama.cpp's own converter in its own venv. EAGLE-3 drafts
-    take the target's folder (`--target-model-dir`): the converter reads its tokenizer and layers."""
-    import tempfile
-
-    folder = require("llamacpp")
-    out_file = pathlib.Path(out_file)
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_file.with_name(f".{out_file.name}.tmp")
-    with tempfile.TemporaryDirectory(prefix="draftsmith-gguf-") as stage:
-        stage = pathlib.Path(stage)
-        # -E -s, not -I: the converter imports its own `conversion` package from beside the script
-        argv = [
-            str(folder / "venv" / "bin" / "python"),
-            "-E",
-            "-s",
-            str(folder / "convert_hf_to_gguf.py"),
-            str(_readable_by_converter(pathlib.Path(model_dir), stage / "model")),
-            "--outfile",
-            str(tmp),
-            "--outtype",
-            outtype(dtype),
-        ]
-        if target_dir is not None:
-            argv += ["--target-model-dir", str(_readable_by_converter(pathlib.Path(target_dir), stage / "target"))]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
-    if log_path is not None:
-        pathlib.Path(log_path).write_text(r.stdout + r.stderr)
-    if r.returncode != 0 or not tmp.is_file():
-        tmp.unlink(missing_ok=True)
-        last = [line for line in (r.stderr or r.stdout).strip().splitlines() if line.strip()][-1:] or ["no output"]
-        raise DraftsmithError(f"llama.cpp's convert_hf_to_gguf.py could not convert {model_dir}: {last[0][:300]}")
-    os.replace(tmp, out_file)
-    return out_file
 
 
 def target_gguf(target_dir, dtype: str) -> pathlib.Path:

@@ -23,12 +23,13 @@ import shutil
 import tempfile
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.fileio import write_json
 from draftsmith.kinds import KINDS
-from draftsmith.shipping.export.common import article, hub_id, read_checkpoint
+from draftsmith.shipping.export.common import article, hub_id
 from draftsmith.shipping.export.format import Format, formats_of, get_format, kinds_of, names
 from draftsmith.shipping.export.hf import check_complete
 
-FORMATS = names()  # format.py's registry: the built-in formats, then those installed packages register
+FORMATS = names()  # format.py's registry of the export formats
 # Which formats a kind has, its repo-name suffix and what caps its k: draftsmith/kinds.py (KINDS).
 EXPORT_META = "draftsmith_export.json"
 
@@ -46,9 +47,19 @@ __all__ = [
 ]
 
 
+def open_checkpoint(checkpoint):
+    """The checkpoint `checkpoint` names (a path, or a `draftsmith.models.Checkpoint` already
+    opened, handed on as it is), its config.json read: one clear error if it is not one."""
+    from draftsmith.models.checkpoint import Checkpoint
+
+    ckpt = Checkpoint.of(checkpoint)  # a run folder: its best/ or final/ (said in one line)
+    ckpt.config  # noqa: B018 -- read now: a corrupt config.json is named before anything else
+    return ckpt
+
+
 def formats_for(kind: str) -> list[str]:
-    """The export formats that apply to a drafter kind (KINDS[kind].exports, then formats that
-    name the kind themselves: format.py's `Format.kinds`)."""
+    """The export formats that apply to a drafter kind (its entry's `Kind.exports` in
+    draftsmith/kinds.py)."""
     if kind not in KINDS or not formats_of(kind):
         exportable = [k for k in KINDS if formats_of(k)]
         raise DraftsmithError(f"no export for {kind!r} drafters; exportable kinds: {', '.join(exportable)}")
@@ -61,10 +72,11 @@ def _module(fmt: str) -> Format:
 
 def default_repo_name(checkpoint) -> str:
     """A Hub repo name carrying the method, e.g. "SmolLM2-135M-Instruct-eagle3": the target's Hub
-    name (or its own name) + the method, since vLLM infers the method from the name."""
-    ckpt = read_checkpoint(checkpoint)
+    name (or its own name) + the method, since vLLM infers the method from the name.
+    `checkpoint`: a folder or an opened `draftsmith.models.Checkpoint`."""
+    ckpt = open_checkpoint(checkpoint)
     formats_for(ckpt.kind)
-    target = ckpt.target
+    target = ckpt.target_name
     repo = hub_id(target)
     base = repo.split("/")[-1] if repo else pathlib.Path(target.rstrip("/")).name or "draft"
     if base.lower().endswith(".gguf"):
@@ -83,6 +95,9 @@ def export(
 ) -> pathlib.Path:
     """Write the checkpoint as format `fmt` into `output_dir` (absent or empty). -> output_dir.
 
+    checkpoint: a checkpoint folder (a run folder: its best/ or final/), or a
+    `draftsmith.models.Checkpoint` already opened (read again from nothing).
+
     num_speculative_tokens: tokens drafted per step recorded for the engine (vLLM's
     speculative_tokens, SGLang's num-steps); default the kind's `default_k` (draftsmith/kinds.py, as generate and
     eval draft), at most a capped kind's k_limit (Medusa: its heads)
@@ -94,7 +109,7 @@ def export(
         raise DraftsmithError(f"unknown export format {fmt!r}; formats: {', '.join(names())}")
     module = get_format(fmt)
     options = _options(module, options)
-    ckpt = read_checkpoint(checkpoint)
+    ckpt = open_checkpoint(checkpoint)
     kind = ckpt.kind
     applies = formats_for(kind)
     if fmt not in applies:
@@ -108,7 +123,7 @@ def export(
         )
     check_complete(ckpt)
     k = _num_tokens(ckpt, num_speculative_tokens)
-    verifier, verifier_note = (verifier, None) if verifier else _verifier(ckpt.target)
+    verifier, verifier_note = (verifier, None) if verifier else _verifier(ckpt.target_name)
 
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -143,18 +158,18 @@ def export(
             "checked_against": module.checked_against,
             "kind": kind,
             "source_checkpoint": str(ckpt.path.resolve()),
-            "target": ckpt.target,
+            "target": ckpt.target_name,
             "verifier": verifier,
             "num_speculative_tokens": notes.pop("num_speculative_tokens", k),
-            "repo_name": default_repo_name(ckpt.path),
+            "repo_name": default_repo_name(ckpt),
             **{key: _fill(v, out) for key, v in notes.items()},
         }
         try:
-            (tmp / EXPORT_META).write_text(json.dumps(meta, indent=2) + "\n")
+            write_json(tmp / EXPORT_META, meta)
         except OSError as e:
             _write_failed(e, out, tmp)
         try:
-            os.replace(tmp, out)  # an empty folder at `out` is replaced atomically
+            os.replace(tmp, out)  # a folder's rename: an empty folder at `out` is replaced atomically
         except OSError as e:  # ENOTEMPTY/EEXIST: another export (or anything) filled `out` meanwhile
             if out.is_dir() and any(out.iterdir()):
                 raise DraftsmithError(

@@ -1,7 +1,9 @@
-"""What every export format shares: reading a checkpoint, the target's facts, writing weights.
+"""What every export format shares: the target's facts, writing weights, checking a folder.
 
-Kept free of torch at import time (the CLI's `--help` stays fast); tensors are read and written
-with safetensors inside the functions that need them.
+A format's `write` is handed the checkpoint opened once by its caller (models/checkpoint.py's
+`Checkpoint`: drafter.json, config.json, weights and tokenizer files). Kept free of torch at
+import time (the CLI's `--help` stays fast); tensors are read and written with safetensors inside
+the functions that need them.
 """
 
 from __future__ import annotations
@@ -11,25 +13,15 @@ import os
 import pathlib
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from draftsmith.errors import DraftsmithError
 
+if TYPE_CHECKING:
+    from draftsmith.models.checkpoint import Checkpoint
+
 WEIGHTS_NAME = "model.safetensors"  # as in models/weights.py (not imported here: it would load torch)
-WEIGHTS_INDEX = "model.safetensors.index.json"
-# Files a tokenizer may consist of (transformers' save_pretrained writes some of these).
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "tokenizer.model",
-    "vocab.json",
-    "merges.txt",
-    "vocab.txt",
-    "chat_template.jinja",
-    "chat_template.json",
-)
 # What the trainer leaves in a step-* folder that no engine (and no published repo) wants.
 TRAINING_ONLY = ("training_state", "trainer_state.json")
 # What `draftsmith crosscheck` writes into a checkpoint it passed: the engines that decoded its exports.
@@ -56,57 +48,6 @@ def layout(kind: str, fmt: str) -> Layout:
 def article(word: str) -> str:
     """ "an eagle", "a medusa": kind names in messages."""
     return ("an " if word[:1].lower() in "aeiou" else "a ") + word
-
-
-@dataclass
-class Checkpoint:
-    """A trained checkpoint folder (`drafter.json` + config.json + weights + tokenizer)."""
-
-    path: pathlib.Path
-    meta: dict
-    config: dict = field(default_factory=dict)
-
-    @property
-    def kind(self) -> str:
-        return self.meta["kind"]
-
-    @property
-    def target(self) -> str:
-        return str(self.meta.get("target") or self.config.get("target") or "")
-
-    def weights(self) -> dict:
-        """Every tensor of the checkpoint's top-level weights, by name."""
-        from safetensors.torch import load_file
-
-        files = weight_files(self.path)
-        out = {}
-        for f in files:
-            try:
-                out.update(load_file(str(f)))
-            except Exception as e:  # noqa: BLE001 -- safetensors raises its own error types
-                raise DraftsmithError(f"{f}: could not read the weights ({type(e).__name__}: {_first_line(e)})") from e
-        return out
-
-    def tokenizer_files(self) -> list[pathlib.Path]:
-        return [self.path / n for n in TOKENIZER_FILES if (self.path / n).is_file()]
-
-
-def read_checkpoint(path) -> Checkpoint:
-    """The checkpoint at `path`, or one clear error saying why it is not one."""
-    from draftsmith.models import Checkpoint as Opened
-
-    opened = Opened.open(path)  # a run folder: its best/ or final/ (said in one line)
-    p, meta = opened.path, opened.meta
-    config = {}
-    cfg = p / "config.json"
-    if cfg.is_file():  # required by export and publish (hf.check_complete), not by naming a repo
-        try:
-            config = json.loads(cfg.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise DraftsmithError(f"{cfg}: corrupt checkpoint config ({e})") from None
-        if not isinstance(config, dict):
-            raise DraftsmithError(f"{cfg}: corrupt checkpoint config (not a JSON object)")
-    return Checkpoint(p, meta, config)
 
 
 def weight_files(folder: pathlib.Path) -> list[pathlib.Path]:
@@ -143,10 +84,6 @@ def save_weights(tensors: dict, folder: pathlib.Path) -> None:
             raise
         number = int(code.group(1) or code.group(2))
         raise OSError(number, os.strerror(number), str(path)) from e
-
-
-def write_json(path: pathlib.Path, obj) -> None:
-    path.write_text(json.dumps(obj, indent=2) + "\n")
 
 
 def copy_tokenizer(ckpt: Checkpoint, out: pathlib.Path) -> list[str]:
@@ -269,11 +206,6 @@ def normalise_layers(layers, num_layers: int | None, what: str) -> list[int]:
             i += num_layers + 1
         out.append(i)
     return out
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else "")[:200]
 
 
 # --- checking an exported folder against a contract ----------------------------------------------

@@ -19,11 +19,15 @@ from __future__ import annotations
 import pathlib
 import shutil
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.kinds import KINDS
-from draftsmith.shipping.export.common import CROSSCHECK_RECORD, TRAINING_ONLY, Checkpoint, Layout, check_folder, layout
-from draftsmith.shipping.export.format import Format
+from draftsmith.shipping.export.common import CROSSCHECK_RECORD, TRAINING_ONLY, Layout, check_folder, layout
+from draftsmith.shipping.export.format import Format, late
+
+if TYPE_CHECKING:
+    from draftsmith.models.checkpoint import Checkpoint
 
 ENGINE = "transformers"
 CHECKED_AGAINST = (
@@ -268,8 +272,8 @@ FORMAT = Format(
     engine=ENGINE,
     help="transformers / draftsmith's loader",
     layout_type=HfLayout,
-    write_ref="draftsmith.shipping.export.hf:write",
-    check_ref="draftsmith.shipping.export.hf:check",
+    write=late(write),
+    check=late(check),
     checked_against=CHECKED_AGAINST,
     staged=False,  # publish uploads the checkpoint itself as the repo's root
     serve_names_target=False,  # its usage line names no target folder

