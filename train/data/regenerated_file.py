@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import pathlib
-import tempfile
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.fileio import write_atomic
@@ -35,24 +34,6 @@ def saved_path(cfg: DataConfig) -> pathlib.Path | None:
             f"data.regenerated_path {path} is a folder: name a file, e.g. {path / 'regenerated.jsonl'}"
         )
     return path
-
-
-def check_writable(path: pathlib.Path) -> None:
-    """The file can be written where it is named (its folder made if missing): checked before a
-    regeneration, not found out once every chat is done."""
-    if path.is_dir():
-        raise DraftsmithError(
-            f"data.regenerated_path {path} is a folder: name a file, e.g. {path / 'regenerated.jsonl'}"
-        )
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".probe"):
-            pass
-    except OSError as e:
-        raise DraftsmithError(
-            f"data.regenerated_path {path} cannot be written ({e.strerror or e}): make {path.parent} a writable "
-            "folder or name another file; nothing was regenerated"
-        ) from None
 
 
 def read_into(rows: list[dict], path: pathlib.Path) -> tuple[list[dict], dict]:

@@ -38,6 +38,7 @@ import os
 import pathlib
 import random
 import socket
+import tempfile
 import threading
 import time
 import urllib.error
@@ -94,8 +95,6 @@ def regenerate(rows: list[dict], cfg: DataConfig, tokenizer, target, progress: b
     by the target, plus any other row the cache already holds; the rest as they were.
     Returns (rows, counts)."""
     if cfg.regenerated_path:  # where the chats go once all are done: writable before the first request
-        from .regenerated_file import check_writable
-
         check_writable(pathlib.Path(cfg.regenerated_path).expanduser())
     path = cache_path(cfg, target)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -615,3 +614,21 @@ def _endpoint(todo, cfg, tokenizer, target, limit, write, bar) -> None:
                 record(future, update=False)
     if error is not None:
         raise error
+
+
+def check_writable(path: pathlib.Path) -> None:
+    """The file can be written where it is named (its folder made if missing): checked before a
+    regeneration, not found out once every chat is done."""
+    if path.is_dir():
+        raise DraftsmithError(
+            f"data.regenerated_path {path} is a folder: name a file, e.g. {path / 'regenerated.jsonl'}"
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".probe"):
+            pass
+    except OSError as e:
+        raise DraftsmithError(
+            f"data.regenerated_path {path} cannot be written ({e.strerror or e}): make {path.parent} a writable "
+            "folder or name another file; nothing was regenerated"
+        ) from None
