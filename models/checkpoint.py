@@ -16,10 +16,12 @@ path or an opened checkpoint) rather than opening the folder again.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import hashlib
 import json
 import logging
+import os
 import pathlib
 
 from draftsmith.errors import DraftsmithError
@@ -60,7 +62,33 @@ def read_drafter_meta(folder) -> dict | None:
         raise DraftsmithError(f"{path}: corrupt checkpoint metadata ({e})") from None
     if not isinstance(meta, dict) or "kind" not in meta:
         raise DraftsmithError(f"{path}: corrupt checkpoint metadata (no 'kind')")
+    fmt = meta.get("format", DRAFTER_META_FORMAT)
+    if isinstance(fmt, bool) or not isinstance(fmt, int) or fmt < 1:
+        raise DraftsmithError(f"{path}: corrupt checkpoint metadata ('format' {fmt!r} is not a format number)")
+    if fmt > DRAFTER_META_FORMAT:
+        raise DraftsmithError(
+            f"{path}: checkpoint metadata format {fmt}, newer than this draftsmith reads (format "
+            f"{DRAFTER_META_FORMAT}); upgrade draftsmith to use this checkpoint"
+        )
+    target = meta.get("target")
+    if target is not None and not isinstance(target, str):
+        raise DraftsmithError(
+            f"{path}: corrupt checkpoint metadata ('target' {target!r} is not a model name or path); "
+            'write the target it was trained against there (e.g. "tiny-random" or a Hub id)'
+        )
     return meta
+
+
+def _check_reachable(p: pathlib.Path, flag: str) -> None:
+    """A path whose symbolic links go round in a loop is one line, at once (not a wait for the
+    Hugging Face Hub to say a model of that name does not exist)."""
+    try:
+        os.stat(p)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise DraftsmithError(
+                f"{flag} {p}: a loop of symbolic links (it leads back to itself); point it at a checkpoint folder"
+            ) from None
 
 
 def resolve_checkpoint(path, flag: str = "checkpoint") -> pathlib.Path:
@@ -69,6 +97,7 @@ def resolve_checkpoint(path, flag: str = "checkpoint") -> pathlib.Path:
     (a warning when best/ is there but incomplete). Any other path comes back as given (a model
     name, a .gguf file, a Hub id: the caller decides)."""
     p = pathlib.Path(path).expanduser()
+    _check_reachable(p, flag)
     if not p.is_dir() or (p / DRAFTER_META).is_file():
         return p
     skipped = []

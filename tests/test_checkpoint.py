@@ -135,3 +135,110 @@ def test_one_opened_checkpoint_is_handed_on_and_reads_its_config_once(tmp_path, 
     (bad / "config.json").write_text("{not json")
     with pytest.raises(DraftsmithError, match="corrupt checkpoint config"):
         Checkpoint.open(bad).config  # noqa: B018
+
+
+# --- bad checkpoints: one line each ----------------------------------------------------------------
+
+
+def _meta(folder, **meta):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / DRAFTER_META).write_text(json.dumps(meta))
+    return folder
+
+
+def _one_line(excinfo) -> str:
+    text = str(excinfo.value)
+    assert "\n" not in text, text
+    return text
+
+
+def test_a_newer_metadata_format_is_refused_naming_the_one_this_version_reads(tmp_path):
+    folder = _meta(tmp_path / "c", format=99, kind="eagle", target="tiny-random")
+    for read in (Checkpoint.open, lambda p: Checkpoint.find(p, "--draft"), checkpoint_identity):
+        with pytest.raises(DraftsmithError) as e:
+            read(folder)
+        assert "format 99, newer than this draftsmith reads (format 1)" in _one_line(e)
+
+
+def test_a_target_that_is_not_a_name_is_one_line_not_a_type_error(tmp_path):
+    folder = _meta(tmp_path / "c", format=1, kind="eagle", target=[1, 2])
+    for read in (Checkpoint.open, lambda p: Checkpoint.find(p, "--draft")):  # export/publish, and eval's --draft
+        with pytest.raises(DraftsmithError) as e:
+            read(folder)
+        assert "'target' [1, 2] is not a model name or path" in _one_line(e)
+
+
+def test_a_symlink_loop_is_one_line_at_once(tmp_path):
+    import time
+
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    start = time.monotonic()
+    for read in (Checkpoint.open, lambda p: Checkpoint.find(p, "--draft")):  # never asks the Hub
+        with pytest.raises(DraftsmithError) as e:
+            read(loop)
+        assert "a loop of symbolic links" in _one_line(e)
+    assert time.monotonic() - start < 5
+
+
+def _draft_lm(folder, **meta):
+    """A minimal draft LM checkpoint an hf export takes (a causal LM config and one tensor)."""
+    import torch
+    from safetensors.torch import save_file
+
+    _meta(folder, format=1, kind="draft_lm", **meta)
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 8}
+    (folder / "config.json").write_text(json.dumps({**config, "hidden_size": 4, "num_hidden_layers": 1}))
+    save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+def test_export_warns_when_drafter_json_names_no_target(tmp_path, caplog):
+    from draftsmith.shipping.export import export
+
+    folder = _draft_lm(tmp_path / "c")
+    with caplog.at_level(logging.WARNING):
+        out = export(folder, "hf", tmp_path / "out", verifier="some/verifier")
+    assert "its drafter.json names no target" in caplog.text
+    assert json.loads((out / "draftsmith_export.json").read_text())["target"] == ""
+
+
+SIGTERM_RUN = """
+import pathlib, sys, time
+from draftsmith.shipping.export import export, hf
+
+ready = pathlib.Path(sys.argv[3])
+
+
+def slow(ckpt, out, **kw):  # the weights half written when SIGTERM comes
+    (out / "model.safetensors").write_bytes(b"half")
+    ready.write_text("writing")
+    time.sleep(60)
+
+
+hf.write = slow
+export(sys.argv[1], "hf", sys.argv[2], verifier="v")
+"""
+
+
+def test_an_export_killed_by_sigterm_leaves_no_temporary_folder(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    folder = _draft_lm(tmp_path / "c", target="tiny-random")
+    (tmp_path / "exports").mkdir()
+    out, ready = tmp_path / "exports" / "out", tmp_path / "ready"
+    proc = subprocess.Popen([sys.executable, "-c", SIGTERM_RUN, str(folder), str(out), str(ready)])
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), "the export never started writing"
+        assert [p.name.startswith(".out.export-") for p in (tmp_path / "exports").iterdir()] == [True]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == -signal.SIGTERM  # it still dies of SIGTERM
+    finally:
+        proc.kill()
+    assert list((tmp_path / "exports").iterdir()) == []  # no hidden half export, and no export

@@ -15,12 +15,16 @@ tokens and the command that serves it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+import logging
 import os
 import pathlib
 import shutil
+import signal
 import tempfile
+import threading
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.fileio import write_json
@@ -32,6 +36,7 @@ from draftsmith.shipping.export.hf import check_complete
 FORMATS = names()  # format.py's registry of the export formats
 # Which formats a kind has, its repo-name suffix and what caps its k: draftsmith/kinds.py (KINDS).
 EXPORT_META = "draftsmith_export.json"
+log = logging.getLogger("draftsmith")
 
 __all__ = [
     "EXPORT_META",
@@ -123,66 +128,104 @@ def export(
         )
     check_complete(ckpt)
     k = _num_tokens(ckpt, num_speculative_tokens)
+    if not ckpt.meta.get("target"):
+        taken = ckpt.target_name
+        log.warning(
+            "warning: %s: its drafter.json names no target (the model it was trained against); %s",
+            ckpt.path,
+            f"the export takes config.json's {taken!r}" if taken else "the export records none",
+        )
+    if not verifier and not ckpt.target_name:
+        log.warning("warning: no verifier for the engine: pass --verifier with the target to serve the draft with")
     verifier, verifier_note = (verifier, None) if verifier else _verifier(ckpt.target_name)
 
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.export-"))
-    except OSError as e:
-        raise DraftsmithError(
-            f"--output-dir {out}: cannot write in {out.parent} ({e.strerror or e}); pick a writable folder"
-        ) from None
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary folder
-    try:
+    with _terminate_cleans_up():  # a kill by SIGTERM removes the temporary folder, as Ctrl-C does
         try:
-            notes = module.write(ckpt, tmp, num_speculative_tokens=k, verifier=verifier, **options)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.export-"))
         except OSError as e:
-            _write_failed(e, out, tmp)
-        except KeyError as e:  # a weight config.json calls for is not in the weights (check_intact's net missed it)
             raise DraftsmithError(
-                f"checkpoint {ckpt.path} is damaged: config.json calls for {e.args[0]!r}, which its weights lack; "
-                "copy the whole folder again or retrain it"
+                f"--output-dir {out}: cannot write in {out.parent} ({e.strerror or e}); pick a writable folder"
             ) from None
-        if verifier_note and module.serve_names_target:
-            notes["note"] = "; ".join(n for n in (notes.get("note"), verifier_note) if n)
-        problems = module.check(tmp, kind)
-        if problems:  # a contract violation is our bug, not the user's: say so plainly
-            raise DraftsmithError(
-                f"internal error: the {fmt} export of {ckpt.path} breaks its contract: {'; '.join(problems)}"
-            )
-        meta = {
-            "format": fmt,
-            "engine": module.engine,
-            "checked_against": module.checked_against,
-            "kind": kind,
-            "source_checkpoint": str(ckpt.path.resolve()),
-            "target": ckpt.target_name,
-            "verifier": verifier,
-            "num_speculative_tokens": notes.pop("num_speculative_tokens", k),
-            "repo_name": default_repo_name(ckpt),
-            **{key: _fill(v, out) for key, v in notes.items()},
-        }
         try:
-            write_json(tmp / EXPORT_META, meta)
-        except OSError as e:
-            _write_failed(e, out, tmp)
-        try:
-            os.replace(tmp, out)  # a folder's rename: an empty folder at `out` is replaced atomically
-        except OSError as e:  # ENOTEMPTY/EEXIST: another export (or anything) filled `out` meanwhile
-            if out.is_dir() and any(out.iterdir()):
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary folder
+            try:
+                notes = module.write(ckpt, tmp, num_speculative_tokens=k, verifier=verifier, **options)
+            except OSError as e:
+                _write_failed(e, out, tmp)
+            except KeyError as e:  # a weight config.json calls for is not in the weights (check_intact's net missed it)
                 raise DraftsmithError(
-                    f"--output-dir {out} was filled by another export while this one ran; that one is kept and "
-                    "nothing of this one was written: choose a new --output-dir"
+                    f"checkpoint {ckpt.path} is damaged: config.json calls for {e.args[0]!r}, which its weights lack; "
+                    "copy the whole folder again or retrain it"
                 ) from None
-            raise DraftsmithError(
-                f"--output-dir {out}: could not move the export into place ({e.strerror or e})"
-            ) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            if verifier_note and module.serve_names_target:
+                notes["note"] = "; ".join(n for n in (notes.get("note"), verifier_note) if n)
+            problems = module.check(tmp, kind)
+            if problems:  # a contract violation is our bug, not the user's: say so plainly
+                raise DraftsmithError(
+                    f"internal error: the {fmt} export of {ckpt.path} breaks its contract: {'; '.join(problems)}"
+                )
+            meta = {
+                "format": fmt,
+                "engine": module.engine,
+                "checked_against": module.checked_against,
+                "kind": kind,
+                "source_checkpoint": str(ckpt.path.resolve()),
+                "target": ckpt.target_name,
+                "verifier": verifier,
+                "num_speculative_tokens": notes.pop("num_speculative_tokens", k),
+                "repo_name": default_repo_name(ckpt),
+                **{key: _fill(v, out) for key, v in notes.items()},
+            }
+            try:
+                write_json(tmp / EXPORT_META, meta)
+            except OSError as e:
+                _write_failed(e, out, tmp)
+            try:
+                os.replace(tmp, out)  # a folder's rename: an empty folder at `out` is replaced atomically
+            except OSError as e:  # ENOTEMPTY/EEXIST: another export (or anything) filled `out` meanwhile
+                if out.is_dir() and any(out.iterdir()):
+                    raise DraftsmithError(
+                        f"--output-dir {out} was filled by another export while this one ran; that one is kept and "
+                        "nothing of this one was written: choose a new --output-dir"
+                    ) from None
+                raise DraftsmithError(
+                    f"--output-dir {out}: could not move the export into place ({e.strerror or e})"
+                ) from None
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return out
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived while an export was being written (raised by the handler below)."""
+
+
+@contextlib.contextmanager
+def _terminate_cleans_up():
+    """While an export is written, SIGTERM raises (as SIGINT raises KeyboardInterrupt), so the
+    export's cleanup removes its temporary folder; the process then dies of SIGTERM as it would
+    have. Only where SIGTERM has its default action and in the main thread (a program that
+    handles SIGTERM itself keeps its handler)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise _Terminated
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    except _Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # the temporary folder is gone: die as SIGTERM kills
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 # Errors that mean "this folder cannot take the export" wherever they come from; EACCES/EPERM only
