@@ -87,7 +87,7 @@ COMMANDS: dict[str, Command] = {
     "crosscheck": Command(
         "decode the same prompts in vLLM / llama.cpp and our runtime: outputs, acceptance and speed side by side",
         "draftsmith.shipping.crosscheck:add_arguments",
-        "draftsmith.shipping.crosscheck:run",
+        "draftsmith.shipping.sampled:run",
     ),
     "serve-bench": Command(
         "vLLM's server with and without the drafter at 1 to 64 requests in flight",

@@ -98,3 +98,55 @@ def test_an_engine_that_accepts_nothing_at_temperature_one_differs(tiny_target, 
 def test_greedy_is_refused_here(tiny_target, drafter):
     with pytest.raises(ValueError, match="temperature > 0"):
         sampled_agreement(tiny_target, drafter, None, PROMPTS, K, SamplingConfig(), 8)
+
+
+def _stand_in_driver(target, drafter_spec, follows: bool):
+    """A vLLM driver whose drafted engine is our runtime under vLLM's rule (or one that accepts
+    nothing), taking `sampling` as the real VLLMEngine.generate does."""
+    from draftsmith.models import load_drafter
+    from draftsmith.shipping.engines import EngineOutput
+
+    class Spec:
+        versions, load_s = {"vllm": "stand-in"}, 0.0
+
+        def __init__(self):
+            inner = OurSampledRuntime(target, load_drafter(drafter_spec, target), K)
+            self.runtime = inner if follows else AcceptsNothing(inner)
+
+        def generate(self, prompt_ids, max_tokens, stop_token_ids=(), sampling=None):
+            s = SamplingConfig(temperature=sampling["temperature"], top_k=sampling["top_k"], top_p=sampling["top_p"])
+            o = self.runtime.generate(prompt_ids, max_tokens, s, sampling["seed"] + 99)
+            return EngineOutput([], 0.0, o.drafts, o.draft_tokens, o.accepted_tokens, o.accepted_per_pos)
+
+        def close(self):
+            pass
+
+    return lambda setup, export, max_model_len, tokenizer=None: (Spec(), Spec(), {"versions": Spec.versions})
+
+
+@pytest.mark.parametrize("follows", [True, False])
+def test_crosscheck_temperature_compares_the_engine_as_statistics(tiny, tiny_target, tmp_path, monkeypatch, follows):
+    import json
+
+    from draftsmith.cli import main
+    from draftsmith.shipping import engines
+
+    _, spec, _ = tiny("draft_lm")
+    monkeypatch.setattr(engines, "require", lambda name: None)
+    monkeypatch.setattr(engines, "driver", lambda name: _stand_in_driver(tiny_target, spec, follows))
+    out = tmp_path / "sampled.json"
+    argv = ["crosscheck", spec, "--engines", "vllm", "--temperature", "1", "--top-k", "3", "-k", str(K)]
+    argv += ["--prompts", "chat", "--num-prompts", "4", "--max-new-tokens", "24", "--min-drafted", "300"]
+    argv += ["--workdir", str(tmp_path / "work"), "--json", str(out), "--quiet"]
+    assert main(argv) == (0 if follows else 1)
+    got = json.loads(out.read_text())
+    assert got["verdict"] == ("agrees" if follows else "differs") and got["engine"] == "vllm"
+    assert got["sampling"]["temperature"] == 1.0 and got["tau"]["engine"]["drafts"] > 0
+
+
+def test_crosscheck_temperature_is_vllm_only(capsys):
+    from draftsmith.cli import main
+
+    assert main(["crosscheck", "ckpt", "--engines", "llamacpp", "--temperature", "0.7"]) == 2
+    err = capsys.readouterr().err
+    assert "vllm only" in err and "Traceback" not in err and err.count("\n") == 1

@@ -479,6 +479,21 @@ def add_arguments(parser) -> None:
         help="where our runtime decodes: cpu (default), cuda or cuda:N; the report and the record say "
         "which device, its name and the dtype",
     )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="0 (default): greedy, the exact contract; > 0: sampled, the engine's per-position acceptance "
+        "against ours under the engine's own rule, as statistics (vllm only)",
+    )
+    parser.add_argument("--top-k", type=int, default=0, help="with --temperature: top-k (0: off)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="with --temperature: top-p (1: off)")
+    parser.add_argument(
+        "--min-drafted",
+        type=int,
+        default=1000,
+        help="with --temperature: drafted tokens a side, at least (default 1000)",
+    )
     parser.add_argument("--workdir", default=None, help="exports and engine logs (default: beside the checkpoint)")
     parser.add_argument("--json", default=None, help="write the result as JSON here")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -208,3 +208,136 @@ def sampled_agreement(
     result["sampling"] = {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p}
     result["k"] = k
     return result
+
+
+# --- `draftsmith crosscheck --temperature T`: the engine's per-position acceptance against ours ----
+
+
+def crosscheck_sampled(
+    checkpoint,
+    engine: str,
+    sampling: SamplingConfig,
+    prompts_spec: str = "chat,code",
+    k: int | None = None,
+    max_new_tokens: int = 64,
+    num_prompts: int | None = None,
+    workdir=None,
+    dtype: str = "float32",
+    min_drafted: int = MIN_DRAFTED,
+    progress: bool = True,
+) -> dict:
+    """The checkpoint's export decoded sampled by `engine` and by our runtime under the engine's
+    rule, compared as statistics (module docstring); our lossless rule's tau beside it."""
+    import inspect
+    import pathlib
+
+    from draftsmith.errors import DraftsmithError
+    from draftsmith.evaluation.bench import cpu_info
+    from draftsmith.evaluation.prompts import load_prompt_sets
+    from draftsmith.infer.proposal import default_num_speculative_tokens
+    from draftsmith.models import Checkpoint, Target, load_drafter
+    from draftsmith.models.sources import resolve_model
+    from draftsmith.shipping import crosscheck as cc
+    from draftsmith.shipping import engines as engine_drivers
+
+    opened = Checkpoint.open(checkpoint)
+    kind = opened.meta["kind"]
+    if kind not in cc.ENGINE_KINDS.get(engine, ()):
+        raise DraftsmithError(f"{engine} does not serve {kind} drafts")
+    engine_drivers.require(engine)
+    workdir = pathlib.Path(workdir or opened.path.parent / f"crosscheck-{opened.path.name}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    target = Target.load(opened.meta["target"], dtype=dtype, device="cpu")
+    drafter = cc.full_vocabulary(load_drafter(opened, target))
+    k = k or default_num_speculative_tokens(drafter)
+    prompts = load_prompt_sets(
+        prompts_spec, target.tokenizer, num_prompts, target=target, max_new_tokens=max_new_tokens
+    )
+    ids = [p.ids for p in prompts]
+    setup = cc.Setup(
+        opened.path,
+        kind,
+        opened.meta["target"],
+        pathlib.Path(resolve_model(opened.meta["target"]).path),
+        k,
+        workdir,
+        dtype,
+    )
+    fmt = cc.engine_format(engine)
+    max_model_len = max(len(i) for i in ids) + max_new_tokens + k + 8
+    plain, spec, info = engine_drivers.driver(engine)(
+        setup, lambda **options: cc._export(setup, fmt.name, **options), max_model_len, target.tokenizer
+    )
+    plain.close()  # sampled agreement compares drafted runs only
+    try:
+        if "sampling" not in inspect.signature(spec.generate).parameters:
+            raise DraftsmithError(f"--temperature: crosscheck samples in vllm only; {engine} decodes greedily here")
+        result = sampled_agreement(
+            target,
+            drafter,
+            EngineSampledRuntime(spec, target.eos_token_ids),
+            ids,
+            k,
+            sampling,
+            max_new_tokens,
+            min_drafted,
+        )
+    finally:
+        spec.close()
+    result.update(
+        checkpoint=str(opened.path),
+        kind=kind,
+        target=opened.meta["target"],
+        engine=engine,
+        engine_info=info,
+        prompts=prompts_spec,
+        num_prompts=len(ids),
+        max_new_tokens=max_new_tokens,
+        min_drafted=min_drafted,
+        dtype=dtype,
+        cpu=cpu_info(),
+    )
+    return result
+
+
+def run(args) -> int:
+    """`draftsmith crosscheck`: greedy (the exact contract, crosscheck.py) or, with --temperature > 0,
+    the sampled comparison above; exit 1 when the engine differs."""
+    from draftsmith.errors import DraftsmithError
+    from draftsmith.shipping import crosscheck as cc
+
+    if not args.temperature:
+        return cc.run(args)
+    if args.device != "cpu":
+        raise DraftsmithError("--temperature: the sampled comparison runs our side on the CPU (--device cpu)")
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if engines != ["vllm"]:
+        raise DraftsmithError(
+            f"--temperature: crosscheck samples in vllm only (--engines vllm), not {','.join(engines)}"
+        )
+    try:
+        sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    except ValueError as e:
+        raise DraftsmithError(str(e)) from None
+    if args.min_drafted < 1:
+        raise DraftsmithError("--min-drafted must be >= 1")
+    result = crosscheck_sampled(
+        args.checkpoint,
+        "vllm",
+        sampling,
+        args.prompts,
+        args.num_speculative_tokens,
+        args.max_new_tokens,
+        args.num_prompts,
+        args.workdir,
+        args.dtype,
+        args.min_drafted,
+        not args.quiet,
+    )
+    print(format_table(result))
+    if args.json:
+        from draftsmith.evaluation.report import write_report
+
+        write_report(result, args.json)
+        print(f"wrote {args.json}")
+    return 0 if result["verdict"] == "agrees" else 1
