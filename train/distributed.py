@@ -1,9 +1,9 @@
-"""accelerate helpers shared by the trainer, the tasks, the losses and the feature extraction: the
-Accelerator for a recipe, the frozen target loaded outside DeepSpeed's `zero.Init`, the module
-inside a DDP or DeepSpeed wrapper (`unwrap`), a parameter fingerprint, and a clean process-group
-shutdown. Its own module, below the pipelines (it imports only the recipe's config.py), so that
-train/losses.py and train/features/__init__.py (which the EAGLE tasks import) import neither the
-tasks nor the trainer above them.
+"""accelerate helpers shared by the trainer, the tasks, the losses and the feature extraction:
+the Accelerator for a recipe and its trackers, the frozen target loaded outside DeepSpeed's
+`zero.Init`, the module inside a DDP or DeepSpeed wrapper (`unwrap`), a parameter fingerprint,
+and a clean process-group shutdown. Its own module, below the pipelines (it imports only the
+recipe's config.py), so that train/losses.py and train/features/__init__.py (which the EAGLE
+tasks import) import neither the tasks nor the trainer above them.
 """
 
 from __future__ import annotations
@@ -69,6 +69,27 @@ def _wandb_offline_unless_logged_in() -> None:
         return
     os.environ["WANDB_MODE"] = "offline"
     log.info("wandb: no API key found, logging offline (wandb sync later)")
+
+
+def init_trackers(acc, recipe: Recipe) -> None:
+    """Start the recipe's trackers (logging.trackers): the recipe as their flat config, the run
+    named after logging.run_name or the output dir."""
+    out = pathlib.Path(recipe.checkpoint.output_dir)
+    name = recipe.logging.run_name or out.name
+    acc.init_trackers(
+        recipe.logging.project, config=_flat(recipe.to_dict()), init_kwargs={"wandb": {"name": name, "dir": str(out)}}
+    )
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v if isinstance(v, (int, float, str, bool)) else str(v)
+    return out
 
 
 def is_zero3(acc) -> bool:

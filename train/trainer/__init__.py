@@ -1,5 +1,6 @@
-"""The trainer and its parts: the accelerate loop (loop.py), atomic checkpoints (checkpoint.py), fault
-handling and the heartbeat (faults.py), training curves (curves.py) and the FLOP model (flops.py).
+"""The trainer and its parts: the accelerate loop (loop.py), atomic checkpoints (checkpoint.py), the
+data order and learning-rate schedule (schedule.py), fault handling and the heartbeat (faults.py),
+training curves (curves.py) and the FLOP model (flops.py).
 
 `draftsmith.train.trainer.<name>` (the loop's names, from before the loop had its own module) still
 resolves, with a DeprecationWarning: import them from `draftsmith.train.trainer.loop`."""
@@ -7,7 +8,7 @@ resolves, with a DeprecationWarning: import them from `draftsmith.train.trainer.
 import importlib
 import warnings
 
-_PARTS = ("loop", "checkpoint", "faults", "curves", "flops")
+_PARTS = ("loop", "checkpoint", "schedule", "faults", "curves", "flops")
 
 
 def __getattr__(name: str):

@@ -14,13 +14,20 @@ Layout of an output directory:
     .tmp-step-0000200/     a checkpoint being written; never read, deleted on the next start
     .old-step-0000200/     a checkpoint being replaced by a re-save of the same step; restored on
                            the next start if the new one never got its name
-    .draftsmith-train.lock held (flock) by the run writing here; see RunLock
+    .draftsmith-train.lock held (flock) by the run writing here; see _RunLock
 
 Every rank writes into the temp folder, then the main process checks it (weights whole,
 trainer state readable) and renames it: a kill at any moment leaves either the previous
 checkpoints or the new complete one, never a half-written folder under a real name (rename
 within one filesystem is atomic on POSIX). Old checkpoints are pruned only after that check,
-and only intact ones count towards keep_last.
+and only intact ones count towards keep_last. The trainer state and recipe.yaml are written with
+draftsmith/fileio.py's atomic writes; the folders' renames are this module's own.
+
+The training loop sees one object, `RunFolder`, and calls it once per event, on every rank:
+`lock` (one run per folder), `resume` (back to where a killed run stopped, or a fresh start;
+the run's first writes), `save` (a periodic, SIGTERM or end-of-run checkpoint, final/ at the end),
+`keep_if_best` (best/) and `close`. The module's functions are the steps behind those events;
+`draftsmith train` runs the read-only checks (`check_output_dir`, `plan_resume`) before torch loads.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import sys
 import time
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.fileio import io_error
+from draftsmith.fileio import io_error, write_atomic
 from draftsmith.train.trainer import faults
 
 log = logging.getLogger("draftsmith.train")
@@ -49,7 +56,7 @@ STATE_KEYS = ("step", "epoch", "batch_in_epoch")
 BEST = "best"
 
 
-def step_dir(root: pathlib.Path, step: int) -> pathlib.Path:
+def _step_dir(root: pathlib.Path, step: int) -> pathlib.Path:
     return root / f"{PREFIX}{step:07d}"
 
 
@@ -73,12 +80,142 @@ def latest_checkpoint(root: pathlib.Path) -> pathlib.Path | None:
     return found[-1] if found else None
 
 
+def resume_hint(root: pathlib.Path) -> str:
+    """What a run stopped by a lost process does next: --resume from the latest checkpoint, or rerun."""
+    latest = latest_checkpoint(root)
+    if latest:
+        return f"Every checkpoint in {root} is complete: --resume continues from {latest.name}"
+    return f"No checkpoint in {root} yet: rerun to start again"
+
+
+# --- the events the training loop calls ------------------------------------------------------------
+
+
+class RunFolder:
+    """One training run's output directory, as the loop sees it. Built before the accelerator, it
+    runs the checks that need no model (every rank alike; it reads only, so a refused run leaves
+    the folder as it was); then one call per event, on every rank (the writes are collective, the
+    main process writes the shared files): lock, resume, save, keep_if_best, close."""
+
+    def __init__(self, root: pathlib.Path, kind: str, resume: bool, keep_last: int):
+        self.root, self.kind, self.resuming, self.keep_last = root, kind, resume, keep_last
+        check_output_dir(root)
+        plan_resume(root, kind, resume)
+        self.best: dict | None = None  # {"step", "tau", "tokens"} of the checkpoint in best/
+        self._acc = self._lock = self._plan = None
+        self._wrote = False  # until resume's first write: closing then removes a folder this run created
+        self._damaged: set[str] = set()  # damaged checkpoints already named in a warning
+
+    def lock(self, accelerator) -> None:
+        """Take the folder for this run (one run per output dir, see _RunLock), then check its
+        checkpoints again under the lock: another run may have written some since."""
+        self._acc = accelerator
+        self._lock = _RunLock(self.root)
+        self._lock.acquire_on_all_ranks(accelerator)
+        try:
+            self._plan = plan_resume(self.root, self.kind, self.resuming)
+        except BaseException:
+            self.close()
+            raise
+
+    def resume(self, recipe_text: str) -> dict | None:
+        """After a kill (call it once the model, optimizer and scheduler are prepared): with
+        --resume and a checkpoint, accelerate's training state (model, optimizer, scheduler, every
+        rank's RNG) and the best-τ record come back -> the checkpoint's trainer state (step, epoch,
+        data position, tokens, history, train time); None for a fresh start. Then the run's first
+        writes: what a run killed while saving left is cleaned up, and recipe.yaml (atomically: a
+        kill leaves the old or the new one) says what this run trains."""
+        state = self._load() if self.resuming else None
+        self._wrote = True
+        if self._acc.is_main_process:
+            cleaned = remove_partial(self.root)
+            if cleaned:
+                log.info("cleaned up after a run killed while saving: %s", ", ".join(cleaned))
+            write_atomic(self.root / "recipe.yaml", recipe_text, sync=True)
+        self._acc.wait_for_everyone()
+        return state
+
+    def _load(self) -> dict | None:
+        if self._plan is None:
+            log.info("--resume: no checkpoint in %s yet, starting from step 0", self.root)
+            return None
+        ckpt, state = self._plan
+        try:
+            self._acc.load_state(str(ckpt / TRAINING_STATE_DIR))
+        except Exception as e:  # noqa: BLE001 -- torch.load/safetensors raise many types on a damaged file
+            raise DraftsmithError(
+                f"{ckpt}: corrupt training state ({type(e).__name__}: {str(e)[:200]}); delete it to resume from the "
+                "one before"
+            ) from None
+        self.best = restore_best(self.root, state.get("best"))
+        if state.get("world_size") not in (None, self._acc.num_processes):
+            log.warning(
+                "resuming with %d processes, checkpoint was written by %s: the data order changes",
+                self._acc.num_processes,
+                state["world_size"],
+            )
+        log.info("resumed from %s (step %d, epoch %d)", ckpt.name, state["step"], state["epoch"])
+        return state
+
+    def save(self, task, model, position: dict, eval_metrics: dict, final: dict | None = None) -> pathlib.Path:
+        """A resumable checkpoint (periodic, on SIGTERM, at the end of the run) of the step in
+        `position`, the trainer state a resume continues from (step, epoch, batch_in_epoch, tokens,
+        world_size, history, train_seconds; the best-τ record is added here, so a resumed run never
+        replaces a better best/ with a worse one); then the older ones pruned to keep_last. With
+        `final` (the end of the run: the measured τ and its prompts, or {}), final/ too.
+        -> the folder written last."""
+        extra = {"step": position["step"], "eval": eval_metrics}
+        trainer_state = {**position, "best": self.best}
+        written = save(
+            self._acc, task, model, self.root, _step_dir(self.root, position["step"]).name, trainer_state, extra
+        )
+        if self._acc.is_main_process:
+            for ckpt in _prune(self.root, self.keep_last):
+                if ckpt.name not in self._damaged:
+                    self._damaged.add(ckpt.name)
+                    log.warning(
+                        "%s is damaged (%s): kept, but not counted in checkpoint.keep_last; delete it if "
+                        "you do not need it",
+                        ckpt,
+                        verify(ckpt)[0],
+                    )
+        if final is not None:
+            written = save(self._acc, task, model, self.root, "final", None, extra | {"checkpoint": "final"} | final)
+        return written
+
+    def keep_if_best(
+        self, task, model, tau: float | None, position: dict, eval_metrics: dict, acceptance: dict
+    ) -> None:
+        """best/ when this step's τ measured through the runtime is >= the best so far (ties: the
+        later step): τ peaks while the loss keeps falling, so the loss cannot choose. The main
+        process measured (`tau`; None: not measured), so it decides for every rank; `acceptance`
+        says which prompts τ was measured on."""
+        if self._acc.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            tau = broadcast_object_list([tau], from_process=0)[0]
+        if tau is None or (self.best is not None and tau < self.best["tau"]):
+            return
+        step = position["step"]
+        self.best = {"step": step, "tau": tau, "tokens": position["tokens"]}
+        extra = {"step": step, "eval": eval_metrics, "checkpoint": BEST, "tau": tau, "acceptance": acceptance}
+        save(self._acc, task, model, self.root, BEST, None, extra)
+        if self._acc.is_main_process:
+            log.info("best τ so far: %.3f at step %d, written to %s", tau, step, self.root / BEST)
+
+    def close(self) -> None:
+        """Release the folder (the process's exit releases it too); a run that wrote nothing removes
+        the folder if it created it."""
+        if self._lock is not None:
+            self._lock.release(discard=not self._wrote)
+
+
 # --- before anything is written ------------------------------------------------------------------
 
 
 def check_output_dir(root: pathlib.Path) -> None:
     """One clear line for an output dir that cannot be used: a file, under a file, or read-only.
-    (os.access cannot see every refusal, e.g. root on a read-only mount: RunLock.acquire, the
+    (os.access cannot see every refusal, e.g. root on a read-only mount: _RunLock.acquire, the
     first write, turns those into one line too.)"""
     if root.exists() and not root.is_dir():
         raise DraftsmithError(f"output dir {root} is a file, not a folder: choose another --output-dir")
@@ -102,7 +239,7 @@ def plan_resume(root: pathlib.Path, kind: str, resume: bool) -> tuple[pathlib.Pa
         return None
     if not resume:
         raise DraftsmithError(f"{root} already holds checkpoints: pass --resume to continue, or another --output-dir")
-    state = read_trainer_state(ckpt, kind)
+    state = _read_trainer_state(ckpt, kind)
     if not (ckpt / TRAINING_STATE_DIR).is_dir():
         raise DraftsmithError(
             f"{ckpt}: corrupt checkpoint (no {TRAINING_STATE_DIR}/); delete {ckpt} to resume from the one before"
@@ -110,7 +247,7 @@ def plan_resume(root: pathlib.Path, kind: str, resume: bool) -> tuple[pathlib.Pa
     return ckpt, state
 
 
-def read_trainer_state(ckpt: pathlib.Path, kind: str) -> dict:
+def _read_trainer_state(ckpt: pathlib.Path, kind: str) -> dict:
     """The trainer state of `ckpt`, checked to belong to a drafter of `kind` and to say where
     training stopped."""
     from draftsmith.models import read_drafter_meta  # here: the checks before training stay free of torch
@@ -136,7 +273,7 @@ def read_trainer_state(ckpt: pathlib.Path, kind: str) -> dict:
     return state
 
 
-class RunLock:
+class _RunLock:
     """One training run per output dir: an exclusive flock(2) on OUT/.draftsmith-train.lock,
     held for as long as the process lives. The kernel drops it when the process dies, kill -9
     included, so a crashed run never leaves a stale lock behind (the file stays; its content
@@ -316,7 +453,7 @@ def _save(accelerator, task, model, root: pathlib.Path, name: str, trainer_state
     if accelerator.is_main_process:
         task.save(accelerator.unwrap_model(model), state_dict, tmp, extra)
         if trainer_state is not None:
-            _write_synced(tmp / TRAINER_STATE, json.dumps(trainer_state, indent=2))
+            write_atomic(tmp / TRAINER_STATE, json.dumps(trainer_state, indent=2), sync=True)
         problems = verify(tmp, resumable=trainer_state is not None)
         if problems:  # never give a damaged checkpoint a real name (nor prune for it)
             raise DraftsmithError(
@@ -354,7 +491,7 @@ def warm_imports() -> None:
         import deepspeed  # noqa: F401
 
 
-def prune(root: pathlib.Path, keep_last: int) -> list[pathlib.Path]:
+def _prune(root: pathlib.Path, keep_last: int) -> list[pathlib.Path]:
     """Delete intact step-* checkpoints older than the newest `keep_last` intact ones. Damaged
     ones (weights missing, say) are neither counted nor deleted: a damaged newer checkpoint
     must not push out an intact older one. -> the damaged ones."""
@@ -388,23 +525,25 @@ def restore_best(root: pathlib.Path, recorded: dict | None) -> dict | None:
     return on_disk if not recorded or on_disk["tau"] >= recorded["tau"] else recorded
 
 
-def _write_synced(path: pathlib.Path, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def write_atomic(path: pathlib.Path, text: str) -> None:
-    """Replace `path` with `text` in one rename: a reader (or a kill) sees the old or the new file."""
-    from draftsmith.fileio import write_atomic as write
-
-    write(path, text, sync=True)
-
-
 def _fsync_dir(path: pathlib.Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+__all__ = [
+    "BEST",
+    "RunFolder",
+    "check_output_dir",
+    "complete_checkpoints",
+    "latest_checkpoint",
+    "plan_resume",
+    "remove_partial",
+    "restore_best",
+    "resume_hint",
+    "save",
+    "verify",
+    "warm_imports",
+]

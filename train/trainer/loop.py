@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import pathlib
 import signal
@@ -31,6 +30,7 @@ from draftsmith.kinds import KINDS
 from draftsmith.train.config import Recipe, dump_recipe
 from draftsmith.train.distributed import (
     fingerprint,
+    init_trackers,
     is_zero3,
     load_target,
     make_accelerator,
@@ -41,62 +41,26 @@ from draftsmith.train.losses import expected_acceptance_length
 from draftsmith.train.tasks.base import TrainingTask
 from draftsmith.train.trainer import checkpoint, faults
 from draftsmith.train.trainer.curves import CURVES, plot_curves
+from draftsmith.train.trainer.schedule import EpochShuffle, lr_lambda, param_groups
 
 log = logging.getLogger("draftsmith.train")
 
 
-class EpochShuffle(torch.utils.data.Sampler):
-    """A fresh permutation per epoch from (seed, epoch) alone, optionally skipping a prefix of
-    the epoch: a resumed run sees exactly the batches the killed one had not reached.
-    accelerate calls set_epoch() on it; batches are cut from consecutive indices and dealt to
-    ranks round-robin, so skipping `n` indices skips `n / (batch * world)` steps on every rank."""
-
-    def __init__(self, n: int, seed: int):
-        self.n, self.seed, self.epoch = n, seed, 0
-        self.skip_epoch, self.skip = -1, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def skip_next(self, epoch: int, num_indices: int) -> None:
-        self.skip_epoch, self.skip = epoch, num_indices
-
-    def __iter__(self):
-        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1000 + self.epoch)).tolist()
-        if self.epoch == self.skip_epoch:
-            order = order[self.skip :]
-        return iter(order)
-
-    def __len__(self) -> int:
-        return self.n
-
-
-def lr_lambda(warmup: int, total: int, min_ratio: float):
-    """Linear warm-up then cosine decay to `min_ratio` (Loshchilov & Hutter 2017)."""
-
-    def f(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
-        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    return f
-
-
 class Trainer:
+    """One training run, read top to bottom: __init__ checks and takes the output dir, _setup
+    builds the run (and resumes a killed one), train() runs the loop. Every write to the output
+    dir is one event of its checkpoint.RunFolder: resume, save, keep_if_best."""
+
     def __init__(self, recipe: Recipe, resume: bool | None = None):
         self.recipe = r = recipe
         self.out = pathlib.Path(r.checkpoint.output_dir)
         self.resume = r.checkpoint.resume if resume is None else resume
         # Every check that needs no model runs first, on every rank alike, and writes nothing:
         # a refused run (a read-only or busy folder, another kind's checkpoints) leaves it as it was.
-        checkpoint.check_output_dir(self.out)
-        checkpoint.plan_resume(self.out, r.drafter.kind, self.resume)
+        self.folder = checkpoint.RunFolder(self.out, r.drafter.kind, self.resume, r.checkpoint.keep_last)
         self.acc = acc = make_accelerator(r)
         self.main = acc.is_main_process
-        self.lock = checkpoint.RunLock(self.out)
-        self.lock.acquire_on_all_ranks(acc)  # one run per output dir
-        self._wrote = False  # until _write_run_files: a failed setup then removes the folder it created
+        self.folder.lock(acc)  # one run per output dir; its checkpoints checked again under the lock
         # SIGTERM: _terminate asks the loop to checkpoint and stop; _raise_on_term (only inside the
         # acceptance measurement) makes the handler abandon the measurement where it is.
         self._terminate = self._raise_on_term = False
@@ -104,7 +68,7 @@ class Trainer:
         try:
             self._setup(r)
         except BaseException:
-            self.lock.release(discard=not self._wrote)
+            self.folder.close()  # a run that wrote nothing removes the folder it created
             raise
 
     def _setup(self, r: Recipe) -> None:
@@ -113,8 +77,6 @@ class Trainer:
         from draftsmith.train.data import build_data, collate
 
         acc = self.acc
-        # Under the lock, again: another run may have written checkpoints since the check above.
-        self._plan = checkpoint.plan_resume(self.out, r.drafter.kind, self.resume)
         set_seed(r.optim.seed)
 
         # The target and the drafter's initial weights are built outside zero.Init: the target
@@ -142,7 +104,7 @@ class Trainer:
         plugin = acc.state.deepspeed_plugin
         if plugin is not None and plugin.deepspeed_config.get("gradient_clipping", "auto") == "auto":
             plugin.deepspeed_config["gradient_clipping"] = r.optim.max_grad_norm  # else accelerate's 1.0
-        params = _param_groups(self.task.trainable_parameters(), r.optim.lr)
+        params = param_groups(self.task.trainable_parameters(), r.optim.lr)
         optimizer = torch.optim.AdamW(
             params, lr=r.optim.lr, betas=tuple(r.optim.betas), weight_decay=r.optim.weight_decay
         )
@@ -157,26 +119,15 @@ class Trainer:
         self.train_seconds, self._t_start = 0.0, time.monotonic()
         self.history: list[dict] = []
         self.last_eval: dict = {}  # the latest evaluate() metrics, saved with checkpoints (Medusa's head accuracies)
-        self.best: dict | None = None  # {"step", "tau", "tokens"} of the checkpoint in best/ (see _keep_if_best)
-        self._damaged: set[str] = set()
-        if self.resume:
-            self._resume()
-        self._write_run_files()
+        state = self.folder.resume(dump_recipe(r))  # a killed run's state back, then the run's first writes
+        if state is not None:
+            self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+            self.tokens, self.history = state.get("tokens", 0), state.get("history", [])
+            self.train_seconds = float(state.get("train_seconds", 0.0))
+            for record in self.history:  # the latest eval metrics, which later checkpoints carry
+                self.last_eval.update({k: v for k, v in record.items() if k.startswith("eval/")})
         if r.logging.trackers:
-            acc.init_trackers(r.logging.project, config=_flat(r.to_dict()), init_kwargs=_tracker_kwargs(r))
-
-    # --- setup -----------------------------------------------------------------------------------
-
-    def _write_run_files(self) -> None:
-        """The first writes besides the lock, once every check has passed: clean up after a
-        killed run, then the recipe this run trains (atomically: a kill leaves the old or new)."""
-        self._wrote = True
-        if self.main:
-            cleaned = checkpoint.remove_partial(self.out)
-            if cleaned:
-                log.info("cleaned up after a run killed while saving: %s", ", ".join(cleaned))
-            checkpoint.write_atomic(self.out / "recipe.yaml", dump_recipe(self.recipe))
-        self.acc.wait_for_everyone()
+            init_trackers(acc, r)
 
     def close(self) -> None:
         """Release the output dir (the process's exit releases it too) and give SIGTERM back to
@@ -184,35 +135,7 @@ class Trainer:
         if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._old_sigterm)
             self._old_sigterm = None
-        self.lock.release()
-
-    def _resume(self) -> None:
-        if self._plan is None:
-            log.info("--resume: no checkpoint in %s yet, starting from step 0", self.out)
-            return
-        ckpt, state = self._plan
-        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
-        try:
-            self.acc.load_state(str(ckpt / checkpoint.TRAINING_STATE_DIR))
-        except Exception as e:  # noqa: BLE001 -- torch.load/safetensors raise many types on a damaged file
-            raise DraftsmithError(
-                f"{ckpt}: corrupt training state ({type(e).__name__}: {str(e)[:200]}); delete it to resume from the "
-                "one before"
-            ) from None
-        self.tokens, self.history = state.get("tokens", 0), state.get("history", [])
-        self.train_seconds = float(state.get("train_seconds", 0.0))
-        self.best = checkpoint.restore_best(self.out, state.get("best"))
-        for (
-            record
-        ) in self.history:  # the latest eval metrics, which later checkpoints carry (e.g. Medusa's head accuracies)
-            self.last_eval.update({k: v for k, v in record.items() if k.startswith("eval/")})
-        if state.get("world_size") not in (None, self.acc.num_processes):
-            log.warning(
-                "resuming with %d processes, checkpoint was written by %s: the data order changes",
-                self.acc.num_processes,
-                state["world_size"],
-            )
-        log.info("resumed from %s (step %d, epoch %d)", ckpt.name, self.step, self.epoch)
+        self.folder.close()
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -242,21 +165,7 @@ class Trainer:
             self.loader.set_epoch(self.epoch)
             for batch in self.loader:
                 self.batch_in_epoch += 1
-                with acc.accumulate(self.model):
-                    loss, stats = self.task.loss(self.model, batch, step=self.step)
-                    acc.backward(loss)
-                    grad_norm = None
-                    if acc.sync_gradients and r.optim.max_grad_norm > 0:
-                        grad_norm = acc.clip_grad_norm_(self.model.parameters(), r.optim.max_grad_norm)
-                    self.optimizer.step()
-                    self.optimizer.zero_grad(set_to_none=True)
-                n_tok = batch["input_ids"].numel() * acc.num_processes
-                self.tokens += n_tok
-                window["tokens"] += n_tok
-                for key, value in stats.items():  # every numeric stat the task reports is averaged
-                    if key != "num_tokens" and isinstance(value, (int, float)):
-                        window["sums"][key] = window["sums"].get(key, 0.0) + float(value)
-                window["n"] += 1
+                grad_norm = self._train_on(batch, window)
                 if not acc.sync_gradients:
                     continue
                 self.scheduler.step()
@@ -294,78 +203,32 @@ class Trainer:
         if self._stop_requested()[0]:  # SIGTERM during the final measurements: --resume measures again
             return self._preempted(saved=False)
         self._keep_if_best(acceptance)  # the end of the run is a candidate too
-        self.save()
-        extra = {"step": self.step, "eval": self.last_eval, "checkpoint": "final"}
-        if acceptance:
-            extra |= {"tau": acceptance["mean_acceptance_length"], "acceptance": self._acceptance_meta()}
-        final = checkpoint.save(acc, self.task, self.model, self.out, "final", None, extra)
+        measured = (
+            {"tau": acceptance["mean_acceptance_length"], "acceptance": self._acceptance_meta()} if acceptance else {}
+        )
+        final = self.save(final=measured)  # this step's checkpoint, then final/
         return self._finish(final, final_eval, acceptance)
 
-    def _acceptance_meta(self) -> dict:
-        """Which prompts τ was measured on (a checkpoint's τ means little without them)."""
-        r = self.recipe.logging
-        prompts = self.data.eval_prompts[: r.acceptance_prompts]
-        domains: dict[str, int] = {}
-        for p in prompts:
-            domains[p.domain] = domains.get(p.domain, 0) + 1
-        return {
-            "num_prompts": len(prompts),
-            "domains": domains,
-            "k": r.acceptance_k,
-            "max_new_tokens": r.acceptance_max_new_tokens,
-            "greedy": True,
-        }
-
-    def _keep_if_best(self, result: dict | None) -> None:
-        """Write best/ when this step's measured τ is >= the best so far (ties: the later step):
-        τ through the runtime peaks while the loss keeps falling, so the loss cannot choose.
-        Collective (every rank saves); the main process measured, so it decides for all."""
-        tau = None if result is None else float(result["mean_acceptance_length"])
-        if self.acc.num_processes > 1:
-            from accelerate.utils import broadcast_object_list
-
-            tau = broadcast_object_list([tau], from_process=0)[0]
-        if tau is None or (self.best is not None and tau < self.best["tau"]):
-            return
-        self.best = {"step": self.step, "tau": tau, "tokens": self.tokens}
-        extra = {
-            "step": self.step,
-            "eval": self.last_eval,
-            "checkpoint": checkpoint.BEST,
-            "tau": tau,
-            "acceptance": self._acceptance_meta(),
-        }
-        checkpoint.save(self.acc, self.task, self.model, self.out, checkpoint.BEST, None, extra)
-        if self.main:
-            log.info("best τ so far: %.3f at step %d, written to %s", tau, self.step, self.out / checkpoint.BEST)
-
-    def _on_sigterm(self, signum, frame) -> None:
-        self._terminate = True
-        if self._raise_on_term:
-            self._raise_on_term = False
-            raise faults.Preempted
-
-    def _preempted(self, saved: bool) -> dict:
-        """Stop on SIGTERM: a resumable checkpoint of the last finished step (unless this step's
-        was just written), then {"interrupted": True}; the CLI exits 143."""
-        if not saved:
-            self.save()
-        log.warning("stopped by SIGTERM at step %d; checkpoint saved: --resume continues", self.step)
-        return {"interrupted": True, "steps": self.step, "output_dir": str(self.out)}
-
-    def _stop_requested(self, deadline: float | None = None) -> tuple[bool, bool]:
-        """(any rank got SIGTERM, any rank is past the time budget): all ranks must agree, since
-        saving is collective."""
-        late = deadline is not None and time.monotonic() >= deadline
-        if self.acc.num_processes == 1:
-            return self._terminate, late
-        flags = torch.tensor([float(self._terminate), float(late)], device=self.acc.device)
-        flags = self.acc.reduce(flags, reduction="sum")
-        # one rank's SIGTERM stops every rank: the phases after this (the main process's acceptance
-        # measurement) are skipped on all of them too
-        agreed = bool(flags[0].item() > 0)  # what every rank returns (a signal landing now counts next time)
-        self._terminate = self._terminate or agreed
-        return agreed, bool(flags[1].item() > 0)
+    def _train_on(self, batch: dict, window: dict):
+        """One micro-batch: forward, backward and (once gradients sync) the clipped optimizer step;
+        its tokens and the task's numeric stats go into `window`. -> the gradient norm, if clipped."""
+        r, acc = self.recipe, self.acc
+        with acc.accumulate(self.model):
+            loss, stats = self.task.loss(self.model, batch, step=self.step)
+            acc.backward(loss)
+            grad_norm = None
+            if acc.sync_gradients and r.optim.max_grad_norm > 0:
+                grad_norm = acc.clip_grad_norm_(self.model.parameters(), r.optim.max_grad_norm)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        n_tok = batch["input_ids"].numel() * acc.num_processes
+        self.tokens += n_tok
+        window["tokens"] += n_tok
+        for key, value in stats.items():  # every numeric stat the task reports is averaged
+            if key != "num_tokens" and isinstance(value, (int, float)):
+                window["sums"][key] = window["sums"].get(key, 0.0) + float(value)
+        window["n"] += 1
+        return grad_norm
 
     def _log_train(self, window: dict, grad_norm, bar) -> None:
         n = max(1, window["n"])
@@ -496,8 +359,33 @@ class Trainer:
         acc.wait_for_everyone()
         return result
 
-    def save(self) -> None:
-        state = {
+    def _keep_if_best(self, result: dict | None) -> None:
+        """best/ if this step's measured τ is the best so far (collective: the main process measured)."""
+        tau = None if result is None else float(result["mean_acceptance_length"])
+        self.folder.keep_if_best(self.task, self.model, tau, self._position(), self.last_eval, self._acceptance_meta())
+
+    def _acceptance_meta(self) -> dict:
+        """Which prompts τ was measured on (a checkpoint's τ means little without them)."""
+        r = self.recipe.logging
+        prompts = self.data.eval_prompts[: r.acceptance_prompts]
+        domains: dict[str, int] = {}
+        for p in prompts:
+            domains[p.domain] = domains.get(p.domain, 0) + 1
+        return {
+            "num_prompts": len(prompts),
+            "domains": domains,
+            "k": r.acceptance_k,
+            "max_new_tokens": r.acceptance_max_new_tokens,
+            "greedy": True,
+        }
+
+    def save(self, final: dict | None = None) -> pathlib.Path:
+        """A resumable checkpoint of this step; `final` (the end of the run): final/ too."""
+        return self.folder.save(self.task, self.model, self._position(), self.last_eval, final=final)
+
+    def _position(self) -> dict:
+        """Where training stands: the trainer state a checkpoint keeps and a resume continues from."""
+        return {
             "step": self.step,
             "epoch": self.epoch,
             "batch_in_epoch": self.batch_in_epoch,
@@ -505,27 +393,35 @@ class Trainer:
             "world_size": self.acc.num_processes,
             "history": self.history[-200:],
             "train_seconds": self.train_seconds + time.monotonic() - self._t_start,
-            "best": self.best,  # a resumed run must not replace a better best/ with a worse one
         }
-        checkpoint.save(
-            self.acc,
-            self.task,
-            self.model,
-            self.out,
-            checkpoint.step_dir(self.out, self.step).name,
-            state,
-            {"step": self.step, "eval": self.last_eval},
-        )
-        if self.main:
-            for ckpt in checkpoint.prune(self.out, self.recipe.checkpoint.keep_last):
-                if ckpt.name not in self._damaged:
-                    self._damaged.add(ckpt.name)
-                    log.warning(
-                        "%s is damaged (%s): kept, but not counted in checkpoint.keep_last; delete it if "
-                        "you do not need it",
-                        ckpt,
-                        checkpoint.verify(ckpt)[0],
-                    )
+
+    def _stop_requested(self, deadline: float | None = None) -> tuple[bool, bool]:
+        """(any rank got SIGTERM, any rank is past the time budget): all ranks must agree, since
+        saving is collective."""
+        late = deadline is not None and time.monotonic() >= deadline
+        if self.acc.num_processes == 1:
+            return self._terminate, late
+        flags = torch.tensor([float(self._terminate), float(late)], device=self.acc.device)
+        flags = self.acc.reduce(flags, reduction="sum")
+        # one rank's SIGTERM stops every rank: the phases after this (the main process's acceptance
+        # measurement) are skipped on all of them too
+        agreed = bool(flags[0].item() > 0)  # what every rank returns (a signal landing now counts next time)
+        self._terminate = self._terminate or agreed
+        return agreed, bool(flags[1].item() > 0)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self._terminate = True
+        if self._raise_on_term:
+            self._raise_on_term = False
+            raise faults.Preempted
+
+    def _preempted(self, saved: bool) -> dict:
+        """Stop on SIGTERM: a resumable checkpoint of the last finished step (unless this step's
+        was just written), then {"interrupted": True}; the CLI exits 143."""
+        if not saved:
+            self.save()
+        log.warning("stopped by SIGTERM at step %d; checkpoint saved: --resume continues", self.step)
+        return {"interrupted": True, "steps": self.step, "output_dir": str(self.out)}
 
     def _finish(self, final: pathlib.Path, final_eval: dict, acceptance: dict | None) -> dict:
         acc = self.acc
@@ -554,13 +450,13 @@ class Trainer:
             "param_fingerprints": prints,
             "eval": final_eval,
             "acceptance": {k: v for k, v in (acceptance or {}).items() if k != "by_domain"},
-            "best": self.best and {**self.best, "checkpoint": str(self.out / checkpoint.BEST)},
+            "best": self.folder.best and {**self.folder.best, "checkpoint": str(self.out / checkpoint.BEST)},
             "data": self.data.stats,
             "history": self.history,
         }
         if self.main:
             (self.out / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str))
-            plot_curves(self.history, self.out / CURVES, self.best)
+            plot_curves(self.history, self.out / CURVES, self.folder.best)
             tau = final_eval.get(
                 "eval/expected_acceptance_length", final_eval.get("eval/expected_acceptance_length_greedy", 1.0)
             )
@@ -590,33 +486,6 @@ def _new_window() -> dict:
     return {"sums": {}, "n": 0, "tokens": 0, "t0": time.perf_counter()}
 
 
-def _param_groups(params, lr: float):
-    """A task's trainable parameters for AdamW: a list of tensors, or of param groups where a
-    group's `lr_multiplier` becomes its own lr (the schedule then scales every group alike)."""
-    out = []
-    for p in params:
-        if isinstance(p, dict) and "lr_multiplier" in p:
-            p = {k: v for k, v in p.items() if k != "lr_multiplier"} | {"lr": lr * p["lr_multiplier"]}
-        out.append(p)
-    return out
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flat(v, key + "."))
-        else:
-            out[key] = v if isinstance(v, (int, float, str, bool)) else str(v)
-    return out
-
-
-def _tracker_kwargs(r: Recipe) -> dict:
-    name = r.logging.run_name or pathlib.Path(r.checkpoint.output_dir).name
-    return {"wandb": {"name": name, "dir": str(pathlib.Path(r.checkpoint.output_dir))}}
-
-
 def train(recipe: Recipe, resume: bool | None = None) -> dict:
     import tqdm as tqdm_module
 
@@ -640,13 +509,7 @@ def train(recipe: Recipe, resume: bool | None = None) -> dict:
         # Another process died or hangs: one line naming it instead of a collective's traceback.
         if beat is None or isinstance(e, DraftsmithError) or not faults.is_comm_failure(e):
             raise
-        out = pathlib.Path(recipe.checkpoint.output_dir)
-        latest = checkpoint.latest_checkpoint(out)
-        hint = (
-            f"Every checkpoint in {out} is complete: --resume continues from {latest.name}"
-            if latest
-            else f"No checkpoint in {out} yet: rerun to start again"
-        )
+        hint = checkpoint.resume_hint(pathlib.Path(recipe.checkpoint.output_dir))
         raise DraftsmithError(faults.lost_process_message(e, beat, trainer and trainer.step, hint)) from None
     finally:
         if beat is not None:
