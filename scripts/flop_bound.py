@@ -29,8 +29,11 @@ counts the real step with FlopCounterMode; `--check` compares this formula with 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from draftsmith.evaluation.benchkit import add_flags, markdown_table, parser, run_main, save
+from draftsmith.kinds import KINDS
 from draftsmith.train.trainer.flops import SHAPES, draft_lm_flops, eagle3_flops, target_flops
 from draftsmith.train.trainer.flops import bound as flop_ratio
 
@@ -46,14 +49,53 @@ PAIRS = [
 ]
 
 
+@dataclass(frozen=True)
+class FlopModel:
+    """A drafter kind's closed form: its forward FLOPs per token, its table label, and the drafter
+    a bench_train.py JSON describes (None: a recipe the formula does not cover)."""
+
+    flops: Callable[[dict, dict, int, float], float]  # (target shape, drafter, T, s)
+    describe: Callable[[dict], str]
+    from_bench: Callable[[dict], dict | None]
+
+
+def _draft_lm_flops(target: dict, drafter: dict, T: int, s: float) -> float:
+    c = SHAPES[drafter["shape"]] if "shape" in drafter else {**target, "L": drafter["layers"]}
+    return draft_lm_flops(c, T, s)
+
+
+def _draft_lm_bench(b: dict) -> dict | None:
+    if not str(b.get("init", "")).startswith("truncated:"):
+        return None
+    return {"kind": "draft_lm", "layers": int(b["init"].split(":")[1])}
+
+
+# The kinds with a closed form, by their registry name (draftsmith/kinds.py's KINDS); every other
+# trainable kind is counted by `draftsmith plan` (flops.module_cost on its own modules) only.
+FLOP_MODELS: dict[str, FlopModel] = {
+    "draft_lm": FlopModel(
+        _draft_lm_flops,
+        lambda d: f"draft LM {d.get('shape') or str(d['layers']) + ' layers'}",
+        _draft_lm_bench,
+    ),
+    "eagle3": FlopModel(
+        lambda target, d, T, s: eagle3_flops(target, T, s, d["steps"], d["draft_vocab"]),
+        lambda d: f"EAGLE-3, {d['steps']} TTT steps, {d['draft_vocab']} vocab",
+        lambda b: {"kind": "eagle3", "steps": b["ttt_steps"], "draft_vocab": b["draft_vocab_size"]},
+    ),
+}
+assert all(name in KINDS and KINDS[name].trainable for name in FLOP_MODELS), "a FLOP model for an unknown kind"
+
+
+def _model(kind: str) -> FlopModel:
+    if kind not in FLOP_MODELS:
+        raise ValueError(f"no FLOP model for {kind!r} (closed forms: {', '.join(FLOP_MODELS)})")
+    return FLOP_MODELS[kind]
+
+
 def draft_flops(target: dict, drafter: dict, T: int, s: float) -> float:
     """One draft forward per token (backward counted by the caller)."""
-    if drafter["kind"] == "draft_lm":
-        c = SHAPES[drafter["shape"]] if "shape" in drafter else {**target, "L": drafter["layers"]}
-        return draft_lm_flops(c, T, s)
-    if drafter["kind"] == "eagle3":
-        return eagle3_flops(target, T, s, drafter["steps"], drafter["draft_vocab"])
-    raise ValueError(f"no FLOP model for {drafter['kind']!r}")
+    return _model(drafter["kind"]).flops(target, drafter, T, s)
 
 
 def bound(target_name: str, drafter: dict, T: int, s: float, shape: dict | None = None) -> dict:
@@ -75,9 +117,7 @@ def bound(target_name: str, drafter: dict, T: int, s: float, shape: dict | None 
 
 
 def describe(drafter: dict) -> str:
-    if drafter["kind"] == "draft_lm":
-        return f"draft LM {drafter.get('shape') or str(drafter['layers']) + ' layers'}"
-    return f"EAGLE-3, {drafter['steps']} TTT steps, {drafter['draft_vocab']} vocab"
+    return _model(drafter["kind"]).describe(drafter)
 
 
 HEAD = ["target", "drafter", "T", "scored", "GFLOP/token: floor, target in training, draft fwd", "bound"]
@@ -98,11 +138,9 @@ def table_row(r: dict) -> list[str]:
 def check(path: str) -> dict:
     """The formula against FlopCounterMode's count of the real training step (bench_train.py's JSON)."""
     b = json.loads(open(path).read())
-    if b["drafter"] == "draft_lm" and str(b.get("init", "")).startswith("truncated:"):
-        drafter = {"kind": "draft_lm", "layers": int(b["init"].split(":")[1])}
-    elif b["drafter"] == "eagle3":
-        drafter = {"kind": "eagle3", "steps": b["ttt_steps"], "draft_vocab": b["draft_vocab_size"]}
-    else:
+    model = FLOP_MODELS.get(b["drafter"])
+    drafter = model.from_bench(b) if model else None
+    if drafter is None:
         raise SystemExit(f"{path}: no FLOP model for a {b['drafter']} recipe with init {b.get('init')}")
     m = b["flop_model"]
     r = bound(b["target"], drafter, m["seq_len"], m["scored_fraction"], shape=m["target_shape"])
