@@ -3,12 +3,14 @@ shift, vocabulary padding and a tiny training run per loss kind. CPU, seeded, se
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from draftsmith.kinds import KINDS as DRAFTER_KINDS
 from draftsmith.train.losses import (
     KINDS,
     cross_entropy,
@@ -339,12 +341,29 @@ def test_soft_loss_fkl_is_the_soft_cross_entropy_with_the_gradient_of_kl() -> No
 
 TINY_RECIPES = "configs/tiny/{}.yaml"
 
+# The kinds, from the registry: what each one's recipe dataclass declares, never a name.
+TRAINABLE = [name for name, k in DRAFTER_KINDS.items() if k.trainable]
 
-@pytest.mark.parametrize("kind", ["draft_lm", "medusa", "eagle", "eagle3", "dflash", "pard"])
+
+def _fields(kind: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(DRAFTER_KINDS[kind].config)}
+
+
+def _takes_ce(kind: str) -> bool:
+    """Cross-entropy on the data's tokens is one of the kind's divergences (its checks pass it)."""
+    return all(ok for ok, _ in DRAFTER_KINDS[kind].config(divergence="ce").checks())
+
+
+def _distill(kind: str) -> list[str]:
+    """The override that makes a kind with a `labels` choice train on the target's distribution."""
+    return ["--drafter.labels=distill"] if "labels" in _fields(kind) else []
+
+
+@pytest.mark.parametrize("kind", TRAINABLE)
 def test_every_kind_takes_one_divergence_switch(kind: str) -> None:
     from draftsmith.train.config import load_recipe
 
-    distill = ["--drafter.labels=distill"] if kind in ("medusa", "dflash") else []
+    distill = _distill(kind)
     for div in DIVS:
         assert (
             load_recipe(TINY_RECIPES.format(kind), [f"--drafter.divergence={div}", *distill]).drafter.divergence == div
@@ -353,14 +372,14 @@ def test_every_kind_takes_one_divergence_switch(kind: str) -> None:
 
     with pytest.raises(DraftsmithError, match="config key 'drafter.divergence': 'kl' is not one of"):
         load_recipe(TINY_RECIPES.format(kind), ["--drafter.divergence=kl"])
-    if kind in ("draft_lm", "pard"):  # cross-entropy on the data's tokens: theirs only
+    if _takes_ce(kind):  # cross-entropy on the data's tokens: the draft LM's and PARD's only
         assert load_recipe(TINY_RECIPES.format(kind), ["--drafter.divergence=ce"]).drafter.divergence == "ce"
     else:
         with pytest.raises(DraftsmithError, match="'ce' is not one of fkl, rkl, jsd, tvd"):
             load_recipe(TINY_RECIPES.format(kind), ["--drafter.divergence=ce"])
 
 
-@pytest.mark.parametrize("kind", ["draft_lm", "pard"])
+@pytest.mark.parametrize("kind", [name for name in TRAINABLE if "loss" in _fields(name)])
 def test_the_old_loss_key_still_works_with_a_warning(kind: str) -> None:
     from draftsmith.errors import DraftsmithError
     from draftsmith.train.config import load_recipe
@@ -388,7 +407,7 @@ def _tiny_batch(vocab: int, seed: int = 3) -> dict:
     return {"input_ids": ids, "loss_mask": loss_mask, "attention_mask": torch.ones_like(ids), "row": torch.arange(2)}
 
 
-@pytest.mark.parametrize("kind", ["medusa", "eagle", "eagle3", "dflash"])
+@pytest.mark.parametrize("kind", [name for name in TRAINABLE if not _takes_ce(name)])
 def test_each_soft_label_kind_trains_on_the_divergence_it_is_given(kind, tiny_target, monkeypatch) -> None:
     """The task's loss goes through losses.soft_loss with the recipe's divergence (tvd here), and
     its value is that divergence: below the fkl run's cross-entropy, gradients flowing."""
@@ -396,7 +415,7 @@ def test_each_soft_label_kind_trains_on_the_divergence_it_is_given(kind, tiny_ta
     from draftsmith.train import losses
     from draftsmith.train.config import load_recipe
 
-    distill = ["--drafter.labels=distill"] if kind in ("medusa", "dflash") else []
+    distill = _distill(kind)
     seen = []
     real = losses.soft_loss
 
