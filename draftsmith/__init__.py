@@ -21,10 +21,6 @@ from __future__ import annotations
 
 import importlib
 
-from draftsmith._moved import install as _install_moved
-
-_install_moved()  # modules that moved keep their old import paths for one release
-
 __version__ = "0.1.0"
 
 # name -> module that defines it. Moving a name = changing its module here; the name stays.

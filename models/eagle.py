@@ -13,8 +13,7 @@ Training: smooth-L1 on f̂ vs the next real feature + 0.1 x cross-entropy to the
 distribution, with uniform noise on the input features (sec. 4), see train/tasks/eagle.py.
 
 What every EAGLE-family drafter shares -- the config, the draft model's base, the runtime with
-its EAGLE-2 dynamic trees -- lives in models/eagle_family.py; `EagleConfig`, `EagleDraftModel`
-and `ttt_attention` are importable from here too.
+its EAGLE-2 dynamic trees -- lives in models/eagle_family.py.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from torch import nn
 from draftsmith.errors import DraftsmithError
 
 from .eagle_family import EagleConfig, EagleDrafter, EagleDraftModel
-from .layers import DecoderLayer, ttt_attention
+from .layers import DecoderLayer
 
 
 class EagleModel(EagleDraftModel):
@@ -79,4 +78,4 @@ class Eagle(EagleDrafter):
     model_class = EagleModel
 
 
-__all__ = ["Eagle", "EagleConfig", "EagleDraftModel", "EagleModel", "ttt_attention"]
+__all__ = ["Eagle", "EagleModel"]

@@ -305,7 +305,7 @@ def test_ttt_attention_equals_dense_attention_over_its_key_sets():
     """The grouped (no key copies) training-time-test attention == plain softmax attention in
     which query t at step j sees step 0's keys 0..t and its own keys of steps 1..j, with each KV
     head repeated for its G query heads (GQA)."""
-    from draftsmith.models.eagle import ttt_attention
+    from draftsmith.models.layers import ttt_attention
 
     torch.manual_seed(0)
     B, H, KV, T, hd, steps = 2, 6, 2, 5, 4, 3

@@ -20,7 +20,6 @@ ROOT = FOLDERS["draftsmith"].parent
 LAYERS = [
     {
         "draftsmith",
-        "draftsmith._moved",
         "draftsmith.errors",
         "draftsmith.fileio",
         "draftsmith.kinds",
@@ -110,7 +109,7 @@ def test_layers_import_only_downwards():
 # imports count). The recipe schema at the bottom; the helpers on a recipe (peft adapters,
 # accelerate's wrappers); the losses every task's loss is built of; then the pipelines, each a
 # folder, each building on the ones before it; on top the package itself (its lazy `train`), its
-# command and the deprecated kinds shim. Every module of train/ is placed: a new one must be too.
+# command. Every module of train/ is placed: a new one must be too.
 TRAIN_LAYERS = [
     {"config", "cli_options"},  # cli_options: the command options the parser declares without torch
     {"lora", "distributed"},
@@ -119,7 +118,7 @@ TRAIN_LAYERS = [
     {"features"},
     {"tasks"},
     {"trainer"},
-    {"", "__main__", "kinds"},
+    {"", "__main__"},
 ]
 
 

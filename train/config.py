@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib
 import math
 import pathlib
 import types
@@ -336,26 +335,9 @@ def _kind_config(kind: str) -> type:
     return KINDS[kind].config
 
 
-# The drafter dataclasses moved to their kind's task file (train/tasks/<kind>.py), named <Kind>TrainConfig;
-# the old names here still work for one release, with a DeprecationWarning. Resolved on use: the
-# task modules import this one.
-_MOVED = {
-    "DraftLMConfig": ("draftsmith.train.tasks.draft_lm", "DraftLMTrainConfig"),
-    "MedusaTrainConfig": ("draftsmith.train.tasks.medusa", "MedusaTrainConfig"),
-    "EagleTrainConfig": ("draftsmith.train.tasks.eagle", "EagleTrainConfig"),
-    "Eagle3TrainConfig": ("draftsmith.train.tasks.eagle3", "Eagle3TrainConfig"),
-}
-
-
 def __getattr__(name: str):
     if name == "CHOICES":
         return choices()
-    if name in _MOVED:
-        module, new = _MOVED[name]
-        warnings.warn(
-            f"draftsmith.train.config.{name} is deprecated: use {module}.{new}", DeprecationWarning, stacklevel=2
-        )
-        return getattr(importlib.import_module(module), new)
     raise AttributeError(f"module 'draftsmith.train.config' has no attribute {name!r}")
 
 

@@ -25,9 +25,7 @@ as context; the trainer adds the real mean_acceptance_length measured by the run
 
 from __future__ import annotations
 
-import importlib
 import typing
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -216,21 +214,6 @@ def simulated_acceptance_length(correct: torch.Tensor, rows: torch.Tensor) -> fl
         return 1.0
     leading = correct.long().cumprod(0).sum(0)  # [B, T]
     return 1.0 + float(leading[rows].float().mean())
-
-
-_MOVED = {"Eagle3Task": "draftsmith.train.tasks.eagle3", "aux_layers": "draftsmith.train.tasks.eagle3"}
-
-
-def __getattr__(name: str):
-    # EAGLE-3's task moved to train/tasks/eagle3.py; the old path works for one release.
-    if name in _MOVED:
-        warnings.warn(
-            f"draftsmith.train.tasks.eagle.{name} is deprecated: import it from {_MOVED[name]}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module 'draftsmith.train.tasks.eagle' has no attribute {name!r}")
 
 
 __all__ = ["EagleTask", "EagleTrainConfig", "simulated_acceptance_length"]
