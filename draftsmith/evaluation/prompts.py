@@ -15,9 +15,7 @@ import hashlib
 import importlib.util
 import json
 import logging
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -25,6 +23,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.fileio import write_atomic
 from draftsmith.infer.context import ContextFit  # noqa: F401 -- the prompt sets' name for it
 
 BUILTIN_SETS = ("chat", "code")
@@ -322,10 +321,7 @@ def _ids_digest(ids: list[int]) -> str:
 
 def _write_atomic(path: Path, obj: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f)
-    os.replace(tmp, path)  # a reader sees the old file or the new one, never half of one
+    write_atomic(path, json.dumps(obj))  # a reader sees the old file or the new one, never half of one
 
 
 def target_answers(
