@@ -1,4 +1,4 @@
-"""The training data pipeline (train/data/__init__.py) on small local files, chitchat, ShareGPT (a cut
+"""The training data pipeline (train/data/) on small local files, chitchat, ShareGPT (a cut
 fixture and the packaged file), the stdlib corpus and the tiny-random tokenizer: loss masks,
 packing, padding, skips, errors. Regeneration: tests/test_regenerate.py."""
 
@@ -11,9 +11,10 @@ import torch
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.models.sources import load_tokenizer
-from draftsmith.train import data as data_mod
 from draftsmith.train.config import DataConfig
 from draftsmith.train.data import build_data, collate, corpora, load_rows
+from draftsmith.train.data.loading import _load
+from draftsmith.train.data.tokenizing import _ChatSpans
 
 END = "<|im_end|>"
 # SmolLM2's template: a default system prompt when the chat does not start with one.
@@ -110,7 +111,7 @@ def test_masks_cover_exactly_the_assistant_turns(tmp_path, quiet_tok, template):
         assert text == quiet_tok.apply_chat_template(chats[i], tokenize=False)
         assert not any(word in run for run in masked for word in ("user", "system", "question"))
     if template is NUMBERED_TEMPLATE:  # the slow path really ran
-        spans = data_mod._ChatSpans(quiet_tok)
+        spans = _ChatSpans(quiet_tok)
         assert spans._laid_out(chats[1], spans.render(chats[1])) is None
 
 
@@ -118,7 +119,7 @@ def test_layout_agrees_with_prefix_rendering_on_chitchat(quiet_tok):
     """The linear-time span finder gives what rendering every prefix gives."""
     quiet_tok.chat_template = SMOL_TEMPLATE
     rows, _ = load_rows(DataConfig(max_rows=60))
-    spans = data_mod._ChatSpans(quiet_tok)
+    spans = _ChatSpans(quiet_tok)
     checked = 0
     for row in rows:
         msgs = row["messages"]
@@ -235,7 +236,7 @@ def test_sharegpt_reads_the_complete_records_of_a_cut_file(tmp_path, tok, monkey
         answer = next(m["content"] for r in rows for m in r["messages"] if m["content"].startswith(f"answer {i}."))
         assert masked == [answer + END]  # the assistant turn alone is trained
     # max_rows stops reading early: the cut record is never reached.
-    few, _, few_stats = data_mod._load(DataConfig(path="sharegpt", max_rows=4))
+    few, _, few_stats = _load(DataConfig(path="sharegpt", max_rows=4))
     assert few == rows[:3] and few_stats["skipped_unknown_role"] == 1 and not few_stats["skipped_truncated_record"]
     whole = sharegpt_fixture(tmp_path, cut=False)
     monkeypatch.setattr(corpora, "sharegpt_file", lambda: whole)
