@@ -33,7 +33,9 @@ which dominate a step; enough copies to exceed the caches, as a forward streams 
 the verify's row count and at one row, and keeps the one whose verify plus decode step costs
 least; the measurement is cached per CPU, threads, torch version, shape and dtype like
 `--dtype auto`'s (infer/hardware.py), and every report records the choice with its timings.
-CUDA always keeps `linear`.
+CUDA always keeps `linear`. A forward that torch.compile traces (`--compile on`) always takes
+F.linear, whichever kernel was chosen: the compiler lowers and packs the plain product itself
+(inductor cannot lower oneDNN's packed weight), so the choice applies to the eager forwards.
 """
 
 from __future__ import annotations
@@ -98,6 +100,8 @@ def _forward(kernel: Kernel):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
         if rows > MAX_ROWS or (rows == 1 and not kernel.one_row):  # a prefill, or a GEMV left to the library
+            return F.linear(x, self.weight, self.bias)
+        if torch.compiler.is_compiling():  # a compiled forward: the compiler picks (and packs) its own
             return F.linear(x, self.weight, self.bias)
         y = kernel.fn(x.reshape(rows, x.shape[-1]), _kernel_weight(self, kernel), self.bias)
         return y.reshape(*x.shape[:-1], y.shape[-1])

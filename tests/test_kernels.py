@@ -176,3 +176,31 @@ def test_the_cli_offers_exactly_the_kernels():
 def test_onednn_refuses_a_model_off_the_cpu():
     with pytest.raises(DraftsmithError, match="--cpu-matmul onednn is a CPU kernel; this model is on meta"):
         kernels.use_linear_kernel(torch.nn.Linear(8, 8, device="meta"), "onednn")
+
+
+def _dtype_onednn_packs() -> torch.dtype:
+    """bfloat16 where oneDNN packs it here (AVX512-BF16/AMX: what `--dtype auto` picks on such a
+    CPU), else float32: the packed weight inductor cannot lower is the same either way."""
+    try:
+        kernels._onednn_pack(torch.zeros(8, 8, dtype=torch.bfloat16))
+        return torch.bfloat16
+    except RuntimeError:
+        return torch.float32
+
+
+def test_a_compiled_target_and_drafter_decode_under_the_onednn_kernel(tiny_cache, tmp_path):
+    """`bench --compile on` on a CPU where auto picks bf16 and oneDNN: the compiled forwards take
+    F.linear (inductor lowers and packs it itself) instead of failing to lower oneDNN's packed
+    weight; the eager forwards keep the chosen kernel. Real inductor, tiny model, few tokens."""
+    from draftsmith.kinds import KINDS
+    from draftsmith.testing import tiny_drafter
+
+    dtype = str(_dtype_onednn_packs()).removeprefix("torch.")
+    target = Target.load("tiny-random", dtype=dtype, device="cpu", compile=True)
+    drafter, _ = tiny_drafter(KINDS["eagle3"], target, tmp_path / "draft")
+    chosen = target.use_cpu_matmul("onednn", 4, drafter, draft_dtype=dtype)
+    assert chosen["target"]["kernel"] == "onednn"
+    prompt = [5, 40, 41, 42, 43]
+    plain = Engine(target, None).generate(prompt, 6, eos_token_ids=())
+    spec = Engine(target, drafter, 3).generate(prompt, 6, eos_token_ids=())
+    assert len(plain.tokens) == 6 and spec.tokens == plain.tokens
