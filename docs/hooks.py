@@ -7,7 +7,7 @@ A page asks for a part with a marker on a line of its own:
     <!-- generated: kinds -->              every drafter kind: exports, engines crosscheck runs, paper
 
 The config reference reads the dataclasses in train/config.py and each kind's dataclass from the
-kind registry (draftsmith/kinds.py): names, types, defaults, ranges (`RANGES`), choices
+kind registry (draftsmith/kinds.py): names, types, defaults, ranges (each field's bounds), choices
 (`CHOICES`) and the comment beside each field in the source.
 """
 
@@ -88,16 +88,16 @@ def _cell(text: str) -> str:
 
 
 def section_table(cls, prefix: str) -> str:
-    from draftsmith.train.config import CHOICES
+    from draftsmith.train import config
 
     hints = typing.get_type_hints(cls)
-    ranges = getattr(cls, "RANGES", {})
+    ranges = config.ranges(cls)
     notes = _comments(cls)
     rows = ["| key | type | default | allowed | what it does |", "|---|---|---|---|---|"]
     nested = []
     for f in dataclasses.fields(cls):
         key = f"{prefix}.{f.name}"
-        allowed = ", ".join(f"`{c}`" for c in CHOICES.get(key, ())) or ranges.get(f.name, "")
+        allowed = ", ".join(f"`{c}`" for c in config.CHOICES.get(key, ())) or ranges.get(f.name, "")
         if dataclasses.is_dataclass(hints[f.name]):
             nested.append((hints[f.name], key))
             allowed = "see below"

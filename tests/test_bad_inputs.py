@@ -929,7 +929,7 @@ def test_refused_resume_keeps_recipe_and_card(trained_run, tmp_path, capsys, fre
 
 
 def _just_outside(spec: str, hint):
-    """A value just outside a RANGES spec, of the field's type (a list field gets a list)."""
+    """A value just outside a range spec (config.ranges), of the field's type (a list field gets a list)."""
     from draftsmith.train.config import _leaf_types
 
     bounds = spec.split(" (")[0]
@@ -970,8 +970,8 @@ def test_every_numeric_knob_has_a_range_that_is_enforced():
     for prefix, cls, drafter in sections:
         hints = typing.get_type_hints(cls)
         for name in c.numeric_fields(cls):
-            spec = cls.RANGES.get(name)
-            assert spec is not None, f"{prefix}.{name} has no range in {cls.__name__}.RANGES"
+            spec = c.ranges(cls).get(name)
+            assert spec is not None, f"{prefix}.{name} declares no bounds in {cls.__name__}"
             if spec == "any":
                 continue
             data: dict = {"drafter": dict(drafter)}

@@ -134,3 +134,39 @@ def test_whole_target_gpu_recipes_choose_best_by_measured_acceptance(name):
     r = load_recipe(ROOT / "configs" / name)
     assert r.model.target_parts == "whole" and r.logging.acceptance_prompts > 0
     assert 0 < r.logging.acceptance_every < r.optim.max_steps, name
+
+
+def test_the_json_schema_accepts_every_shipped_recipe_and_refuses_what_the_loader_refuses():
+    """json_schema() is written from the annotations the loader checks: each recipe under configs/
+    passes it, and an unknown key, a value out of bounds and a choice not offered fail it."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from draftsmith.train.config import json_schema
+
+    validator = jsonschema.Draft202012Validator(json_schema())
+    for path in RECIPES:
+        errors = [e.message for e in validator.iter_errors(yaml.safe_load(path.read_text()))]
+        assert not errors, f"{path.relative_to(ROOT)}: {errors[:2]}"
+    for bad in (
+        {"optim": {"lr": 3e-4, "max_step": 10}},  # unknown key
+        {"logging": {"eval_every": -5}},  # below its bound
+        {"optim": {"betas": [0.9, 1.0]}},  # an item outside [0, 1)
+        {"optim": {"mixed_precision": "fp8"}},  # not one of the choices
+        {"drafter": {"kind": "medusa", "num_heads": 0}},  # the kind's own bound
+        {"drafter": {"kind": "medusa", "ttt_steps": 3}},  # another kind's key
+    ):
+        assert not validator.is_valid(bad), bad
+
+
+def test_bounds_live_on_the_fields():
+    """A knob's range is read from its annotation: the reference's spec, the error's wording."""
+    from draftsmith.errors import DraftsmithError
+    from draftsmith.train import config
+    from draftsmith.train.config import recipe_from_dict
+
+    assert config.ranges(config.CheckpointConfig)["save_every"] == ">=0 (0: only at the end)"
+    assert config.ranges(config.OptimConfig)["betas"] == "[0, 1)"
+    assert config.ranges(config.DataConfig)["seed"] == "[0, 4294967295]"
+    with pytest.raises(DraftsmithError, match=r"^config key 'optim.betas' must be in \[0, 1\), got \[0.9, 1.5\]$"):
+        recipe_from_dict({"optim": {"betas": [0.9, 1.5]}})
+    with pytest.raises(DraftsmithError, match=r"^config key 'drafter.jsd_beta' must be in \(0, 1\), got 1.0$"):
+        recipe_from_dict({"drafter": {"kind": "eagle3", "jsd_beta": 1.0}})

@@ -4,16 +4,24 @@ A recipe (`configs/<target>/<drafter>.yaml`) is one `Recipe`: six sections, each
 Loading is strict: an unknown or mistyped key, a wrong type or a bad value is a DraftsmithError
 that names the key (with a "did you mean" when one is close), before any model loads.
 
-Every int/float knob has its range in its dataclass's `RANGES` (checked by `check_ranges`, and
-a test fails for a numeric knob without one): ">=1" for counts, ">=0 (0: ...)" where 0 switches
-something off (the note says what 0 means, and the trainer honours it), intervals like "(0, 1]".
+Every int/float knob carries its bounds on its own annotation, `typing.Annotated` with
+annotated-types' `Ge`, `Gt` and `Interval` (the metadata pydantic reads too), and a `Note` where a
+boundary value means something: `save_every: Annotated[int, Ge(0), Note("0: only at the end")]`.
+`check_ranges` enforces them, the reference pages print them, and a test fails for a numeric knob
+without bounds. `json_schema()` (`python -m draftsmith.train.config`) is the schema for editors.
+
+Why not pydantic for the loading itself: its lax mode turns `true` into 1, 5.0 into 5 and "yes"
+into True, and its strict mode refuses "3e-4" (YAML 1.1 reads it as a string), a number where a
+string goes and a single value where a list goes, all of which a recipe allows. Matching our rules
+takes a validator per type plus a translation of its errors into one line with "did you mean", more
+code than the converter below; so pydantic only writes the schema, from the same annotations.
 
     recipe = load_recipe("configs/tiny/draft_lm.yaml", ["--optim.lr=3e-4", "--data.max_length", "256"])
 
 The `drafter` section is polymorphic: its `kind` picks the dataclass from the table of kinds
 (draftsmith/kinds.py, resolved lazily here), so each drafter declares exactly the knobs it has.
 That dataclass, `<Kind>TrainConfig`, lives in the kind's task file (train/tasks/<kind>.py); what the
-kinds share stays here (LoraConfig, the divergences, the range checking). A drafter dataclass may
+kinds share stays here (LoraConfig, the divergences, the bounds checking). A drafter dataclass may
 define `checks() -> [(ok, message)]` for rules that span several of its keys, and `CHOICES` for
 the allowed values of its string knobs.
 """
@@ -28,12 +36,23 @@ import types
 import typing
 import warnings
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import yaml
+from annotated_types import Ge, GroupedMetadata, Gt, Interval, Le, Lt
 
 from draftsmith.errors import DraftsmithError
 
-SEED = "[0, 4294967295]"  # numpy's seed range (accelerate's set_seed seeds numpy too)
+
+@dataclass(frozen=True)
+class Note:
+    """What a value at a bound means, shown after the range: `Annotated[int, Ge(0), Note("0: off")]`
+    reads ">=0 (0: off)" in the reference and in the error. Alone it documents an unbounded knob."""
+
+    text: str
+
+
+Seed = Annotated[int, Interval(ge=0, le=4294967295)]  # numpy's seed range (accelerate's set_seed seeds numpy too)
 
 # `drafter.divergence`, the same switch for every kind: what the draft's law q is pulled towards the
 # target's law p by (train/losses.py computes them). Under lossless speculative sampling a drafted
@@ -118,13 +137,12 @@ class ModelConfig:
 
 @dataclass
 class LoraConfig:
-    r: int = 0  # 0: full fine-tuning; > 0: LoRA adapters via peft (Hu et al. 2021)
-    alpha: int = 16
-    dropout: float = 0.0
+    # 0: full fine-tuning; > 0: LoRA adapters via peft (Hu et al. 2021)
+    r: Annotated[int, Ge(0), Note("0: full fine-tuning")] = 0
+    alpha: Annotated[int, Gt(0)] = 16
+    dropout: Annotated[float, Interval(ge=0, lt=1)] = 0.0
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     merge: bool = True  # merge adapters into the weights when saving: checkpoints load as plain LMs
-
-    RANGES: typing.ClassVar[dict[str, str]] = {"r": ">=0 (0: full fine-tuning)", "alpha": ">0", "dropout": "[0, 1)"}
 
 
 @dataclass
@@ -135,11 +153,11 @@ class DataConfig:
     format: str = "auto"  # auto | chat | text
     messages_column: str = "messages"
     text_column: str = "text"
-    max_length: int = 512  # tokens per training row
+    max_length: Annotated[int, Ge(8)] = 512  # tokens per training row
     pack: bool = True  # concatenate rows (EOS-separated) into full max_length rows
-    max_rows: int | None = None  # use at most this many dataset rows (None: all)
-    eval_rows: int = 64  # rows held out for evaluation and acceptance prompts
-    max_turn_chars: int = 4000  # drop conversations with a longer turn (chitchat has 95k-char turns)
+    max_rows: Annotated[int, Ge(1)] | None = None  # use at most this many dataset rows (None: all)
+    eval_rows: Annotated[int, Ge(1)] = 64  # rows held out for evaluation and acceptance prompts
+    max_turn_chars: Annotated[int, Ge(1)] = 4000  # drop conversations with a longer turn (chitchat has 95k-char turns)
     # The data the drafter imitates, one switch: corpus (the dataset's replies as they are) |
     # regenerated (assistant turns rewritten by the target itself: its own law, train/data/regeneration.py) |
     # on_policy (the draft LM's own samples, scored by the target: DistillSpec / GKD; share of steps:
@@ -148,15 +166,18 @@ class DataConfig:
     source: str = "corpus"  # corpus | regenerated | on_policy: what the drafter imitates (the comment above)
     regenerate: bool = False  # the older spelling of source: regenerated (either may be given)
     regenerate_with: str = "batched"  # batched (in-process, many chats at once) | engine (batch 1) | endpoint
-    regenerate_max_rows: int | None = None  # regenerate only the first N usable rows; the rest train as they are
-    regenerate_max_new_tokens: int | None = None  # None: data.max_length (a reply may fill a training row)
-    regenerate_temperature: float = 0.0
-    regenerate_batch_size: int = 16  # batched: chats whose next reply is decoded together
+    # regenerate only the first N usable rows; the rest train as they are
+    regenerate_max_rows: Annotated[int, Ge(1)] | None = None
+    # None: data.max_length (a reply may fill a training row)
+    regenerate_max_new_tokens: Annotated[int, Ge(1)] | None = None
+    regenerate_temperature: Annotated[float, Ge(0), Note("0: greedy")] = 0.0
+    regenerate_batch_size: Annotated[int, Ge(1)] = 16  # batched: chats whose next reply is decoded together
     regenerate_endpoint: str | None = None  # endpoint: an OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1
     regenerate_model: str | None = None  # endpoint: the served model name (part of the cache key)
-    regenerate_concurrency: int = 8  # endpoint: requests in flight
-    regenerate_timeout_s: float = 300.0  # endpoint: per request
-    regenerate_retries: int = 3  # endpoint: extra tries on transient failures (refused, reset, timeout, 429, 5xx)
+    regenerate_concurrency: Annotated[int, Ge(1)] = 8  # endpoint: requests in flight
+    regenerate_timeout_s: Annotated[float, Gt(0)] = 300.0  # endpoint: per request
+    # endpoint: extra tries on transient failures (refused, reset, timeout, 429, 5xx)
+    regenerate_retries: Annotated[int, Ge(0), Note("0: no retries")] = 3
     # A JSONL file of the regenerated chats: written by the run that regenerates (e.g. `draftsmith train
     # RECIPE --data-only` with the endpoint's URL), read by every later run of the recipe, so training
     # finds the regenerated replies without repeating the regeneration's overrides. Delete it to regenerate.
@@ -164,26 +185,11 @@ class DataConfig:
     # Keyword arguments to the target's chat template, for regeneration and training prompts alike,
     # e.g. {enable_thinking: false} for Qwen3 (a drafter trained with thinking off fails with it on).
     chat_template_kwargs: dict = field(default_factory=dict)
-    seed: int = 0
+    seed: Seed = 0
 
     def max_new_tokens(self) -> int:
         """Tokens a regenerated reply may have: regenerate_max_new_tokens, else max_length."""
         return self.regenerate_max_new_tokens or self.max_length
-
-    RANGES: typing.ClassVar[dict[str, str]] = {  # every numeric knob above (see check_ranges)
-        "max_length": ">=8",
-        "max_rows": ">=1",
-        "eval_rows": ">=1",
-        "max_turn_chars": ">=1",
-        "regenerate_max_rows": ">=1",
-        "regenerate_max_new_tokens": ">=1",
-        "regenerate_temperature": ">=0 (0: greedy)",
-        "regenerate_batch_size": ">=1",
-        "regenerate_concurrency": ">=1",
-        "regenerate_timeout_s": ">0",
-        "regenerate_retries": ">=0 (0: no retries)",
-        "seed": SEED,
-    }
 
     def endpoint_checks(self) -> list[tuple[bool, str]]:
         """An endpoint needs its URL and model name; a URL without regenerate_with=endpoint would be ignored."""
@@ -207,39 +213,27 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 3e-4
-    weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
-    warmup_steps: int = 50
-    max_steps: int = 1000  # optimizer steps
-    max_minutes: float | None = None  # also stop (evaluate, save final/) after this much training wall time
-    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
-    batch_size: int = 4  # rows per device per micro-batch
-    grad_accum: int = 1
-    max_grad_norm: float = 1.0
+    lr: Annotated[float, Gt(0)] = 3e-4
+    weight_decay: Annotated[float, Ge(0)] = 0.0
+    betas: list[Annotated[float, Interval(ge=0, lt=1)]] = field(default_factory=lambda: [0.9, 0.95])
+    warmup_steps: Annotated[int, Ge(0)] = 50
+    max_steps: Annotated[int, Ge(1)] = 1000  # optimizer steps
+    # also stop (evaluate, save final/) after this much training wall time
+    max_minutes: Annotated[float, Gt(0)] | None = None
+    min_lr_ratio: Annotated[float, Interval(ge=0, le=1)] = 0.1  # cosine decays to lr * min_lr_ratio
+    batch_size: Annotated[int, Ge(1)] = 4  # rows per device per micro-batch
+    grad_accum: Annotated[int, Ge(1)] = 1
+    max_grad_norm: Annotated[float, Ge(0), Note("0: no clipping")] = 1.0
     mixed_precision: str = "no"  # no | bf16 | fp16
-    seed: int = 0
-
-    RANGES: typing.ClassVar[dict[str, str]] = {
-        "lr": ">0",
-        "weight_decay": ">=0",
-        "betas": "[0, 1)",
-        "warmup_steps": ">=0",
-        "max_steps": ">=1",
-        "max_minutes": ">0",
-        "min_lr_ratio": "[0, 1]",
-        "batch_size": ">=1",
-        "grad_accum": ">=1",
-        "max_grad_norm": ">=0 (0: no clipping)",
-        "seed": SEED,
-    }
+    seed: Seed = 0
 
 
 @dataclass
 class CheckpointConfig:
     output_dir: str = "runs/draft"
-    save_every: int = 200  # optimizer steps; 0: none but the last step's (final/ and SIGTERM's are always written)
-    keep_last: int = 2  # older complete step-* folders are deleted (final/ is kept)
+    # optimizer steps; 0: none but the last step's (final/ and SIGTERM's are always written)
+    save_every: Annotated[int, Ge(0), Note("0: only at the end")] = 200
+    keep_last: Annotated[int, Ge(1)] = 2  # older complete step-* folders are deleted (final/ is kept)
     resume: bool = False  # continue from the newest complete checkpoint in output_dir
     # SIGTERM (SLURM's preemption; it kills 30 s later by default), at any moment: the run finishes
     # the training step, evaluation batch or decoding step in progress (an evaluation or acceptance
@@ -251,38 +245,27 @@ class CheckpointConfig:
     # one or a machine gone silently. 600 s is NCCL's own default (gloo's is 1800 s). It must exceed
     # the longest phase the main process runs alone while the others wait (data preparation, the
     # acceptance measurement, writing a checkpoint) and the processes' spread in reaching the start.
-    collective_timeout_s: float = 600.0  # multi-process: wait for a silent process, then stop naming it
-
-    RANGES: typing.ClassVar[dict[str, str]] = {
-        "save_every": ">=0 (0: only at the end)",
-        "keep_last": ">=1",
-        "collective_timeout_s": ">0",
-    }
+    # multi-process: wait for a silent process, then stop naming it
+    collective_timeout_s: Annotated[float, Gt(0)] = 600.0
 
 
 @dataclass
 class LoggingConfig:
-    log_every: int = 10  # optimizer steps per logged average; 0: only the last step logs
+    # optimizer steps per logged average; 0: only the last step logs
+    log_every: Annotated[int, Ge(0), Note("0: only the last step")] = 10
     trackers: list[str] = field(default_factory=list)  # tensorboard, wandb (offline without a key)
     project: str = "draftsmith"
     run_name: str | None = None
-    eval_every: int = 200  # held-out loss and acceptance proxies; 0: only the final evaluation
-    eval_batches: int = 8
-    acceptance_every: int = 0  # real mean_acceptance_length through the runtime; 0: at the end only
-    acceptance_prompts: int = 4  # 0: never measured through the runtime
-    acceptance_k: int | None = None  # None: the kind's default_k (draftsmith/kinds.py), as eval and bench use
-    acceptance_max_new_tokens: int = 64
+    # held-out loss and acceptance proxies; 0: only the final evaluation
+    eval_every: Annotated[int, Ge(0), Note("0: only the final evaluation")] = 200
+    eval_batches: Annotated[int, Ge(1)] = 8
+    # real mean_acceptance_length through the runtime; 0: at the end only
+    acceptance_every: Annotated[int, Ge(0), Note("0: at the end only")] = 0
+    acceptance_prompts: Annotated[int, Ge(0), Note("0: not measured")] = 4  # 0: never measured through the runtime
+    # None: the kind's default_k (draftsmith/kinds.py), as eval and bench use
+    acceptance_k: Annotated[int, Ge(1)] | None = None
+    acceptance_max_new_tokens: Annotated[int, Ge(1)] = 64
     progress: bool = True
-
-    RANGES: typing.ClassVar[dict[str, str]] = {
-        "log_every": ">=0 (0: only the last step)",
-        "eval_every": ">=0 (0: only the final evaluation)",
-        "eval_batches": ">=1",
-        "acceptance_every": ">=0 (0: at the end only)",
-        "acceptance_prompts": ">=0 (0: not measured)",
-        "acceptance_k": ">=1",
-        "acceptance_max_new_tokens": ">=1",
-    }
 
 
 @dataclass
@@ -476,24 +459,60 @@ def _check_values(r: Recipe) -> None:
 
 
 def check_ranges(obj, where: str = "") -> None:
-    """Every int/float field of `obj` and its nested sections against its dataclass's RANGES
-    (None passes: an optional knob left unset; a list is checked item by item)."""
-    ranges = getattr(type(obj), "RANGES", {})
+    """Every field of `obj` and its nested sections against the bounds on its annotation (None
+    passes: an optional knob left unset; a list is checked item by item)."""
+    hints = typing.get_type_hints(type(obj), include_extras=True)
     for f in dataclasses.fields(obj):
         value, key = getattr(obj, f.name), _join(where, f.name)
         if dataclasses.is_dataclass(value):
             check_ranges(value, key)
             continue
-        spec = ranges.get(f.name)
-        if spec is None or spec == "any" or value is None:
+        bounds = [m for m in _metadata(hints[f.name]) if type(m) in _WITHIN]
+        if not bounds or value is None:
             continue
         for v in value if isinstance(value, list) else [value]:
-            if not _in_range(v, spec):
-                raise DraftsmithError(f"config key '{key}' must be {_describe(spec)}, got {value!r}")
+            if not all(_WITHIN[type(m)](v, m) for m in bounds):
+                raise DraftsmithError(
+                    f"config key '{key}' must be {_describe(range_spec(hints[f.name]))}, got {value!r}"
+                )
+
+
+_WITHIN = {Ge: lambda v, m: v >= m.ge, Gt: lambda v, m: v > m.gt, Le: lambda v, m: v <= m.le, Lt: lambda v, m: v < m.lt}
+
+
+def _metadata(hint) -> list:
+    """The metadata on `hint`'s Annotated leaf (through Optional and list), intervals split in two."""
+    if typing.get_origin(hint) is typing.Annotated:
+        return [m for meta in hint.__metadata__ for m in (meta if isinstance(meta, GroupedMetadata) else [meta])]
+    return [m for arg in typing.get_args(hint) for m in _metadata(arg)]
+
+
+def range_spec(hint) -> str | None:
+    """A field's bounds as the reference pages write them: ">=1", ">0", "[0, 1)", ">=0 (0: off)";
+    a Note alone (no bounds) is its text; None where the field has neither."""
+    meta = _metadata(hint)
+    low = [(">=", m.ge) for m in meta if isinstance(m, Ge)] + [(">", m.gt) for m in meta if isinstance(m, Gt)]
+    high = [("<=", m.le) for m in meta if isinstance(m, Le)] + [("<", m.lt) for m in meta if isinstance(m, Lt)]
+    notes = "; ".join(m.text for m in meta if isinstance(m, Note))
+    if low and high:
+        (lo_op, lo), (hi_op, hi) = low[0], high[0]
+        bounds = f"{'[' if lo_op == '>=' else '('}{lo}, {hi}{']' if hi_op == '<=' else ')'}"
+    else:
+        bounds = "".join(map(str, (low or high or [("", "")])[0]))
+    if bounds and notes:
+        return f"{bounds} ({notes})"
+    return bounds or notes or None
+
+
+def ranges(cls) -> dict[str, str]:
+    """field name -> its `range_spec`, for the fields of `cls` that declare one."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    specs = {f.name: range_spec(hints[f.name]) for f in dataclasses.fields(cls)}
+    return {name: spec for name, spec in specs.items() if spec}
 
 
 def numeric_fields(cls) -> list[str]:
-    """Names of `cls`'s int/float fields (optional or lists of numbers too): each needs a RANGES entry."""
+    """Names of `cls`'s int/float fields (optional or lists of numbers too): each declares its bounds."""
     hints = typing.get_type_hints(cls)
     return [f.name for f in dataclasses.fields(cls) if _leaf_types(hints[f.name]) & {int, float}]
 
@@ -504,23 +523,45 @@ def _leaf_types(hint) -> set:
     return {hint}
 
 
-def _in_range(v, spec: str) -> bool:
-    bounds = spec.partition(" (")[0]
-    if bounds.startswith(">="):
-        return v >= float(bounds[2:])
-    if bounds.startswith(">"):
-        return v > float(bounds[1:])
-    lo, hi = (float(x) for x in bounds[1:-1].split(","))
-    return (v >= lo if bounds[0] == "[" else v > lo) and (v <= hi if bounds[-1] == "]" else v < hi)
-
-
 def _describe(spec: str) -> str:
     """ ">=0 (0: off)" -> ">= 0 (0: off)"; "(0, 1]" -> "in (0, 1]"."""
     bounds, paren, note = spec.partition(" (")
-    for op in (">=", ">"):
+    for op in (">=", ">", "<=", "<"):
         if bounds.startswith(op):
             return f"{op} {bounds[len(op) :]}{paren}{note}"
     return f"in {bounds}{paren}{note}"
+
+
+def json_schema() -> dict:
+    """The recipe's JSON Schema, for editors (a YAML language server checks and completes a recipe
+    with it): every key's type, default and bounds, the string knobs' choices (a free-text knob takes
+    a number too, as the loader does), unknown keys refused, and `drafter` as one of the kinds'
+    dataclasses. `python -m draftsmith.train.config` prints it.
+    pydantic writes it from the same annotations the loader checks."""
+    import pydantic
+
+    from draftsmith.kinds import drafter_configs
+
+    kinds = drafter_configs()
+    schema = pydantic.TypeAdapter(Recipe).json_schema()
+    drafter = pydantic.TypeAdapter(typing.Union[tuple(kinds.values())]).json_schema()  # noqa: UP007
+    defs = {**schema.pop("$defs", {}), **drafter.pop("$defs", {})}
+    schema["properties"]["drafter"] = drafter
+    sections = [(name, hint) for name, hint in typing.get_type_hints(Recipe).items() if name != "drafter"]
+    sections += [("drafter", cls) for cls in kinds.values()]
+    sections += [("drafter.lora", LoraConfig)]
+    for kind, cls in kinds.items():
+        defs[cls.__name__]["properties"]["kind"]["const"] = kind
+    table = choices(kinds.values())
+    for prefix, cls in sections:
+        for name, prop in defs[cls.__name__]["properties"].items():
+            string = next((p for p in prop.get("anyOf", [prop]) if p.get("type") == "string"), None)
+            if string is not None and "const" not in string:  # a string knob: its choices, or any text
+                allowed = table.get(f"{prefix}.{name}")
+                string.update({"enum": list(allowed)} if allowed else {"type": ["string", "number"]})
+    for d in [schema, *defs.values()]:
+        d["additionalProperties"] = False
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "$defs": defs}
 
 
 # --- YAML + overrides --------------------------------------------------------------------------
@@ -608,3 +649,11 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
 
 def dump_recipe(recipe: Recipe) -> str:
     return yaml.safe_dump(recipe.to_dict(), sort_keys=False)
+
+
+if __name__ == "__main__":  # python -m draftsmith.train.config > recipe.schema.json
+    import json
+
+    from draftsmith.train import config  # the package's module, the one the kinds' task files import
+
+    print(json.dumps(config.json_schema(), indent=2))

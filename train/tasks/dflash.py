@@ -31,15 +31,17 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
+from annotated_types import Ge, Interval
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.models import require_drafter_kind
 from draftsmith.models.dflash import DFlash, DFlashConfig, DFlashModel, default_target_layers, resolve_mask_token
 from draftsmith.models.eagle import EagleConfig
 from draftsmith.train import losses
-from draftsmith.train.config import divergence_checks
+from draftsmith.train.config import Note, divergence_checks
 from draftsmith.train.distributed import unwrap
 from draftsmith.train.features import OfflineFeatures, OnlineFeatures
 from draftsmith.train.tasks.base import TrainingTask
@@ -52,29 +54,22 @@ class DFlashTrainConfig:
 
     kind: str = "dflash"
     features: str = "online"  # online | a feature cache folder (python -m draftsmith.train.features)
-    aux_layers: list[int] | None = None  # indices into the target's hidden_states, 1..L-1; None: z-lab's spread
-    num_layers: int = 1  # draft decoder layers (z-lab's released drafts: 5 for 8B targets)
-    block_size: int = 8  # the pending token + block_size-1 masks: num_speculative_tokens = block_size-1
-    mask_token_id: int | None = None  # None: the tokenizer's mask, an unused embedding row, else pad/eos/unk
+    # indices into the target's hidden_states, 1..L-1; None: z-lab's spread
+    aux_layers: list[Annotated[int, Note("any")]] | None = None
+    num_layers: Annotated[int, Ge(1)] = 1  # draft decoder layers (z-lab's released drafts: 5 for 8B targets)
+    # the pending token + block_size-1 masks: num_speculative_tokens = block_size-1
+    block_size: Annotated[int, Ge(2)] = 8
+    # None: the tokenizer's mask, an unused embedding row, else pad/eos/unk
+    mask_token_id: Annotated[int, Ge(0)] | None = None
     causal: bool = False  # False (DFlash): the block attends to itself both ways; True: causally
-    num_blocks: int = 16  # anchors (blocks) drawn per training row
+    num_blocks: Annotated[int, Ge(1)] = 16  # anchors (blocks) drawn per training row
     labels: str = "distill"  # distill: `divergence` to the target's distribution | tokens: CE on the data's tokens
     divergence: str = "fkl"  # labels distill: fkl (the soft CE) | rkl | jsd | tvd (train/config.py's DIVERGENCES)
-    jsd_beta: float = 0.5
-    loss_decay: float = 4.0  # γ: block position k weighs exp(-(k-1)/γ); 0: every position alike
-    intermediate_size: int | None = None  # the draft layers' MLP width (None: the target's)
+    jsd_beta: Annotated[float, Interval(gt=0, lt=1)] = 0.5
+    # γ: block position k weighs exp(-(k-1)/γ); 0: every position alike
+    loss_decay: Annotated[float, Ge(0), Note("0: every block position weighs the same")] = 4.0
+    intermediate_size: Annotated[int, Ge(1)] | None = None  # the draft layers' MLP width (None: the target's)
     init: str | None = None  # an existing dflash checkpoint folder to start from
-
-    RANGES: typing.ClassVar[dict[str, str]] = {
-        "aux_layers": "any",
-        "num_layers": ">=1",
-        "block_size": ">=2",
-        "mask_token_id": ">=0",
-        "num_blocks": ">=1",
-        "loss_decay": ">=0 (0: every block position weighs the same)",
-        "intermediate_size": ">=1",
-        "jsd_beta": "(0, 1)",
-    }
     CHOICES: typing.ClassVar[dict[str, tuple[str, ...]]] = {"labels": ("tokens", "distill")}
 
     def checks(self) -> list[tuple[bool, str]]:

@@ -19,11 +19,12 @@ from __future__ import annotations
 import copy
 import pathlib
 import random
-import typing
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
+from annotated_types import Ge, Gt, Interval
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.models import DraftLM, read_drafter_meta
@@ -31,7 +32,7 @@ from draftsmith.models.draft_lm import truncate_model, write_draft_vocab
 from draftsmith.models.eagle3 import frequent_tokens
 from draftsmith.models.sources import check_same_tokenizer, load_causal_lm, load_tokenizer
 from draftsmith.train import losses
-from draftsmith.train.config import LoraConfig, divergence_checks, take_old_loss_key
+from draftsmith.train.config import LoraConfig, Note, divergence_checks, take_old_loss_key
 from draftsmith.train.distributed import unwrap
 from draftsmith.train.lora import wrap_lora
 from draftsmith.train.tasks.base import TrainingTask
@@ -46,21 +47,15 @@ class DraftLMTrainConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     divergence: str = "fkl"  # fkl | rkl | jsd | tvd | ce (train/config.py's DIVERGENCES: what each optimises)
     loss: str | None = None  # deprecated spelling of divergence, still read
-    temperature: float = 1.0
-    jsd_beta: float = 0.5
-    on_policy_fraction: float = 0.0  # share of steps trained on the draft's own samples (data.source on_policy: 1)
-    on_policy_tokens: int = 32  # tokens the draft samples per on-policy sequence
-    on_policy_temperature: float = 1.0  # > 0: the draft samples (0 would be greedy, not a distribution)
-    draft_vocab_size: int | None = None  # draft over this many most frequent target tokens (None: all)
-
-    RANGES: typing.ClassVar[dict[str, str]] = {
-        "draft_vocab_size": ">=2",
-        "temperature": ">0",
-        "jsd_beta": "(0, 1)",
-        "on_policy_fraction": "[0, 1] (0: off-policy only)",
-        "on_policy_tokens": ">=1",
-        "on_policy_temperature": ">0",
-    }
+    temperature: Annotated[float, Gt(0)] = 1.0
+    jsd_beta: Annotated[float, Interval(gt=0, lt=1)] = 0.5
+    # share of steps trained on the draft's own samples (data.source on_policy: 1)
+    on_policy_fraction: Annotated[float, Interval(ge=0, le=1), Note("0: off-policy only")] = 0.0
+    on_policy_tokens: Annotated[int, Ge(1)] = 32  # tokens the draft samples per on-policy sequence
+    # > 0: the draft samples (0 would be greedy, not a distribution)
+    on_policy_temperature: Annotated[float, Gt(0)] = 1.0
+    # draft over this many most frequent target tokens (None: all)
+    draft_vocab_size: Annotated[int, Ge(2)] | None = None
 
     def __post_init__(self):
         take_old_loss_key(self)

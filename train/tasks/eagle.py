@@ -25,16 +25,17 @@ as context; the trainer adds the real mean_acceptance_length measured by the run
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
+from annotated_types import Ge, Interval
 
 from draftsmith.models import require_drafter_kind
 from draftsmith.models.eagle import Eagle, EagleConfig
 from draftsmith.train import losses
-from draftsmith.train.config import divergence_checks
+from draftsmith.train.config import Note, divergence_checks
 from draftsmith.train.distributed import unwrap
 from draftsmith.train.features import OfflineFeatures, OnlineFeatures
 from draftsmith.train.tasks.base import TrainingTask
@@ -48,21 +49,15 @@ class EagleTrainConfig:
 
     kind: str = "eagle"
     features: str = "online"  # online | a feature cache folder (python -m draftsmith.train.features)
-    noise: float = 0.1  # uniform noise U(-noise, noise) on the input features (paper, sec. 4.2)
-    feature_loss_weight: float = 1.0  # smooth-L1 on the predicted feature
-    cls_loss_weight: float = 0.1  # the divergence to the target's distribution (paper: 0.1, cross-entropy)
+    # uniform noise U(-noise, noise) on the input features (paper, sec. 4.2)
+    noise: Annotated[float, Ge(0), Note("0: no noise")] = 0.1
+    feature_loss_weight: Annotated[float, Ge(0), Note("0: no feature loss")] = 1.0  # smooth-L1 on the predicted feature
+    # the divergence to the target's distribution (paper: 0.1, cross-entropy)
+    cls_loss_weight: Annotated[float, Ge(0), Note("0: no cross-entropy")] = 0.1
     divergence: str = "fkl"  # fkl (the paper's cross-entropy, less the target's entropy) | rkl | jsd | tvd
-    jsd_beta: float = 0.5
-    intermediate_size: int | None = None  # the draft layer's MLP width (None: the target's)
+    jsd_beta: Annotated[float, Interval(gt=0, lt=1)] = 0.5
+    intermediate_size: Annotated[int, Ge(1)] | None = None  # the draft layer's MLP width (None: the target's)
     init: str | None = None  # an existing eagle checkpoint folder to start from
-
-    RANGES: typing.ClassVar[dict[str, str]] = {
-        "noise": ">=0 (0: no noise)",
-        "feature_loss_weight": ">=0 (0: no feature loss)",
-        "cls_loss_weight": ">=0 (0: no cross-entropy)",
-        "intermediate_size": ">=1",
-        "jsd_beta": "(0, 1)",
-    }
 
     def checks(self) -> list[tuple[bool, str]]:
         return [

@@ -10,16 +10,17 @@ layer to the features' size, before the first step).
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
+from annotated_types import Ge, Interval
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.models.eagle import EagleConfig
 from draftsmith.models.eagle3 import Eagle3, Eagle3Config, default_aux_layers, frequent_tokens
 from draftsmith.train import losses
-from draftsmith.train.config import divergence_checks
+from draftsmith.train.config import Note, divergence_checks
 from draftsmith.train.data import collate
 from draftsmith.train.tasks.eagle import EagleTask
 
@@ -31,25 +32,17 @@ class Eagle3TrainConfig:
 
     kind: str = "eagle3"
     features: str = "online"  # online | a feature cache folder (python -m draftsmith.train.features)
-    aux_layers: list[int] | None = None  # indices into the target's hidden_states; None: [2, L//2, L-3]
-    draft_vocab_size: int = 32000  # most frequent target tokens in the training data (capped at the target's vocab)
-    ttt_steps: int = 7  # n: steps unrolled on the draft's own hidden states
-    ttt_decay: float = 0.8  # step j's loss weight is ttt_decay^j
+    # indices into the target's hidden_states; None: [2, L//2, L-3]
+    aux_layers: list[Annotated[int, Note("any")]] | None = None
+    # most frequent target tokens in the training data (capped at the target's vocab)
+    draft_vocab_size: Annotated[int, Ge(2)] = 32000
+    ttt_steps: Annotated[int, Ge(1)] = 7  # n: steps unrolled on the draft's own hidden states
+    ttt_decay: Annotated[float, Interval(gt=0, le=1)] = 0.8  # step j's loss weight is ttt_decay^j
     divergence: str = "fkl"  # fkl (the paper's cross-entropy, less the target's entropy) | rkl | jsd | tvd
-    jsd_beta: float = 0.5
-    noise: float = 0.0  # uniform noise on the input features
-    intermediate_size: int | None = None  # the draft layer's MLP width (None: the target's)
+    jsd_beta: Annotated[float, Interval(gt=0, lt=1)] = 0.5
+    noise: Annotated[float, Ge(0), Note("0: no noise")] = 0.0  # uniform noise on the input features
+    intermediate_size: Annotated[int, Ge(1)] | None = None  # the draft layer's MLP width (None: the target's)
     init: str | None = None  # an existing eagle3 checkpoint folder to start from
-
-    RANGES: typing.ClassVar[dict[str, str]] = {
-        "aux_layers": "any",
-        "draft_vocab_size": ">=2",
-        "ttt_steps": ">=1",
-        "ttt_decay": "(0, 1]",
-        "noise": ">=0 (0: no noise)",
-        "intermediate_size": ">=1",
-        "jsd_beta": "(0, 1)",
-    }
 
     def checks(self) -> list[tuple[bool, str]]:
         return [

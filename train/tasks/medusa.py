@@ -24,16 +24,18 @@ import os
 import pathlib
 import typing
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
+from annotated_types import Ge, Gt, Interval
 from torch import nn
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.models import require_drafter_kind
 from draftsmith.models.medusa import NUM_RANKS, Medusa, MedusaHeads
 from draftsmith.train import losses
-from draftsmith.train.config import LoraConfig, divergence_checks
+from draftsmith.train.config import LoraConfig, Note, divergence_checks
 from draftsmith.train.lora import wrap_lora
 from draftsmith.train.tasks.base import TrainingTask
 
@@ -44,28 +46,19 @@ class MedusaTrainConfig:
     on a frozen target; Medusa-2 trains them jointly with the target through LoRA."""
 
     kind: str = "medusa"
-    num_heads: int = 4  # K: head k predicts the token k+1 places after the target's own next token
-    num_layers: int = 1  # ResBlocks per head
+    num_heads: Annotated[int, Ge(1)] = 4  # K: head k predicts the token k+1 places after the target's own next token
+    num_layers: Annotated[int, Ge(0), Note("0: no ResBlock, the LM head alone")] = 1  # ResBlocks per head
     share_lm_head: bool = False  # heads use the target's LM head itself (fewer weights, untrained)
-    decay: float = 0.8  # λ: head k's loss weight is λ^k
+    decay: Annotated[float, Interval(gt=0, le=1)] = 0.8  # λ: head k's loss weight is λ^k
     labels: str = "tokens"  # tokens: CE on the data's tokens; distill: `divergence` to the target's distribution
     divergence: str = "fkl"  # labels distill: fkl | rkl | jsd | tvd (train/config.py's DIVERGENCES)
-    jsd_beta: float = 0.5
+    jsd_beta: Annotated[float, Interval(gt=0, lt=1)] = 0.5
     mode: str = "medusa1"  # medusa1 | medusa2
-    heads_loss_weight: float = 0.2  # medusa2: L = L_LM + heads_loss_weight * Σ_k λ^k L_k
-    heads_lr_multiplier: float = 4.0  # medusa2: the heads learn at optim.lr * this, LoRA at optim.lr
+    heads_loss_weight: Annotated[float, Gt(0)] = 0.2  # medusa2: L = L_LM + heads_loss_weight * Σ_k λ^k L_k
+    heads_lr_multiplier: Annotated[float, Gt(0)] = 4.0  # medusa2: the heads learn at optim.lr * this, LoRA at optim.lr
     lm_loss: str = "ce"  # medusa2: ce on the data's tokens | kl to the original target (self-distillation)
     lora: LoraConfig = field(default_factory=lambda: LoraConfig(r=16))  # medusa2 only
     init: str | None = None  # an existing medusa checkpoint folder to start the heads from
-
-    RANGES: typing.ClassVar[dict[str, str]] = {
-        "num_heads": ">=1",
-        "num_layers": ">=0 (0: no ResBlock, the LM head alone)",
-        "decay": "(0, 1]",
-        "heads_loss_weight": ">0",
-        "heads_lr_multiplier": ">0",
-        "jsd_beta": "(0, 1)",
-    }
     CHOICES: typing.ClassVar[dict[str, tuple[str, ...]]] = {
         "labels": ("tokens", "distill"),
         "mode": ("medusa1", "medusa2"),

@@ -26,15 +26,16 @@ mask only, so the checkpoint loads in transformers and in vLLM's draft_model pat
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
+from annotated_types import Ge, Gt, Interval
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.models.pard import MASK_KEY, Pard, check_mask_token, choose_mask_token
 from draftsmith.train import losses
-from draftsmith.train.config import divergence_checks, take_old_loss_key
+from draftsmith.train.config import Note, divergence_checks, take_old_loss_key
 from draftsmith.train.tasks.base import TrainingTask
 from draftsmith.train.tasks.draft_lm import init_causal_lm
 
@@ -48,24 +49,17 @@ class PardTrainConfig:
     kind: str = "pard"
     # truncated:N (target's first N layers), a draft_lm/pard checkpoint, or a causal LM with the target's tokenizer
     init: str = "truncated:8"
-    num_speculative_tokens: int = 8  # K: tokens per forward; trained with K-1 mask copies (paper: 8)
+    num_speculative_tokens: Annotated[int, Ge(1)] = 8  # K: tokens per forward; trained with K-1 mask copies (paper: 8)
     mask_token: str = "auto"  # auto (see models/pard.py choose_mask_token) | a token id | a token string
     # fkl | rkl | jsd | tvd to the target's distribution, or ce on the data's tokens (the paper's);
     # what each optimises: train/config.py's DIVERGENCES
     divergence: str = "fkl"
     loss: str | None = None  # deprecated spelling of divergence, still read
-    temperature: float = 1.0
-    jsd_beta: float = 0.5
-    retention: float = 0.7  # COD's r: copy i keeps a share max(r^i, min_retention) of its queries
-    min_retention: float = 0.2  # COD's r_min
-
-    RANGES: typing.ClassVar[dict[str, str]] = {
-        "num_speculative_tokens": ">=1",
-        "temperature": ">0",
-        "jsd_beta": "(0, 1)",
-        "retention": "(0, 1] (1: no drop, every copy whole)",
-        "min_retention": "[0, 1] (0: no floor)",
-    }
+    temperature: Annotated[float, Gt(0)] = 1.0
+    jsd_beta: Annotated[float, Interval(gt=0, lt=1)] = 0.5
+    # COD's r: copy i keeps a share max(r^i, min_retention) of its queries
+    retention: Annotated[float, Interval(gt=0, le=1), Note("1: no drop, every copy whole")] = 0.7
+    min_retention: Annotated[float, Interval(ge=0, le=1), Note("0: no floor")] = 0.2  # COD's r_min
 
     def __post_init__(self):
         take_old_loss_key(self)
