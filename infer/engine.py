@@ -20,11 +20,15 @@ runs eagerly.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
+import numbers
 import operator
 import os
 import statistics
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -74,10 +78,70 @@ def _chain(k: int) -> Tree:
     return Tree.chain(k)
 
 
+def _validated_engine_args(target, drafter, k, tree, verification, adaptive):
+    """Engine's arguments checked at the boundary, each refused in one line naming the argument,
+    the value and what is accepted (instead of a TypeError from deep in the loop); -> (k as an
+    int or None, tree as a TreeConfig or None). A mapping for `tree` builds TreeConfig(**mapping)."""
+    if target is None or not callable(getattr(target, "forward_hidden", None)):
+        raise DraftsmithError(
+            f"Engine: target must be a loaded target (Target.load(name)), got {type(target).__name__} {target!r:.60}"
+        )
+    if drafter is not None and not all(callable(getattr(drafter, m, None)) for m in ("start", "propose", "accept")):
+        raise DraftsmithError(
+            f"Engine: drafter must be a loaded drafter (load_drafter(spec, target)) or None, "
+            f"got {type(drafter).__name__} {drafter!r:.60}"
+        )
+    if k is not None:
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+            raise DraftsmithError(
+                f"Engine: num_speculative_tokens must be an int >= 1 (or None: the drafter's default), "
+                f"got {type(k).__name__} {k!r}"
+            )
+        k = int(k)
+        if drafter is not None and k < 1:
+            raise DraftsmithError(f"Engine: num_speculative_tokens must be >= 1 with a drafter, got {k}")
+    if isinstance(tree, Mapping):
+        try:
+            tree = TreeConfig(**tree)
+        except TypeError:
+            fields = ", ".join(f.name for f in dataclasses.fields(TreeConfig))
+            raise DraftsmithError(
+                f"Engine: tree {dict(tree)!r} is not a TreeConfig: its keys must be among {fields}"
+            ) from None
+    elif tree is not None and not isinstance(tree, TreeConfig):
+        raise DraftsmithError(
+            f"Engine: tree must be a TreeConfig (or a mapping of its fields) or None, "
+            f"got {type(tree).__name__} {tree!r}"
+        )
+    if not isinstance(verification, str):
+        raise DraftsmithError(
+            f"Engine: verification must be one of {', '.join(VERIFICATIONS)}, got {type(verification).__name__} "
+            f"{verification!r}"
+        )
+    if not isinstance(adaptive, bool):
+        raise DraftsmithError(f"Engine: adaptive must be True or False, got {type(adaptive).__name__} {adaptive!r}")
+    return k, tree
+
+
+def _checked_seed(sampling, seed) -> int | None:
+    """generate's sampling and seed, refused in one line before any work; -> the seed as an int
+    (a numpy integer too), or None."""
+    if not isinstance(sampling, SamplingConfig):
+        hint = "SamplingConfig(**...)" if isinstance(sampling, Mapping) else "SamplingConfig(temperature=...)"
+        raise DraftsmithError(
+            f"generate: sampling must be a SamplingConfig (e.g. {hint}), got {type(sampling).__name__} {sampling!r}"
+        )
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**64):
+        raise DraftsmithError(
+            f"generate: seed must be an int in 0..2**64-1 (or None), got {type(seed).__name__} {seed!r}"
+        )
+
+
 class Engine:
     """Decodes with `target`, optionally speculating with `drafter` (any object behind `Drafter`).
 
-    tree: a TreeConfig for drafters that draft trees (`supports_trees`); None drafts chains of
+    tree: a TreeConfig for drafters that draft trees (`supports_trees`), or a mapping of its
+    fields (`{"topk": 2, "depth": 3}` is TreeConfig(topk=2, depth=3)); None drafts chains of
     `num_speculative_tokens` (None: the drafter's default, its kind's `default_k` within its cap).
     verification: one of VERIFICATIONS.
     adaptive: choose each step's K in 0..num_speculative_tokens from the acceptance and step
@@ -103,6 +167,9 @@ class Engine:
                 f"Engine: the drafter must be a loaded drafter (load_drafter({os.fspath(drafter)!r}, target)), "
                 f"not its name {drafter!r}"
             )
+        num_speculative_tokens, tree = _validated_engine_args(
+            target, drafter, num_speculative_tokens, tree, verification, adaptive
+        )
         if adaptive and drafter is not None and verification != "lossless":
             raise DraftsmithError(
                 f"adaptive K needs lossless verification, not {verification!r}: pass a fixed -k with it"
@@ -191,6 +258,7 @@ class Engine:
         speculative: bool = True,
     ) -> GenerationResult:
         """Decode one prompt. `speculative=False` runs plain decoding even if a drafter is set."""
+        seed = _checked_seed(sampling, seed)
         target, device = self.target, self.target.device
         prompt = prompt_tensor(prompt_ids, getattr(target, "vocab_size", None), device)
         if prompt.shape[1] == 0:
@@ -481,7 +549,17 @@ def predicted_speedup(tau: float, t_step: float, t_draft_k: float, t_verify: flo
     (Leviathan et al. 2023, Thm 3.8, with measured rather than modelled costs.) Comparing it to
     the measured speedup shows the engine's own per-step overhead.
     """
+    for name, value, low in (("tau", tau, 1.0), ("t_step", t_step, 0.0), ("t_draft_k", t_draft_k, 0.0)):
+        if not _finite_at_least(value, low):
+            what = "the mean acceptance length, >= 1" if name == "tau" else "seconds, >= 0"
+            raise DraftsmithError(f"predicted_speedup: {name} must be a finite number ({what}), got {value!r}")
+    if not _finite_at_least(t_verify, 0.0) or t_verify == 0:
+        raise DraftsmithError(f"predicted_speedup: t_verify must be a finite number of seconds > 0, got {t_verify!r}")
     return tau * t_step / (t_draft_k + t_verify)
+
+
+def _finite_at_least(x, low: float) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) and x >= low
 
 
 __all__ = ["Engine", "GenerationResult", "adaptive_ceiling", "expected_draft_cost", "predicted_speedup"]

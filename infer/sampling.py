@@ -14,6 +14,13 @@ from dataclasses import dataclass
 
 import torch
 
+from draftsmith.errors import DraftsmithError
+
+
+class SamplingError(DraftsmithError, ValueError):
+    """A SamplingConfig field out of range: a DraftsmithError (one line) that is still the
+    ValueError callers caught before."""
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -24,15 +31,15 @@ class SamplingConfig:
     top_p: float = 1.0
 
     def __post_init__(self):
-        # ValueError (the CLI turns it into its one line): a wrong type or a NaN otherwise fails,
-        # or worse samples, deep inside the loop.
+        # One line naming the field (a DraftsmithError, also a ValueError): a wrong type or a NaN
+        # otherwise fails, or worse samples, deep inside the loop.
         t, k, p = self.temperature, self.top_k, self.top_p
         if not _is_real(t) or not math.isfinite(t) or t < 0:
-            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+            raise SamplingError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
-            raise ValueError(f"top_k must be an int >= 0 (0 = off), got {k!r}")
+            raise SamplingError(f"top_k must be an int >= 0 (0 = off), got {k!r}")
         if not _is_real(p) or not 0.0 < p <= 1.0:  # NaN fails the comparison too
-            raise ValueError(f"top_p must be a number in (0, 1] (1 = off), got {p!r}")
+            raise SamplingError(f"top_p must be a number in (0, 1] (1 = off), got {p!r}")
 
     @property
     def greedy(self) -> bool:

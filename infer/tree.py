@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import numbers
 import pathlib
 from dataclasses import dataclass
 from functools import cached_property
@@ -48,6 +49,8 @@ class TreeConfig:
             raise DraftsmithError(f"tree children {self.children!r}: choose topk or sampled")
         for name in ("topk", "depth", "num_draft_tokens"):
             v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
+                raise DraftsmithError(f"tree {name} must be an int >= 1 (or None), got {type(v).__name__} {v!r}")
             if v is not None and v < 1:
                 raise DraftsmithError(f"tree {name} must be >= 1, got {v}")
         if self.num_draft_tokens is not None and self.num_draft_tokens < 2:
