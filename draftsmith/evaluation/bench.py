@@ -174,6 +174,10 @@ def run_bench(
     the speed model's prediction is a fixed K's, so it is reported for that one.
     hf_fast: the anchors on transformers' static cache and compiled forward (default: where our
     target runs compiled; hf_anchors.py)."""
+    if adaptive_k and drafter is None:
+        raise DraftsmithError(
+            f"adaptive_k={adaptive_k!r}: adaptive K chooses how many tokens a draft proposes, it needs a drafter"
+        )
     engine = Engine(target, drafter, k, tree=tree, verification=verification)
     adaptive = (
         Engine(target, drafter, adaptive_k, tree=tree, verification=verification, adaptive=True)

@@ -36,7 +36,9 @@ def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
         type=int,
         default=None,
         help="tokens drafted per step (K): chain depth (medusa: heads used); default: the drafter kind's default K "
-        "(default_k, 4 for the built-in kinds), or all a capped drafter drafts (a medusa's heads) if fewer",
+        "(default_k, 4 for the built-in kinds), or all a capped drafter drafts (a medusa's heads) if fewer; "
+        "with --adaptive-k the most it drafts (with tree flags too: the longest chain it may choose instead of "
+        "the tree)",
     )
     tree = p.add_argument_group(
         "trees (medusa, eagle): opt in with choices or any of topk/depth/num-draft-tokens (named as SGLang's)"
@@ -271,6 +273,8 @@ def _load_prompts(args, target, drafter):
 
 def _setup(args):
     _check_args(args)
+    if getattr(args, "adaptive_k", False) and not args.draft:  # asked for by name, it would do nothing
+        raise DraftsmithError("--adaptive-k chooses how many tokens a draft proposes per step: it needs --draft")
 
     from draftsmith.infer.sampling import SamplingConfig
     from draftsmith.models import Checkpoint, Target, load_drafter
