@@ -29,16 +29,18 @@ QUICK = [
 
 
 def scripted_tau(monkeypatch, taus: dict[int, float]) -> list[int]:
-    """Trainer.measure_acceptance reports taus[step] (recorded as the real one is); -> the steps measured."""
+    """Trainer.measure_acceptance reports taus[step], a τ or (τ, standard error), 1.0 at an unnamed
+    step 0 (recorded as the real one is); -> the steps measured."""
     from draftsmith.train.trainer.loop import Trainer
 
     measured = []
 
     def fake(self):
         measured.append(self.step)
-        tau = taus[self.step]
+        tau = taus.get(self.step, 1.0)  # step 0: before training, unless a test names it
+        tau, se = tau if isinstance(tau, tuple) else (tau, None)  # (tau, its standard error)
         self._record({"eval/mean_acceptance_length": tau})
-        return {"mean_acceptance_length": tau, "num_prompts": 2, "per_position_acceptance": [0.5]}
+        return {"mean_acceptance_length": tau, "mean_acceptance_length_se": se, "num_prompts": 2}
 
     monkeypatch.setattr(Trainer, "measure_acceptance", fake)
     return measured
@@ -63,7 +65,7 @@ def test_best_is_the_highest_tau_and_the_curves_are_drawn(tiny_cache, tmp_path, 
     measured = scripted_tau(monkeypatch, {2: 1.5, 4: 2.5, 6: 1.8, 8: 1.2})
     tensorboard = importlib.util.find_spec("tensorboard") is not None
     s = train(tmp_path, "--optim.max_steps=8", *(["--logging.trackers=[tensorboard]"] if tensorboard else []))
-    assert measured == [2, 4, 6, 8]  # every acceptance_every steps, and the end of the run as a candidate
+    assert measured == [0, 2, 4, 6, 8]  # before training, every acceptance_every steps, and the end
     best = tmp_path / "best"
     meta = json.loads((best / "drafter.json").read_text())
     assert meta["step"] == 4 and meta["tau"] == 2.5 and meta["checkpoint"] == "best"
@@ -78,7 +80,7 @@ def test_best_is_the_highest_tau_and_the_curves_are_drawn(tiny_cache, tmp_path, 
     from draftsmith.train.trainer.curves import series
 
     tokens, taus = series(s["history"], "eval/mean_acceptance_length")
-    assert taus == [1.5, 2.5, 1.8, 1.2] and tokens == sorted(tokens) and tokens[0] > 0
+    assert taus == [1.0, 1.5, 2.5, 1.8, 1.2] and tokens == sorted(tokens) and tokens[0] == 0 < tokens[1]
     if tensorboard:  # the trackers get τ beside the losses, at the steps it was measured
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -86,7 +88,7 @@ def test_best_is_the_highest_tau_and_the_curves_are_drawn(tiny_cache, tmp_path, 
         events.Reload()
         assert "train/loss" in events.Tags()["scalars"]
         logged = [(e.step, round(e.value, 3)) for e in events.Scalars("eval/mean_acceptance_length")]
-        assert logged == [(2, 1.5), (4, 2.5), (6, 1.8), (8, 1.2)]
+        assert logged == [(0, 1.0), (2, 1.5), (4, 2.5), (6, 1.8), (8, 1.2)]
     png = tmp_path / "curves.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
     # nothing left half-written
@@ -115,12 +117,28 @@ def test_resume_keeps_a_better_best(tiny_cache, tmp_path, fresh_accelerate, monk
     # a longer run resumed from step 6: its later τ are all worse than step 4's
     measured = scripted_tau(monkeypatch, {8: 2.9, 10: 2.0})
     s = train(tmp_path, "--optim.max_steps=10", resume=True)
-    assert measured == [8, 10]
+    assert measured == [8, 10]  # a resumed run does not measure step 0 again
     meta = json.loads((tmp_path / "best" / "drafter.json").read_text())
     assert meta["step"] == 4 and meta["tau"] == 3.0
     after = weights(tmp_path / "best")
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert s["best"]["step"] == 4
+
+
+def test_best_moves_only_beyond_the_noise_and_says_why(tiny_cache, tmp_path, fresh_accelerate, monkeypatch):
+    """With standard errors, a higher τ must beat best/'s by more than twice the standard error of
+    the difference: step 2's +0.08 is noise (margin 0.14), step 4's +0.30 is not, step 6's +0.05
+    over step 4 is noise again."""
+    scripted_tau(monkeypatch, {0: (1.0, 0.05), 2: (1.08, 0.05), 4: (1.3, 0.05), 6: (1.35, 0.05)})
+    s = train(tmp_path, "--optim.max_steps=6")
+    meta = json.loads((tmp_path / "best" / "drafter.json").read_text())
+    assert meta["step"] == 4 and meta["tau"] == 1.3 and meta["tau_se"] == 0.05
+    assert s["best"]["step"] == 4 and "2 standard errors" in s["best"]["why"] and "step 0" in s["best"]["why"]
+
+    out = tmp_path / "flat"  # nothing beats step 0 beyond the noise: best/ is the untrained drafter, and says so
+    scripted_tau(monkeypatch, {0: (1.0, 0.05), 2: (1.05, 0.05), 4: (1.1, 0.05)})
+    s = train(out, "--optim.max_steps=4")
+    assert s["best"]["step"] == 0 and s["best"]["why"] == "the first measurement"
 
 
 def test_restore_best_prefers_what_best_holds_on_disk(tiny_cache, tmp_path, fresh_accelerate, monkeypatch):

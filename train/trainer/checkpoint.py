@@ -35,6 +35,7 @@ from __future__ import annotations
 import fcntl  # POSIX file locks: draftsmith trains on Linux/macOS
 import json
 import logging
+import math
 import os
 import pathlib
 import shutil
@@ -101,7 +102,7 @@ class RunFolder:
         self.root, self.kind, self.resuming, self.keep_last = root, kind, resume, keep_last
         check_output_dir(root)
         plan_resume(root, kind, resume)
-        self.best: dict | None = None  # {"step", "tau", "tokens"} of the checkpoint in best/
+        self.best: dict | None = None  # {"step", "tau", "se", "tokens", "why"} of the checkpoint in best/
         self._acc = self._lock = self._plan = None
         self._wrote = False  # until resume's first write: closing then removes a folder this run created
         self._damaged: set[str] = set()  # damaged checkpoints already named in a warning
@@ -184,30 +185,72 @@ class RunFolder:
         return written
 
     def keep_if_best(
-        self, task, model, tau: float | None, position: dict, eval_metrics: dict, acceptance: dict
+        self,
+        task,
+        model,
+        tau: float | None,
+        position: dict,
+        eval_metrics: dict,
+        acceptance: dict,
+        se: float | None = None,
     ) -> None:
-        """best/ when this step's τ measured through the runtime is >= the best so far (ties: the
-        later step): τ peaks while the loss keeps falling, so the loss cannot choose. The main
-        process measured (`tau`; None: not measured), so it decides for every rank; `acceptance`
-        says which prompts τ was measured on."""
+        """best/ when this step's τ, measured through the runtime, beats best/'s by more than twice
+        the standard error of their difference (each τ's error from its prompts, `se`): τ on a few
+        prompts is noisy, and a noisy maximum would pick a checkpoint by chance. The first
+        measurement (step 0 where the run measures it) is best/ to begin with. Without standard
+        errors (a single prompt) the higher τ wins, ties to the later step. τ peaks while the loss
+        keeps falling, so the loss cannot choose. The main process measured (`tau`; None: not
+        measured), so it decides for every rank; `acceptance` says which prompts τ was measured on;
+        best/'s record says why it was kept."""
         if self._acc.num_processes > 1:
             from accelerate.utils import broadcast_object_list
 
-            tau = broadcast_object_list([tau], from_process=0)[0]
-        if tau is None or (self.best is not None and tau < self.best["tau"]):
+            tau, se = broadcast_object_list([tau, se], from_process=0)
+        if tau is None:
             return
-        step = position["step"]
-        self.best = {"step": step, "tau": tau, "tokens": position["tokens"]}
-        extra = {"step": step, "eval": eval_metrics, "checkpoint": BEST, "tau": tau, "acceptance": acceptance}
+        step, why = position["step"], "the first measurement"
+        if self.best is not None:
+            best, best_se = self.best["tau"], self.best.get("se")
+            if _finite(se) and _finite(best_se):
+                margin = 2 * math.hypot(se, best_se)
+                if tau - best <= margin:
+                    if self._acc.is_main_process:
+                        log.info(
+                            "τ %.3f ± %.3f at step %d is within the noise of best/'s %.3f ± %.3f (step %d): "
+                            "best/ stays",
+                            tau, se, step, best, best_se, self.best["step"],
+                        )  # fmt: skip
+                    return
+                why = (
+                    f"τ {tau:.3f} ± {se:.3f} beat step {self.best['step']}'s {best:.3f} ± {best_se:.3f} by more "
+                    f"than {margin:.3f} (2 standard errors of the difference)"
+                )
+            elif tau < best:
+                return
+            else:
+                why = f"τ {tau:.3f} >= step {self.best['step']}'s {best:.3f} (no standard error to test against)"
+        self.best = {"step": step, "tau": tau, "se": se, "tokens": position["tokens"], "why": why}
+        extra = {
+            "step": step,
+            "eval": eval_metrics,
+            "checkpoint": BEST,
+            "tau": tau,
+            "tau_se": se,
+            "acceptance": acceptance,
+        }
         save(self._acc, task, model, self.root, BEST, None, extra)
         if self._acc.is_main_process:
-            log.info("best τ so far: %.3f at step %d, written to %s", tau, step, self.root / BEST)
+            log.info("best/ is step %d (%s), written to %s", step, why, self.root / BEST)
 
     def close(self) -> None:
         """Release the folder (the process's exit releases it too); a run that wrote nothing removes
         the folder if it created it."""
         if self._lock is not None:
             self._lock.release(discard=not self._wrote)
+
+
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(x)
 
 
 # --- before anything is written ------------------------------------------------------------------

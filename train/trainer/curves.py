@@ -1,7 +1,8 @@
 """The training summary's picture: loss and measured τ against tokens seen (`curves.png`).
 
 τ through the runtime often peaks while the loss keeps falling; the plot makes the peak, and
-the step best/ was taken at, visible beside the run. matplotlib's Agg backend: no display needed.
+the step best/ was taken at, visible beside the run, each τ with its standard error over the
+held-out prompts and the step-0 τ as a line. matplotlib's Agg backend: no display needed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ log = logging.getLogger("draftsmith.train")
 CURVES = "curves.png"
 LOSS_KEYS = ("train/loss", "eval/loss")
 TAU_KEY = "eval/mean_acceptance_length"
+TAU_SE_KEY = "eval/mean_acceptance_length_se"
 
 
 def series(history: list[dict], key: str) -> tuple[list[float], list[float]]:
@@ -45,7 +47,11 @@ def plot_curves(history: list[dict], path: pathlib.Path, best: dict | None = Non
     x, y = series(history, TAU_KEY)
     if x:
         tau_ax = ax.twinx()
-        tau_ax.plot(x, y, "s-", color="tab:red", label="τ (mean acceptance length)", markersize=4)
+        # error bars: τ's standard error over the held-out prompts (0 where a record has none)
+        err = [h.get(TAU_SE_KEY) or 0.0 for h in history if TAU_KEY in h and "tokens" in h]
+        tau_ax.errorbar(x, y, yerr=err, fmt="s-", color="tab:red", label="τ ± standard error", markersize=4, capsize=2)
+        if x[0] == 0:  # measured before training: what training added is the distance from this line
+            tau_ax.axhline(y[0], color="tab:red", linestyle=":", linewidth=1, label="τ at step 0")
         if best is not None and best.get("tokens") is not None:
             tau_ax.plot([best["tokens"]], [best["tau"]], "*", color="gold", markersize=14, label="best/")
         tau_ax.set_ylabel("τ, measured through the runtime")

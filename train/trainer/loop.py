@@ -159,6 +159,12 @@ class Trainer:
         self._t_start = time.monotonic()
         deadline = self._t_start + r.optim.max_minutes * 60 - self.train_seconds if r.optim.max_minutes else None
         out_of_time = False
+        if self.step == 0 and r.logging.acceptance_every > 0:
+            # step 0: what the drafter does before training, so the curve shows what training added
+            # (and best/ starts from it: a later step must beat it beyond the noise)
+            if r.logging.eval_every > 0:
+                self.evaluate()
+            self._keep_if_best(self.measure_acceptance())
         while self.step < r.optim.max_steps and not out_of_time:
             bs_global = r.optim.batch_size * acc.num_processes
             self.sampler.skip_next(self.epoch, self.batch_in_epoch * bs_global)
@@ -349,9 +355,11 @@ class Trainer:
                 log.warning("acceptance measurement at step %d abandoned: SIGTERM", self.step)
             if result is not None:
                 per_pos = {f"eval/acceptance_pos{j + 1}": a for j, a in enumerate(result["per_position_acceptance"])}
+                se = result.get("mean_acceptance_length_se")
                 self._record(
                     {
                         "eval/mean_acceptance_length": result["mean_acceptance_length"],
+                        **({"eval/mean_acceptance_length_se": se} if se is not None else {}),
                         "eval/draft_acceptance_rate": result["draft_acceptance_rate"],
                         **per_pos,
                     }
@@ -360,9 +368,12 @@ class Trainer:
         return result
 
     def _keep_if_best(self, result: dict | None) -> None:
-        """best/ if this step's measured τ is the best so far (collective: the main process measured)."""
+        """best/ if this step's measured τ beats best/'s beyond the noise (collective: the main
+        process measured)."""
         tau = None if result is None else float(result["mean_acceptance_length"])
-        self.folder.keep_if_best(self.task, self.model, tau, self._position(), self.last_eval, self._acceptance_meta())
+        se = None if result is None else result.get("mean_acceptance_length_se")
+        meta = self._acceptance_meta()
+        self.folder.keep_if_best(self.task, self.model, tau, self._position(), self.last_eval, meta, se)
 
     def _acceptance_meta(self) -> dict:
         """Which prompts τ was measured on (a checkpoint's τ means little without them)."""
