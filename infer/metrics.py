@@ -14,6 +14,7 @@ measure the drafter rather than where the request happened to end.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -70,3 +71,19 @@ class SpecMetrics:
             "mean_acceptance_length": self.mean_acceptance_length,
             "per_position_acceptance": self.per_position_acceptance,
         }
+
+
+def pooled_ratio(num, den) -> tuple[float, float]:
+    """(sum(num) / sum(den), its standard error with each (num_i, den_i) pair a cluster): a rate
+    pooled over prompts, e.g. accepted tokens per draft, whose steps within one prompt are not
+    independent. The ratio estimator's error, sqrt(n / (n - 1) * sum((a_i - r d_i)^2)) / sum(d_i);
+    nan where nothing was drafted, and for the error with fewer than two clusters."""
+    num, den = [float(x) for x in num], [float(x) for x in den]
+    total = sum(den)
+    if total <= 0:
+        return math.nan, math.nan
+    r = sum(num) / total
+    if len(den) < 2:
+        return r, math.nan
+    n = len(den)
+    return r, math.sqrt(n / (n - 1) * sum((a - r * d) ** 2 for a, d in zip(num, den))) / total

@@ -189,3 +189,22 @@ def test_acceptance_prompts_keep_chat_and_code(tiny_target):
     assert {p.domain for p in data.eval_prompts} == {"chitchat", "code"}
     counts = [sum(p.domain == d for p in data.eval_prompts) for d in ("chitchat", "code")]
     assert counts[0] == counts[1] == data.stats["eval_rows"]
+
+
+def test_eval_reports_taus_standard_error_over_its_prompts(tiny_target, tiny):
+    """run_eval (what training measures through) gives tau's standard error with prompts as
+    clusters; with one prompt it cannot be estimated and says None (never NaN in a JSON)."""
+    from draftsmith.evaluation.bench import run_eval
+    from draftsmith.evaluation.prompts import Prompt
+    from draftsmith.infer.metrics import pooled_ratio
+    from draftsmith.infer.sampling import GREEDY
+
+    _, _, drafter = tiny("draft_lm")
+    prompts = [Prompt(ids, "", "chat") for ids in ([5, 40, 41, 42, 43, 9, 12], [7, 8, 9, 10, 11, 12], [3, 4, 5, 6])]
+    r = run_eval(tiny_target, drafter, prompts, 3, 16, GREEDY, progress=False)
+    assert r["mean_acceptance_length_se"] is not None and r["mean_acceptance_length_se"] >= 0
+    assert (
+        run_eval(tiny_target, drafter, prompts[:1], 3, 16, GREEDY, progress=False)["mean_acceptance_length_se"] is None
+    )
+    rate, se = pooled_ratio([5, 10], [10, 10])
+    assert rate == 0.75 and abs(se - 0.25) < 1e-12

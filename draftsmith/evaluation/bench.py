@@ -19,6 +19,7 @@ decode forward (hf_anchors.py); result["baselines"] records what each ran.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import statistics
 import tempfile
@@ -35,7 +36,7 @@ from draftsmith.evaluation.hf_anchors import hf_generate as _hf_generate  # the 
 from draftsmith.evaluation.report import stamp, write_json_atomic
 from draftsmith.infer.engine import Engine, GenerationResult, predicted_speedup
 from draftsmith.infer.hardware import cpu_info, format_cpu  # noqa: F401 (format_cpu: the scripts import it from here)
-from draftsmith.infer.metrics import SpecMetrics
+from draftsmith.infer.metrics import SpecMetrics, pooled_ratio
 from draftsmith.infer.tree import TreeConfig
 from draftsmith.models import checkpoint_identity
 
@@ -133,6 +134,10 @@ def breakdown(prompts, results: list[GenerationResult], baseline: list[Generatio
     return out
 
 
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
 def run_eval(
     target, drafter, prompts, k, max_new_tokens, sampling, seed=0, progress=True, tree=None, verification="lossless"
 ) -> dict:
@@ -148,6 +153,11 @@ def run_eval(
         "temperature": sampling.temperature,
         "num_prompts": len(prompts),
         **total.as_dict(),
+        # tau's standard error over the prompts (each a cluster of steps): what a difference must
+        # beat; None where it cannot be estimated (one prompt, nothing drafted)
+        "mean_acceptance_length_se": _finite_or_none(
+            pooled_ratio([r.metrics.accepted_tokens for r in results], [r.metrics.drafts for r in results])[1]
+        ),
         **breakdown(prompts, results),  # no baseline ran: acceptance only, no speedup
     }
 

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
+from draftsmith.infer.metrics import pooled_ratio
 from draftsmith.infer.proposal import Proposal
 from draftsmith.infer.sampling import SamplingConfig
 
@@ -64,16 +65,7 @@ class Counts:
         self.per_pos.append([int(x) for x in per_pos])
 
 
-def ratio(num: list[float], den: list[float]) -> tuple[float, float]:
-    """(sum(num) / sum(den), its standard error with each pair a cluster); (nan, nan) when empty."""
-    total = sum(den)
-    if total <= 0:
-        return math.nan, math.nan
-    r = sum(num) / total
-    n = len(den)
-    if n < 2:
-        return r, math.nan
-    return r, math.sqrt(n / (n - 1) * sum((a - r * d) ** 2 for a, d in zip(num, den))) / total
+ratio = pooled_ratio  # a rate over prompts and its standard error, prompts as clusters
 
 
 def compare(ours: Counts, engine: Counts, k: int, alpha: float = ALPHA, power: float = POWER) -> dict:
