@@ -1,4 +1,4 @@
-"""Target features for EAGLE (train/features/__init__.py) on the tiny-random target and chitchat rows:
+"""Target features for EAGLE (train/features/) on the tiny-random target and chitchat rows:
 online = offline after the bf16 cast, refused mismatches, resumable extraction, cache size,
 the command line, and a two-process extraction."""
 
@@ -15,10 +15,9 @@ import torch
 from safetensors import safe_open
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.train import features as feat
 from draftsmith.train.config import DataConfig, load_recipe
 from draftsmith.train.data import TokenRows, build_data, collate
-from draftsmith.train.features import OfflineFeatures, OnlineFeatures, extract, target_hidden_states
+from draftsmith.train.features import OfflineFeatures, OnlineFeatures, extract, extraction, target_hidden_states
 from draftsmith.train.features import cli as features_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -168,7 +167,7 @@ def test_logits_need_the_last_layer(tiny_target, packed, tmp_path):
 
 
 def test_interrupted_extraction_resumes_without_rewriting(tiny_target, packed, cache, tmp_path, monkeypatch):
-    write, calls = feat._write_shard, []
+    write, calls = extraction._write_shard, []
 
     def dies_after_two(path, tensors, metadata):
         if len(calls) == 2:
@@ -176,10 +175,10 @@ def test_interrupted_extraction_resumes_without_rewriting(tiny_target, packed, c
         calls.append(path.name)
         write(path, tensors, metadata)
 
-    monkeypatch.setattr(feat, "_write_shard", dies_after_two)
+    monkeypatch.setattr(extraction, "_write_shard", dies_after_two)
     with pytest.raises(KeyboardInterrupt):
         extract(tiny_target, LAYERS, packed, tmp_path, max_length=64, shard_rows=8, progress=False)
-    monkeypatch.setattr(feat, "_write_shard", write)
+    monkeypatch.setattr(extraction, "_write_shard", write)
     done = sorted(tmp_path.glob("shard-*.safetensors"))
     assert [p.name for p in done] == calls == ["shard-00000.safetensors", "shard-00001.safetensors"]
     assert not (tmp_path / "manifest.json").exists()

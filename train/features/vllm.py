@@ -34,20 +34,19 @@ import torch
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.train.features import (
+from draftsmith.train.features.cache import (
     CACHE_DTYPES,
     MANIFEST,
     SETTINGS,
     _read_json,
     _refuse_different,
     _shard_name,
-    _survey,
     _write_atomic,
-    _write_shard,
-    check_layers,
     comparable,
     settings,
 )
+from draftsmith.train.features.extraction import _survey, _write_shard
+from draftsmith.train.features.online import check_layers
 
 META = "vllm-hidden-states.json"  # written by draftsmith/shipping/engines/vllm_features.py (its META)
 CONNECTOR_SOURCE = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
