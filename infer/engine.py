@@ -135,6 +135,7 @@ def _checked_seed(sampling, seed) -> int | None:
         raise DraftsmithError(
             f"generate: seed must be an int in 0..2**64-1 (or None), got {type(seed).__name__} {seed!r}"
         )
+    return None if seed is None else int(seed)
 
 
 class Engine:

@@ -109,6 +109,13 @@ def test_valid_seeds_still_decode(tiny_target):
     plain = Engine(tiny_target).generate(PROMPT, 4, eos_token_ids=())
     for seed in (None, 0, np.int64(7), 2**64 - 1):
         assert Engine(tiny_target).generate(PROMPT, 4, seed=seed, eos_token_ids=()).tokens == plain.tokens
+    hot = SamplingConfig(temperature=1.0)
+    sampled = {
+        s: tuple(Engine(tiny_target).generate(PROMPT, 6, hot, seed=s, eos_token_ids=()).tokens) for s in range(6)
+    }
+    assert len(set(sampled.values())) > 1, "the seed must reach the sampler"
+    assert sampled[3] == tuple(Engine(tiny_target).generate(PROMPT, 6, hot, seed=np.int64(3), eos_token_ids=()).tokens)
+    assert sampled[0] == tuple(Engine(tiny_target).generate(PROMPT, 6, hot, seed=None, eos_token_ids=()).tokens)
 
 
 @pytest.mark.parametrize(
