@@ -27,9 +27,20 @@ class StandIn:
     """A fake vLLM: /v1/models, /version, /metrics (counters grow by PER_REQUEST per finished
     request when `drafted`), streamed /v1/chat/completions and /v1/completions."""
 
-    def __init__(self, drafted: bool, vllm: bool = True, total_suffix: bool = True, port: int = 0):
+    def __init__(self, drafted: bool, vllm: bool = True, total_suffix: bool = True, port: int = 0, *,
+                 cut_after: int | None = None, cut_every: int = 1, hang: bool = False, gate=None,
+                 drop_counters_after: int | None = None, restart_at: int | None = None):  # fmt: skip
+        """cut_after: every cut_every-th request's stream ends (cleanly) after that many chunks,
+        without usage or [DONE]; hang: every request stops after its first chunk until close();
+        gate: a threading.Barrier each request waits at before streaming; drop_counters_after:
+        /metrics loses its spec-decode counters once that many requests finished; restart_at: the
+        counters start again from 0 when that many requests finished (a restarted server)."""
         self.drafted, self.vllm, self.suffix = drafted, vllm, "_total" if total_suffix else ""
+        self.cut_after, self.cut_every, self.hang, self.gate = cut_after, cut_every, hang, gate
+        self.drop_counters_after, self.restart_at = drop_counters_after, restart_at
+        self.hanging, self.release = threading.Event(), threading.Event()
         self.done = 0
+        self.received = 0
         self.bodies = []  # every request body received, in order
         self.lock = threading.Lock()
         stand_in = self
@@ -65,7 +76,10 @@ class StandIn:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                stand_in.bodies.append(body)
+                with stand_in.lock:
+                    stand_in.bodies.append(body)
+                    index = stand_in.received
+                    stand_in.received += 1
                 chat = self.path == "/v1/chat/completions"
                 if body["model"] not in ("stand-in", "target"):  # as vLLM answers a model it does not serve
                     self.send_error(404, "model not found")
@@ -74,13 +88,26 @@ class StandIn:
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
+                if stand_in.gate is not None:
+                    stand_in.gate.wait(timeout=120)
                 time.sleep(FIRST_TOKEN_S)
-                for _ in range(min(TOKENS, body["max_tokens"])):
+                cut = stand_in.cut_after is not None and index % stand_in.cut_every == 0
+                for i in range(min(TOKENS, body["max_tokens"])):
+                    if cut and i == stand_in.cut_after:  # the stream ends here, cleanly, but early
+                        self.wfile.write(b"0\r\n\r\n")
+                        self.close_connection = True
+                        return
                     choice = {"delta": {"content": "x"}} if chat else {"text": "x"}
                     self._chunk(f"data: {json.dumps({'choices': [choice]})}\n\n")
+                    if stand_in.hang:
+                        stand_in.hanging.set()
+                        stand_in.release.wait(timeout=600)
+                        return
                     time.sleep(0.001)
                 with stand_in.lock:
                     stand_in.done += 1
+                    if stand_in.restart_at is not None and stand_in.done == stand_in.restart_at:
+                        stand_in.done, stand_in.restart_at = 0, None
                 usage = {"choices": [], "usage": {"completion_tokens": min(TOKENS, body["max_tokens"])}}
                 self._chunk(f"data: {json.dumps(usage)}\n\n")
                 self._chunk("data: [DONE]\n\n")
@@ -96,7 +123,8 @@ class StandIn:
         if not self.vllm:
             return "# HELP http_requests_total a web server\nhttp_requests_total 3\n"
         lines = ['vllm:num_requests_running{model_name="stand-in"} 0']
-        if self.drafted:
+        gone = self.drop_counters_after is not None and self.done >= self.drop_counters_after
+        if self.drafted and not gone:
             n, s = self.done, self.suffix
             lines += [
                 f'vllm:spec_decode_num_drafts{s}{{model_name="stand-in"}} {n * PER_REQUEST["drafts"]}',
@@ -111,6 +139,7 @@ class StandIn:
         return "\n".join(lines) + "\n"
 
     def close(self):
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -177,18 +206,24 @@ def test_the_table_follows_the_counters_and_the_streams(servers, speed_file, tmp
             assert f["output_tokens"] == n * TOKENS
             assert f["output_tokens_per_s"] == pytest.approx(n * TOKENS / f["wall_s"])
             assert f["requests_per_s"] == pytest.approx(n / f["wall_s"])
-            assert FIRST_TOKEN_S <= f["ttft_p50_s"] <= f["ttft_p99_s"] <= f["wall_s"]
-            assert 0 < f["itl_p50_s"] <= f["itl_p99_s"]
+            assert FIRST_TOKEN_S * 1e3 <= f["median_ttft_ms"] <= f["p99_ttft_ms"] <= f["wall_s"] * 1e3
+            assert 0 < f["median_tpot_ms"] <= f["p99_tpot_ms"] and 0 < f["median_itl_ms"] <= f["p99_itl_ms"]
+            assert 1 <= f["max_concurrency_seen"] <= r["concurrency"]
+            # the old keys, in seconds, stay for one release: ttft and itl (what is now tpot)
+            assert f["ttft_p50_s"] == pytest.approx(f["median_ttft_ms"] / 1e3)
+            assert f["itl_p99_s"] == pytest.approx(f["p99_tpot_ms"] / 1e3)
         spec = r["drafted"]["spec"]  # exactly the counters' growth over the measured requests
         assert spec["drafts"] == n * PER_REQUEST["drafts"]
         assert spec["tau"] == pytest.approx(1 + PER_REQUEST["accepted"] / PER_REQUEST["drafts"])
+        assert spec["mean_acceptance_length"] == spec["tau"] and spec["valid"]
         assert spec["acceptance_rate"] == pytest.approx(PER_REQUEST["accepted"] / PER_REQUEST["draft_tokens"])
         assert spec["per_position"] == pytest.approx([a / PER_REQUEST["drafts"] for a in PER_REQUEST["per_pos"]])
         assert "spec" not in r["baseline"]
         d, b, s = r["drafted"], r["baseline"], r["speedup"]
         assert s["output_tokens_per_s"] == pytest.approx(d["output_tokens_per_s"] / b["output_tokens_per_s"])
         assert s["requests_per_s"] == pytest.approx(d["requests_per_s"] / b["requests_per_s"])
-        for f in ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s"):
+        assert r["valid"]
+        for f in ("median_ttft_ms", "p99_tpot_ms", "median_itl_ms", "ttft_p50_s", "itl_p50_s"):
             assert s[f] == pytest.approx(b[f] / d[f])
     assert result["crossover"] == serve_bench.crossovers(rows)
     assert set(result["crossover"]) == {"0", "1"}
@@ -297,7 +332,7 @@ def test_bad_input_is_one_clear_line(servers, speed_file, tmp_path, capsys):
                 "--base-url",
                 plain.url,
                 "--baseline-url",
-                plain.url,
+                plain.url.replace("127.0.0.1", "localhost"),
                 "--prompts",
                 speed_file,
                 "--concurrency",

@@ -3,7 +3,7 @@
 Two OpenAI-compatible vLLM servers, one serving the target with the drafter and one without it
 (started here from a checkpoint's `--format vllm` export, or the user's own: `--base-url`,
 `--baseline-url`), get the same streamed requests at each concurrency. Per level and prompt
-category: output tokens/s, requests/s, TTFT and inter-token latency (p50, p99), tau and the
+category: output tokens/s, requests/s, TTFT, TPOT and ITL (median, p99, in ms), tau and the
 acceptance per draft position from the drafted server's spec-decode counters (read before and
 after the level), each figure's speedup over the plain server, and the crossover: the first
 concurrency where the drafter stops paying. One table, one JSON (stamped with the machine, the
@@ -15,13 +15,16 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import math
+import os
 import pathlib
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 
-from draftsmith.errors import DraftsmithError
+from draftsmith.errors import DraftsmithError, Interrupted
 from draftsmith.shipping import serve_load
 from draftsmith.shipping.serve_load import Request
 
@@ -29,7 +32,8 @@ log = logging.getLogger(__name__)
 DEFAULT_PROMPTS = "mt-bench,humaneval"
 # Latencies: speedup = plain / drafted (above 1: the drafter is faster); rates: drafted / plain.
 RATES = ("output_tokens_per_s", "requests_per_s")
-LATENCIES = ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
+LATENCIES = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms",
+             *serve_load.OLD_KEYS)  # fmt: skip
 ALL = "all"
 
 
@@ -67,14 +71,25 @@ def add_arguments(p) -> None:
     )
     p.add_argument("--num-prompts", type=int, default=None, help="the first N prompts of each set (default: all)")
     p.add_argument("--concurrency", default="1,4,16,64", help="requests in flight, comma list (default 1,4,16,64)")
-    p.add_argument("--num-requests", type=int, default=32, help="requests per category and level (default 32)")
+    p.add_argument(
+        "--num-requests",
+        type=int,
+        default=None,
+        help="requests per category and level (default: 32 or the largest --concurrency, whichever is more); a "
+        "number below the largest --concurrency is refused: that level could never have all its requests in flight",
+    )
     p.add_argument("--warmup", type=int, default=None, help="warm-up requests per level (default: the concurrency)")
-    p.add_argument("--temperature", default="0", help="comma list, e.g. 0,1 (default 0)")
+    p.add_argument("--temperature", default="0", help="comma list of finite numbers >= 0, e.g. 0,1 (default 0)")
     p.add_argument("--max-tokens", type=int, default=256, help="output tokens per request at most (default 256)")
     p.add_argument("--ignore-eos", action="store_true", help="every request generates --max-tokens (vLLM extension)")
     p.add_argument("--api", choices=["chat", "completions"], default="chat", help="the endpoint (default chat)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--request-timeout", type=float, default=600.0, help="seconds one request may take")
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=600.0,
+        help="seconds one request may take, > 0 (default 600); Ctrl-C stops the requests in flight at once",
+    )
     p.add_argument("--output-dir", default="serve-bench", help="results.json, speedup.png, export and server logs")
     eng = p.add_argument_group("the vLLM servers started here (passed through to `vllm serve`)")
     eng.add_argument("--vllm", default=None, help="a `vllm` executable or a python with vllm (default: .engines/vllm)")
@@ -223,45 +238,67 @@ def long_context_requests(tokens: int, count: int = 4) -> list[Request]:
 # --- the sweep ----------------------------------------------------------------------------------------------
 
 
-def sweep(url, model, flag, sets, levels, temps, args, drafted: bool) -> dict:
+def sweep(url, model, flag, sets, levels, temps, args, drafted: bool, out: dict | None = None) -> dict:
     """(temperature, category, concurrency) -> that level's figures, plus the counters' acceptance
-    on the drafted server; an `all` category per level pools every category's requests."""
+    on the drafted server; an `all` category per level pools every category's requests. Each
+    level goes into `out` as it finishes, so that a sweep stopped by an error or Ctrl-C keeps them."""
     kw = dict(api=args.api, max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
     kw["timeout"] = args.request_timeout
-    out, side = {}, "drafted" if drafted else "plain"
+    out, side = {} if out is None else out, "drafted" if drafted else "plain"
     first = next(iter(sets.values()))
+    no_drafter = f"{flag} {url}: /metrics has no spec_decode counters: the server is not serving a drafter"
     for t in temps:
         for c in levels:
             warm = c if args.warmup is None else args.warmup
             if warm:
                 serve_load.run_level(url, model, [first[i % len(first)] for i in range(warm)], c, temperature=t, **kw)
-            pooled, wall, pooled_spec = [], 0.0, None
+            pooled, wall, pooled_spec, peak_all, spec_ok = [], 0.0, None, 0, True
             for cat, reqs in sets.items():
                 batch = [reqs[i % len(reqs)] for i in range(args.num_requests)]
                 before = serve_load.read_counters(url, flag)
                 if drafted and before is None:
                     raise DraftsmithError(
-                        f"{flag} {url}: /metrics has no spec_decode counters: the server is not serving a drafter"
+                        no_drafter
+                        if not out
+                        else f"{flag} {url}: the spec_decode counters left /metrics during "
+                        f"the sweep (T={t:g}, {c} in flight, {cat}): the server no longer serves a drafter"
                     )
-                records, wall_s = serve_load.run_level(url, model, batch, c, temperature=t, **kw)
+                peak = [0]
+                records, wall_s = serve_load.run_level(url, model, batch, c, temperature=t, peak=peak, **kw)
                 after = serve_load.read_counters(url, flag)
-                row = serve_load.level_figures(records, wall_s)
+                row = serve_load.level_figures(records, wall_s, peak[0])
                 errors = [r.error for r in records if r.error]
                 if len(errors) == len(records):
                     raise DraftsmithError(f"{flag} {url}: every request failed, e.g. {errors[0]}")
                 if errors:
-                    log.warning("%s: %d of %d requests failed, e.g. %s", flag, len(errors), len(records), errors[0])
+                    log.warning("%s: T=%g, %d in flight, %s: %d of %d requests failed, e.g. %s", flag, t, c, cat,
+                                len(errors), len(records), errors[0])  # fmt: skip
                 if drafted:
+                    if after is None:
+                        raise DraftsmithError(
+                            f"{flag} {url}: the spec_decode counters left /metrics during the sweep (T={t:g}, {c} in "
+                            f"flight, {cat}): the server no longer serves a drafter"
+                        )
                     delta = after.minus(before)
                     row["spec"] = delta.figures()
-                    pooled_spec = delta if pooled_spec is None else _add(pooled_spec, delta)
+                    if delta.went_backwards():
+                        spec_ok = False
+                        log.warning("%s %s: the spec-decode counters went backwards during T=%g, %d in flight, %s "
+                                    "(the server restarted?): that level's acceptance is not reported", flag, url, t,
+                                    c, cat)  # fmt: skip
+                    else:
+                        pooled_spec = delta if pooled_spec is None else _add(pooled_spec, delta)
                 out[(t, cat, c)] = row
                 pooled += records
                 wall += wall_s
+                peak_all = max(peak_all, peak[0])
                 log.info("%s: T=%g, %d in flight, %s: %.1f tok/s", side, t, c, cat, row["output_tokens_per_s"] or 0)
-            row = serve_load.level_figures(pooled, wall)
+            row = serve_load.level_figures(pooled, wall, peak_all)
             if drafted:
-                row["spec"] = pooled_spec.figures()
+                if spec_ok and pooled_spec is not None:
+                    row["spec"] = pooled_spec.figures()
+                else:
+                    row["spec"] = serve_load.SpecCounters(-1.0).figures()  # not valid: a category's went backwards
             out[(t, ALL, c)] = row
     return out
 
@@ -278,15 +315,24 @@ def _ratio(a, b):
 
 
 def combine(drafted: dict, baseline: dict) -> list[dict]:
-    """One row per (temperature, category, concurrency): both servers' figures and the speedups."""
+    """One row per (temperature, category, concurrency) both servers finished: both servers'
+    figures and the speedups. A level where requests failed on either server is not a valid
+    comparison (its figures count only the requests that finished): `valid` false, no speedups."""
     rows = []
     for key, d in drafted.items():
         t, cat, c = key
-        b = baseline[key]
-        speedup = {f: _ratio(d[f], b[f]) for f in RATES}
-        speedup.update({f: _ratio(b[f], d[f]) for f in LATENCIES})
-        rows.append({"temperature": t, "category": cat, "concurrency": c, "drafted": d, "baseline": b,
-                     "speedup": speedup})  # fmt: skip
+        b = baseline.get(key)
+        if b is None:
+            continue
+        failed = {"drafted": d.get("failed", 0), "baseline": b.get("failed", 0)}
+        valid = not any(failed.values())
+        speedup = {f: _ratio(d.get(f), b.get(f)) if valid else None for f in RATES}
+        speedup.update({f: _ratio(b.get(f), d.get(f)) if valid else None for f in LATENCIES})
+        row = {"temperature": t, "category": cat, "concurrency": c, "drafted": d, "baseline": b, "speedup": speedup,
+               "valid": valid}  # fmt: skip
+        if not valid:
+            row["note"] = f"failed requests: {failed['drafted']} drafted, {failed['baseline']} plain; no speedup"
+        rows.append(row)
     return rows
 
 
@@ -296,6 +342,9 @@ def crossovers(rows: list[dict]) -> dict:
     out: dict = {}
     for r in sorted(rows, key=lambda r: r["concurrency"]):
         cats = out.setdefault(f"{r['temperature']:g}", {})
+        if r.get("valid") is False:  # failed requests: this level compares nothing
+            cats.setdefault(r["category"], None)
+            continue
         d, b = r["drafted"]["output_tokens_per_s"], r["baseline"]["output_tokens_per_s"]
         if r["category"] not in cats:
             cats[r["category"]] = None
@@ -308,18 +357,28 @@ def _fmt(x, spec="{:.2f}", scale=1.0) -> str:
     return "-" if x is None else spec.format(x * scale)
 
 
+def _spec_value(spec: dict) -> str:
+    if spec.get("valid") is False:
+        return "invalid"
+    return _fmt(spec.get("mean_acceptance_length", spec.get("tau")))
+
+
 def format_table(result: dict) -> str:
-    head = ("T", "category", "conc", "tok/s", "plain", "speedup", "req/s x", "TTFT p50 ms", "TTFT p99 ms",
-            "ITL p50 ms", "ITL p99 ms", "ITL x", "tau", "accept/pos")  # fmt: skip
+    """The table; a level with failed requests shows them (drafted/plain) and no speedup."""
+    head = ("T", "category", "conc", "peak", "failed", "tok/s", "plain", "speedup", "req/s x", "TTFT p50 ms",
+            "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "ITL p50 ms", "TPOT x", "tau", "accept/pos")  # fmt: skip
     lines = [head]
     for r in result["rows"]:
         d, b, s, spec = r["drafted"], r["baseline"], r["speedup"], r["drafted"].get("spec") or {}
+        failed = f"{d.get('failed', 0)}/{b.get('failed', 0)}" if d.get("failed") or b.get("failed") else "-"
         lines.append((
-            f"{r['temperature']:g}", r["category"], str(r["concurrency"]), _fmt(d["output_tokens_per_s"], "{:.1f}"),
+            f"{r['temperature']:g}", r["category"], str(r["concurrency"]), str(d.get("max_concurrency_seen") or "-"),
+            failed, _fmt(d["output_tokens_per_s"], "{:.1f}"),
             _fmt(b["output_tokens_per_s"], "{:.1f}"), _fmt(s["output_tokens_per_s"], "{:.2f}x"),
-            _fmt(s["requests_per_s"], "{:.2f}x"), _fmt(d["ttft_p50_s"], "{:.0f}", 1e3),
-            _fmt(d["ttft_p99_s"], "{:.0f}", 1e3), _fmt(d["itl_p50_s"], "{:.1f}", 1e3),
-            _fmt(d["itl_p99_s"], "{:.1f}", 1e3), _fmt(s["itl_p50_s"], "{:.2f}x"), _fmt(spec.get("tau")),
+            _fmt(s["requests_per_s"], "{:.2f}x"), _fmt(d.get("median_ttft_ms"), "{:.0f}"),
+            _fmt(d.get("p99_ttft_ms"), "{:.0f}"), _fmt(d.get("median_tpot_ms"), "{:.1f}"),
+            _fmt(d.get("p99_tpot_ms"), "{:.1f}"), _fmt(d.get("median_itl_ms"), "{:.1f}"),
+            _fmt(s.get("median_tpot_ms"), "{:.2f}x"), _spec_value(spec),
             " ".join(f"{a:.2f}" for a in spec.get("per_position") or []) or "-",
         ))  # fmt: skip
     widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
@@ -327,6 +386,10 @@ def format_table(result: dict) -> str:
     for t, cats in result["crossover"].items():
         where = ", ".join(f"{c}: {'none' if v is None else v}" for c, v in cats.items())
         text.append(f"crossover at T={t} (first concurrency where the drafter's tok/s <= plain): {where}")
+    bad = [r for r in result["rows"] if r.get("valid") is False]
+    if bad:
+        text.append(f"{len(bad)} level(s) had failed requests (column failed: drafted/plain): no speedup reported "
+                    "for them, and the crossover skips them")  # fmt: skip
     return "\n".join(text)
 
 
@@ -339,14 +402,18 @@ def plot(result: dict, path: pathlib.Path) -> bool:
     except ImportError:
         print("matplotlib is not installed: no PNG (pip install matplotlib)")
         return False
-    fig, ax = plt.subplots(figsize=(7, 4.5))
     series: dict = {}
     for r in result["rows"]:
-        series.setdefault((r["temperature"], r["category"]), []).append(
-            (r["concurrency"], r["speedup"]["output_tokens_per_s"])
-        )
+        if r["speedup"]["output_tokens_per_s"] is not None:  # none where requests failed
+            series.setdefault((r["temperature"], r["category"]), []).append(
+                (r["concurrency"], r["speedup"]["output_tokens_per_s"])
+            )
+    if not series:
+        print("no level without failed requests: no PNG")
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
     for (t, cat), pts in series.items():
-        pts = sorted(p for p in pts if p[1] is not None)
+        pts = sorted(pts)
         width = 2.5 if cat == ALL else 1.0
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", linewidth=width, label=f"{cat} (T={t:g})")
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
@@ -409,14 +476,48 @@ def git_commit() -> str | None:
 # --- the command --------------------------------------------------------------------------------------------
 
 
+def check_output_dir(path: pathlib.Path) -> None:
+    """--output-dir can hold the results, checked before any server is started or request sent:
+    it (or the nearest folder above it that exists) is a folder serve-bench may write in."""
+    if path.exists():
+        if not path.is_dir():
+            raise DraftsmithError(f"--output-dir {path}: is a file, not a folder")
+        try:
+            with tempfile.TemporaryFile(dir=path):
+                pass
+        except OSError as e:
+            raise DraftsmithError(f"--output-dir {path}: cannot write in it ({e.strerror or e})") from None
+        return
+    above = path.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise DraftsmithError(f"--output-dir {path}: {above} is a file, not a folder")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise DraftsmithError(f"--output-dir {path}: cannot create it ({above} is not writable)")
+
+
 def _check(args):
     levels = parse_list(args.concurrency, "--concurrency", int, 1)
     temps = parse_list(args.temperature, "--temperature", float, 0)
+    bad = [t for t in temps if not math.isfinite(t)]
+    if bad:  # json cannot carry NaN or Infinity: the requests would not be JSON
+        raise DraftsmithError(f"--temperature {args.temperature}: must be finite numbers >= 0")
     for flag, v, least in (("--num-requests", args.num_requests, 1), ("--max-tokens", args.max_tokens, 1),
                            ("--warmup", args.warmup, 0), ("--num-prompts", args.num_prompts, 1),
-                           ("--num-speculative-tokens", args.num_speculative_tokens, 1)):  # fmt: skip
+                           ("--num-speculative-tokens", args.num_speculative_tokens, 1),
+                           ("--long-context", args.long_context, 0)):  # fmt: skip
         if v is not None and v < least:
             raise DraftsmithError(f"{flag} must be >= {least}")
+    if not (math.isfinite(args.request_timeout) and args.request_timeout > 0):
+        raise DraftsmithError(f"--request-timeout {args.request_timeout:g}: must be a number of seconds > 0")
+    if args.num_requests is None:
+        args.num_requests = max(32, max(levels))
+    if args.num_requests < max(levels):
+        raise DraftsmithError(
+            f"--num-requests {args.num_requests} cannot fill {max(levels)} requests in flight: give --num-requests "
+            f">= {max(levels)} (the largest --concurrency) or lower --concurrency"
+        )
     if bool(args.base_url) != bool(args.baseline_url):
         raise DraftsmithError(
             "give both --base-url (drafted) and --baseline-url (plain), or neither: then serve-bench starts both "
@@ -424,8 +525,51 @@ def _check(args):
         )
     if not args.base_url and not args.checkpoint:
         raise DraftsmithError("name a checkpoint (or run folder), or give --base-url and --baseline-url")
+    if args.base_url:
+        a = serve_load.check_url(args.base_url, "--base-url")
+        b = serve_load.check_url(args.baseline_url, "--baseline-url")
+        if a.lower() == b.lower():
+            raise DraftsmithError(
+                f"--base-url and --baseline-url are the same server ({a}): give the server with the drafter and "
+                "another without it"
+            )
     engine_args(args)  # its errors, before anything starts
+    check_output_dir(pathlib.Path(args.output_dir).expanduser())
     return levels, temps
+
+
+def _keep_what_finished(out: pathlib.Path, drafted: dict, baseline: dict, why: str, args, version) -> str:
+    """results.json with the levels that finished on both servers (`rows`) and those only one
+    finished (`unpaired`), marked incomplete; '' where no level finished."""
+    if not drafted and not baseline:
+        return ""
+    rows = combine(drafted, baseline)
+    unpaired = [{"server": side, "temperature": t, "category": cat, "concurrency": c, "figures": f}
+                for side, found, other in (("drafted", drafted, baseline), ("baseline", baseline, drafted))
+                for (t, cat, c), f in found.items() if (t, cat, c) not in other]  # fmt: skip
+    result = {"complete": False, "stopped": why, "rows": rows, "unpaired": unpaired, "crossover": crossovers(rows),
+              "stamp": _stamp(args, version, {})}  # fmt: skip
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    except OSError:
+        return ""
+    return str(out / "results.json")
+
+
+def _stamp(args, version, info) -> dict:
+    return {
+        "machine": machine(),
+        "engine": {"name": "vllm", "version": version},
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(),
+        "command": command_line(args),
+        "prompts": args.prompts,
+        "num_requests": args.num_requests,
+        "max_tokens": args.max_tokens,
+        "api": args.api,
+        **info,
+    }
 
 
 def run(args) -> int:
@@ -436,33 +580,30 @@ def run(args) -> int:
     sets = load_requests(args.prompts, args.num_prompts, args.categories, args.long_context, thinking)
     out = pathlib.Path(args.output_dir).expanduser()
     info: dict = {}
-    if args.base_url:
-        for flag, url in (("--base-url", args.base_url), ("--baseline-url", args.baseline_url)):
-            serve_load.read_counters(url, flag)  # reachable and vLLM's, before the sweep
-        model = args.model or serve_load.served_model(args.base_url)
-        base_model = args.model or serve_load.served_model(args.baseline_url, "--baseline-url")
-        version = serve_load.engine_version(args.base_url)
-        drafted = sweep(args.base_url, model, "--base-url", sets, levels, temps, args, True)
-        baseline = sweep(args.baseline_url, base_model, "--baseline-url", sets, levels, temps, args, False)
-    else:
-        drafted, baseline, version, info = _managed(args, out, sets, levels, temps)
+    drafted, baseline, version = {}, {}, None
+    try:
+        if args.base_url:
+            for flag, url in (("--base-url", args.base_url), ("--baseline-url", args.baseline_url)):
+                serve_load.read_counters(url, flag)  # reachable and vLLM's, before the sweep
+            model = args.model or serve_load.served_model(args.base_url)
+            base_model = args.model or serve_load.served_model(args.baseline_url, "--baseline-url")
+            version = serve_load.engine_version(args.base_url)
+            sweep(args.base_url, model, "--base-url", sets, levels, temps, args, True, drafted)
+            sweep(args.baseline_url, base_model, "--baseline-url", sets, levels, temps, args, False, baseline)
+        else:
+            version, info = _managed(args, out, sets, levels, temps, drafted, baseline)
+    except DraftsmithError as e:
+        kept = _keep_what_finished(out, drafted, baseline, str(e), args, version)
+        if kept:
+            raise DraftsmithError(f"{e} (the levels that finished are in {kept})") from None
+        raise
+    except KeyboardInterrupt:
+        kept = _keep_what_finished(out, drafted, baseline, "interrupted (Ctrl-C)", args, version)
+        raise Interrupted(
+            f"the levels that finished are in {kept} (marked incomplete)" if kept else "no level had finished"
+        ) from None
     rows = combine(drafted, baseline)
-    result = {
-        "rows": rows,
-        "crossover": crossovers(rows),
-        "stamp": {
-            "machine": machine(),
-            "engine": {"name": "vllm", "version": version},
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "git_commit": git_commit(),
-            "command": command_line(args),
-            "prompts": args.prompts,
-            "num_requests": args.num_requests,
-            "max_tokens": args.max_tokens,
-            "api": args.api,
-            **info,
-        },
-    }
+    result = {"complete": True, "rows": rows, "crossover": crossovers(rows), "stamp": _stamp(args, version, info)}
     print(format_table(result))
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -484,7 +625,7 @@ def served_dtype(log: pathlib.Path) -> str | None:
     return found.group(1) if found else None
 
 
-def _managed(args, out: pathlib.Path, sets, levels, temps):
+def _managed(args, out: pathlib.Path, sets, levels, temps, drafted: dict, baseline: dict):
     """Export the checkpoint, then serve the target with the drafter and sweep, then without it and sweep
     (one server at a time: both at once would share the machine and skew each other's figures)."""
     from draftsmith.models.checkpoint import Checkpoint
@@ -512,9 +653,9 @@ def _managed(args, out: pathlib.Path, sets, levels, temps):
     with VLLMServer(target_dir, log_path=out / "vllm-drafted.log", extra_args=[*extra, "--speculative-config",
                     json.dumps(spec)], **common) as s:  # fmt: skip
         version = serve_load.engine_version(s.url)
-        drafted = sweep(s.url, "target", "drafted server", sets, levels, temps, args, True)
+        sweep(s.url, "target", "drafted server", sets, levels, temps, args, True, drafted)
     with VLLMServer(target_dir, log_path=out / "vllm-plain.log", extra_args=extra, **common) as s:
-        baseline = sweep(s.url, "target", "plain server", sets, levels, temps, args, False)
+        sweep(s.url, "target", "plain server", sets, levels, temps, args, False, baseline)
     info = {"checkpoint": ckpt.identity(), "target": str(target), "speculative_config": spec, "engine_args": extra,
             "dtype": served_dtype(out / "vllm-drafted.log") or args.dtype}  # fmt: skip
-    return drafted, baseline, version, info
+    return version, info

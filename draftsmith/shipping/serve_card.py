@@ -29,6 +29,14 @@ def find_serve_bench(ckpt: pathlib.Path, sha256: str | None) -> tuple[pathlib.Pa
     return None
 
 
+def _acceptance(spec: dict):
+    """τ from a serve-bench level: `mean_acceptance_length` (vLLM's name), or `tau` in results
+    written before it; none where the counters were not valid (the server restarted mid-level)."""
+    if spec.get("valid") is False:
+        return None
+    return spec.get("mean_acceptance_length", spec.get("tau"))
+
+
 def card_lines(result: dict, source: str) -> list[str]:
     """Markdown: per temperature and concurrency, the pooled ("all") or single category's output
     tokens/s with and without the drafter, the speedup and τ; then the crossover."""
@@ -51,7 +59,7 @@ def card_lines(result: dict, source: str) -> list[str]:
         out.append(
             f"| {r['temperature']:g} | {r['category']} | {r['concurrency']} | {fmt(d['output_tokens_per_s'], '.1f')} "
             f"| {fmt(b['output_tokens_per_s'], '.1f')} | {fmt(r['speedup']['output_tokens_per_s'], '.2f')}× "
-            f"| {fmt((d.get('spec') or {}).get('tau'), '.2f')} |"
+            f"| {fmt(_acceptance(d.get('spec') or {}), '.2f')} |"
         )
     for t, cats in (result.get("crossover") or {}).items():
         stops = {c: v for c, v in cats.items() if c == "all" or len(cats) == 1}

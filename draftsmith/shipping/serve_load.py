@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import re
+import socket
+import threading
 import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from draftsmith.errors import DraftsmithError
 
@@ -34,10 +37,23 @@ def root_url(url: str) -> str:
 
 def _connection(url: str, timeout: float):
     u = urllib.parse.urlsplit(url)
+    try:
+        port = u.port
+    except ValueError:  # a port outside 0-65535, or not a number
+        raise DraftsmithError(f"{url}: the port must be a number from 1 to 65535") from None
     if u.scheme not in ("http", "https") or not u.hostname:
         raise DraftsmithError(f"{url}: not an http(s) URL (e.g. http://127.0.0.1:8000/v1)")
     cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-    return cls(u.hostname, u.port, timeout=timeout), u.path.rstrip("/")
+    return cls(u.hostname, port, timeout=timeout), u.path.rstrip("/")
+
+
+def check_url(url: str, flag: str) -> str:
+    """The URL as root_url gives it, or one line naming the flag: not http(s), or a bad port."""
+    try:
+        _connection(root_url(url), 1.0)
+    except DraftsmithError as e:
+        raise DraftsmithError(f"{flag} {e}") from None
+    return root_url(url)
 
 
 def get(url: str, path: str, timeout: float = 30.0, flag: str = "--base-url") -> str:
@@ -85,17 +101,31 @@ class SpecCounters:
             self.drafts - before.drafts, self.draft_tokens - before.draft_tokens, self.accepted - before.accepted, pos
         )
 
+    def went_backwards(self) -> bool:
+        """A difference with a negative count: the server restarted (or its counters were reset)
+        between the two reads, so it says nothing about the requests in between."""
+        return min(self.drafts, self.draft_tokens, self.accepted, *(self.per_pos or {}).values()) < 0
+
     def figures(self) -> dict:
-        """tau (mean acceptance length, the bonus token counted), the draft tokens' acceptance rate
+        """mean_acceptance_length (tau: 1 + accepted / drafts, the bonus token counted; `tau` is
+        the same figure under its old key, kept for one release), the draft tokens' acceptance rate
         and the acceptance rate at each draft position, as vLLM's own report computes them."""
+        if self.went_backwards():
+            return {"valid": False, "drafts": None, "mean_acceptance_length": None, "tau": None,
+                    "acceptance_rate": None, "per_position": [],
+                    "note": "the spec-decode counters went backwards (the server restarted?)"}  # fmt: skip
         if self.drafts <= 0:
-            return {"drafts": 0, "tau": None, "acceptance_rate": None, "per_position": []}
+            return {"valid": True, "drafts": 0, "mean_acceptance_length": None, "tau": None,
+                    "acceptance_rate": None, "per_position": []}  # fmt: skip
         pos = self.per_pos or {}
+        tau = 1.0 + self.accepted / self.drafts
         return {
+            "valid": True,
             "drafts": int(self.drafts),
             "draft_tokens": int(self.draft_tokens),
             "accepted_tokens": int(self.accepted),
-            "tau": 1.0 + self.accepted / self.drafts,
+            "mean_acceptance_length": tau,
+            "tau": tau,
             "acceptance_rate": self.accepted / self.draft_tokens if self.draft_tokens else None,
             "per_position": [pos[p] / self.drafts for p in sorted(pos)],
         }
@@ -146,18 +176,53 @@ class Request:
 
 @dataclass
 class Record:
-    """One streamed request: seconds from sending it to its first and last output, and tokens."""
+    """One streamed request: seconds from sending it to its first and last output, tokens, and the
+    seconds between consecutive chunks that carried text (vLLM's inter-token latencies)."""
 
     ttft: float | None
     e2e: float
     tokens: int
     error: str | None = None
+    gaps: list[float] = field(default_factory=list)
+
+
+class Cancel:
+    """The connections of the requests in flight, so that Ctrl-C can close them at once instead of
+    waiting up to --request-timeout for a hung one; a request started after cancel() fails."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.open: set = set()
+        self.cancelled = False
+
+    def add(self, conn) -> bool:
+        with self.lock:
+            if not self.cancelled:
+                self.open.add(conn)
+            return not self.cancelled
+
+    def discard(self, conn) -> None:
+        with self.lock:
+            self.open.discard(conn)
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.cancelled = True
+            conns = list(self.open)
+        for conn in conns:
+            sock = getattr(conn, "sock", None)
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
 
 def stream(url: str, model: str, req: Request, *, api: str, max_tokens: int, temperature: float, seed: int,
-           ignore_eos: bool = False, timeout: float = 600.0) -> Record:  # fmt: skip
+           ignore_eos: bool = False, timeout: float = 600.0, cancel: Cancel | None = None) -> Record:  # fmt: skip
     """Send one streamed request; its output tokens are the server's usage count (the last chunk,
-    asked for with stream_options), else the chunks that carried text."""
+    asked for with stream_options), else the chunks that carried text. A stream that ends before
+    `data: [DONE]` and without the usage chunk was cut off: a failed request, not a short answer."""
     body = {"model": model, "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "stream": True}
     body["stream_options"] = {"include_usage": True}
     if ignore_eos:
@@ -170,11 +235,15 @@ def stream(url: str, model: str, req: Request, *, api: str, max_tokens: int, tem
     else:
         body["prompt"] = "\n\n".join(str(m.get("content", "")) for m in req.messages)
         path = "/v1/completions"
+    if not math.isfinite(temperature) or temperature < 0:  # json.dumps would send NaN/Infinity: not JSON
+        raise DraftsmithError(f"--temperature {temperature}: must be a finite number >= 0")
     conn, _ = _connection(root_url(url), timeout)
     t0 = time.perf_counter()
-    first, last, chunks, usage = None, None, 0, None
+    first, last, chunks, usage, done, gaps = None, None, 0, None, False, []
+    if cancel is not None and not cancel.add(conn):
+        return Record(None, 0.0, 0, "cancelled (Ctrl-C)")
     try:
-        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        conn.request("POST", path, json.dumps(body, allow_nan=False), {"Content-Type": "application/json"})
         r = conn.getresponse()
         if r.status != 200:
             return Record(None, time.perf_counter() - t0, 0, f"HTTP {r.status}: {r.read()[:200]!r}")
@@ -187,6 +256,7 @@ def stream(url: str, model: str, req: Request, *, api: str, max_tokens: int, tem
                 continue
             data = line[5:].strip()
             if data == b"[DONE]":
+                done = True
                 break
             chunk = json.loads(data)
             if chunk.get("usage"):
@@ -195,21 +265,55 @@ def stream(url: str, model: str, req: Request, *, api: str, max_tokens: int, tem
                 text = c.get("text") if api != "chat" else (c.get("delta") or {}).get("content")
                 if text:
                     now = time.perf_counter()
+                    if last is not None:
+                        gaps.append(now - last)
                     first = first if first is not None else now
                     last, chunks = now, chunks + 1
     except (OSError, ValueError, http.client.HTTPException) as e:
+        if cancel is not None and cancel.cancelled:
+            return Record(None, time.perf_counter() - t0, 0, "cancelled (Ctrl-C)")
         return Record(None, time.perf_counter() - t0, 0, f"{type(e).__name__}: {e}")
     finally:
+        if cancel is not None:
+            cancel.discard(conn)
         conn.close()
+    if not done and usage is None:
+        why = "cancelled (Ctrl-C)" if cancel is not None and cancel.cancelled else "the stream ended before [DONE]"
+        return Record(None, time.perf_counter() - t0, 0, f"{why} after {chunks} chunks")
     end = last if last is not None else time.perf_counter()
-    return Record(None if first is None else first - t0, end - t0, int(usage if usage is not None else chunks))
+    ttft = None if first is None else first - t0
+    return Record(ttft, end - t0, int(usage if usage is not None else chunks), gaps=gaps)
 
 
-def run_level(url: str, model: str, requests: list[Request], concurrency: int, **kw) -> tuple[list[Record], float]:
-    """All `requests`, `concurrency` in flight at a time -> (records, wall seconds)."""
+def run_level(url: str, model: str, requests: list[Request], concurrency: int, *, cancel: Cancel | None = None,
+              peak: list | None = None, **kw) -> tuple[list[Record], float]:  # fmt: skip
+    """All `requests`, `concurrency` in flight at a time -> (records, wall seconds); `peak` (a
+    one-item list) gets the most requests that were in flight at once. Ctrl-C closes every
+    connection in flight at once (through `cancel`) and raises KeyboardInterrupt without waiting
+    for them."""
+    cancel = cancel if cancel is not None else Cancel()
+    lock, now = threading.Lock(), [0]
+    peak = peak if peak is not None else [0]
+
+    def one(r: Request) -> Record:
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        try:
+            return stream(url, model, r, cancel=cancel, **kw)
+        finally:
+            with lock:
+                now[0] -= 1
+
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        records = list(pool.map(lambda r: stream(url, model, r, **kw), requests))
+    pool = ThreadPoolExecutor(max_workers=concurrency)
+    try:
+        records = list(pool.map(one, requests))
+    except BaseException:
+        cancel.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return records, time.perf_counter() - t0
 
 
@@ -224,22 +328,44 @@ def percentile(values: list[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def level_figures(records: list[Record], wall_s: float) -> dict:
-    """Throughput over the level's wall time; TTFT and inter-token latency (a request's time from
-    its first to its last output over its tokens after the first) at p50/p99 over requests."""
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _ms(x: float | None) -> float | None:
+    return None if x is None else x * 1e3
+
+
+# The keys of one release before, in seconds: ttft_*_s as ttft, itl_*_s as what is now tpot (the
+# time per output token after the first), still written so that older readers keep working.
+OLD_KEYS = {"ttft_p50_s": "median_ttft_ms", "ttft_p99_s": "p99_ttft_ms", "itl_p50_s": "median_tpot_ms",
+            "itl_p99_s": "p99_tpot_ms"}  # fmt: skip
+
+
+def level_figures(records: list[Record], wall_s: float, max_concurrency_seen: int | None = None) -> dict:
+    """Throughput over the level's wall time, and in milliseconds with vLLM's names (`vllm bench
+    serve`): TTFT, TPOT (a request's time from its first to its last output over its tokens after
+    the first; mean, median and p99 over requests) and ITL (the gaps between consecutive streamed
+    chunks, pooled over requests). Failed requests (an error status, a cut-off stream) count in
+    `failed` and in none of the figures."""
     ok = [r for r in records if r.error is None]
     tokens = sum(r.tokens for r in ok)
     ttft = [r.ttft for r in ok if r.ttft is not None]
-    itl = [(r.e2e - r.ttft) / (r.tokens - 1) for r in ok if r.ttft is not None and r.tokens > 1]
-    return {
+    tpot = [(r.e2e - r.ttft) / (r.tokens - 1) for r in ok if r.ttft is not None and r.tokens > 1]
+    itl = [g for r in ok for g in r.gaps]
+    out = {
         "requests": len(ok),
         "failed": len(records) - len(ok),
         "output_tokens": tokens,
         "wall_s": wall_s,
+        "max_concurrency_seen": max_concurrency_seen,
         "output_tokens_per_s": tokens / wall_s if wall_s > 0 else None,
         "requests_per_s": len(ok) / wall_s if wall_s > 0 else None,
-        "ttft_p50_s": percentile(ttft, 50),
-        "ttft_p99_s": percentile(ttft, 99),
-        "itl_p50_s": percentile(itl, 50),
-        "itl_p99_s": percentile(itl, 99),
     }
+    for name, xs in (("ttft", ttft), ("tpot", tpot), ("itl", itl)):
+        out[f"mean_{name}_ms"] = _ms(_mean(xs))
+        out[f"median_{name}_ms"] = _ms(percentile(xs, 50))
+        out[f"p99_{name}_ms"] = _ms(percentile(xs, 99))
+    for old, new in OLD_KEYS.items():
+        out[old] = None if out[new] is None else out[new] / 1e3
+    return out
