@@ -489,7 +489,7 @@ def test_data_source_switch() -> None:
 
     assert load_recipe(TINY_RECIPES.format("draft_lm")).data.source == "corpus"
     r = load_recipe(TINY_RECIPES.format("eagle3"), ["--data.source=regenerated"])
-    assert r.data.regenerate is True  # what train/data/__init__.py reads
+    assert r.data.regenerate is True  # what train/data/build.py reads
     assert load_recipe(TINY_RECIPES.format("eagle3"), ["--data.regenerate=true"]).data.source == "regenerated"
     old = load_recipe(TINY_RECIPES.format("draft_lm"), ["--drafter.on_policy_fraction=0.5"])
     assert (old.data.source, old.drafter.on_policy_fraction) == ("on_policy", 0.5)

@@ -2,7 +2,7 @@
 files, proven against files in that format written here from the tiny target's own forward (the
 format as vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py writes
 it: hidden_states [T, n, H] in ascending aux-layer order, aux id L before the final norm, and
-token_ids [T]). The cache it writes equals train/features/__init__.py's, and the trainer reads it unchanged.
+token_ids [T]). The cache it writes equals train/features/cache.py's, and the trainer reads it unchanged.
 The real engine runs in the engines tier (tests/test_engines_real.py style, at the end)."""
 
 import json

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-# train/features/__init__.py's CACHE_DTYPES (kept out of the import: it loads torch)
+# train/features/cache.py's CACHE_DTYPES (kept out of the import: it loads torch)
 CACHE_DTYPE_NAMES = ("bfloat16", "float16", "float32")
 
 

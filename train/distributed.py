@@ -2,7 +2,7 @@
 the Accelerator for a recipe and its trackers, the frozen target loaded outside DeepSpeed's
 `zero.Init`, the module inside a DDP or DeepSpeed wrapper (`unwrap`), a parameter fingerprint,
 and a clean process-group shutdown. Its own module, below the pipelines (it imports only the
-recipe's config.py), so that train/losses.py and train/features/__init__.py (which the EAGLE
+recipe's config.py), so that train/losses.py and train/features/ (which the EAGLE
 tasks import) import neither the tasks nor the trainer above them.
 """
 

@@ -5,7 +5,7 @@
     stdlib     the Python standard library's own .py files, as plain text (code drafts)
 
 Packages are located with importlib's find_spec and their data files read directly: never
-imported (the data is all we need). Each loader returns rows as train/data/__init__.py takes them.
+imported (the data is all we need). Each loader returns rows as train/data/ takes them.
 """
 
 from __future__ import annotations

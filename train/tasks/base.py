@@ -34,7 +34,7 @@ class TrainingTask:
     model: torch.nn.Module
 
     acceptance_k: int = 4  # the chain length held-out evaluation simulates; the trainer sets logging.acceptance_k
-    layers: tuple[int, ...] = ()  # the target hidden states the task reads through train/features/__init__.py
+    layers: tuple[int, ...] = ()  # the target hidden states the task reads through train/features/
     train_steps: int = 1  # draft forwards per training row (EAGLE-3: its unrolled training-time-test steps)
 
     def __init__(self, cfg, target, seed: int = 0):
@@ -44,7 +44,7 @@ class TrainingTask:
 
     @classmethod
     def feature_layers(cls, cfg, target_config) -> tuple[int, ...]:
-        """The target layers training reads through train/features/__init__.py, for `recipe` `cfg` on a
+        """The target layers training reads through train/features/, for `recipe` `cfg` on a
         target of `target_config`: what an offline feature cache stores and what the plan counts.
         Default: none (the kind runs the target itself, or not at all)."""
         return ()

@@ -20,7 +20,7 @@ token (`labels: tokens`, the paper's choice on target-regenerated data). With `l
 the CE may be replaced by another `divergence` (train/config.py's DIVERGENCES; fkl is this CE,
 tvd is 1 - the expected acceptance). The context features
 come from the frozen target, online (a forward per batch) or from an offline cache, through
-train/features/__init__.py as for EAGLE-3.
+train/features/ as for EAGLE-3.
 
 Evaluation reports per-position top-1 agreement with the target's argmax and
 `simulated_acceptance_length` (1 + the mean number of leading block positions, of K =

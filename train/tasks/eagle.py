@@ -1,7 +1,7 @@
 """Training EAGLE drafters: EAGLE-1 (feature regression + distillation) here; EAGLE-3
 (training-time test) extends it in train/tasks/eagle3.py.
 
-Both read the frozen target's hidden states through train/features/__init__.py: online (a target forward
+Both read the frozen target's hidden states through train/features/: online (a target forward
 per batch, the default) or from an offline cache written once (`drafter.features: DIR`; held-out
 batches are always computed online). Row t of the draft reads token t+1 and the target's
 feature at t; at step j of an unrolled forward it reads token t+1+j and its own previous output
