@@ -96,6 +96,8 @@ def resolve_checkpoint(path, flag: str = "checkpoint") -> pathlib.Path:
     its best/ when that holds a drafter.json, else its final/, and one line says which was taken
     (a warning when best/ is there but incomplete). Any other path comes back as given (a model
     name, a .gguf file, a Hub id: the caller decides)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise DraftsmithError(f"{flag}: a checkpoint folder's path (str or path), not {type(path).__name__} {path!r}")
     p = pathlib.Path(path).expanduser()
     _check_reachable(p, flag)
     if not p.is_dir() or (p / DRAFTER_META).is_file():

@@ -174,3 +174,32 @@ def test_the_k_help_says_what_k_means_under_adaptive_k():
 
     help_text = " ".join(build_parser()._subparsers._group_actions[0].choices["bench"].format_help().split())
     assert "with --adaptive-k the most it drafts" in help_text and "instead of the tree" in help_text
+
+
+def test_a_checkpoint_path_that_is_not_a_path_is_one_line():
+    from draftsmith import Checkpoint
+
+    with pytest.raises(DraftsmithError, match=r"a checkpoint folder's path .*not int 123") as err:
+        Checkpoint.open(123)
+    assert "\n" not in str(err.value)
+
+
+def test_export_wants_a_whole_number_of_speculative_tokens(tiny, tmp_path):
+    from draftsmith import export
+
+    _, spec, _ = tiny("draft_lm")
+    for k in ("3", 2.5, True, 0):
+        with pytest.raises(DraftsmithError, match="num_speculative_tokens: a whole number >= 1"):
+            export.export(spec, "hf", tmp_path / f"out-{k}", num_speculative_tokens=k)
+    assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+@pytest.mark.parametrize("old", ["draftsmith.report", "draftsmith.export", "draftsmith.engines"])
+def test_removed_module_paths_say_so_in_one_line(old):
+    """The paths from before the layered layout are gone (CHANGELOG.md): Python's own one line,
+    not a traceback from an import shim."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", old], capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0 and f"No module named {old}" in r.stderr and "Traceback" not in r.stderr

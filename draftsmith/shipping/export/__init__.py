@@ -19,6 +19,7 @@ import contextlib
 import errno
 import json
 import logging
+import numbers
 import os
 import pathlib
 import shutil
@@ -112,6 +113,9 @@ def export(
     """
     if fmt not in names():
         raise DraftsmithError(f"unknown export format {fmt!r}; formats: {', '.join(names())}")
+    k = num_speculative_tokens
+    if k is not None and (isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1):
+        raise DraftsmithError(f"num_speculative_tokens: a whole number >= 1 (or None: the kind's default), not {k!r}")
     module = get_format(fmt)
     options = _options(module, options)
     ckpt = open_checkpoint(checkpoint)
