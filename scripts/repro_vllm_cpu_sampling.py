@@ -15,9 +15,11 @@ beside it: there every draft is accepted (K+1) with or without the fix.
 
 from __future__ import annotations
 
+import math
 import sys
 
 from draftsmith.evaluation.benchkit import parser, run_main, save
+from draftsmith.infer.metrics import pooled_ratio
 
 
 def run(target_dir, prompts, k, max_new, temperature, fixed: bool, dtype: str, draft_sample_method="greedy") -> dict:
@@ -42,17 +44,17 @@ def run(target_dir, prompts, k, max_new, temperature, fixed: bool, dtype: str, d
         )
     finally:
         vllm_engine.vllm_env = old
-    drafts = accepted = 0
-    per_pos = [0] * k
+    per_prompt, per_pos = [], [0] * k  # (drafts, accepted) per prompt: tau's error over prompts
     try:
         for i, ids in enumerate(prompts):
             sampling = {"temperature": temperature, "seed": 1000 + i} if temperature > 0 else None
             out = engine.generate(ids, max_new, sampling=sampling)
-            drafts += out.drafts
-            accepted += out.accepted_tokens
+            per_prompt.append((out.drafts, out.accepted_tokens))
             per_pos = [a + b for a, b in zip(per_pos, out.accepted_per_pos + [0] * k)]
     finally:
         engine.close()
+    drafts, accepted = (sum(c) for c in zip(*per_prompt))
+    se = pooled_ratio([a for _, a in per_prompt], [d for d, _ in per_prompt])[1]
     return {
         "fixed": fixed,
         "temperature": temperature,
@@ -60,6 +62,8 @@ def run(target_dir, prompts, k, max_new, temperature, fixed: bool, dtype: str, d
         "drafts": drafts,
         "accepted_tokens": accepted,
         "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+        "standard_error": se if math.isfinite(se) else None,  # prompts as clusters
+        "per_prompt": per_prompt,
         "per_position_acceptance": [a / drafts for a in per_pos] if drafts else None,
         "versions": engine.versions,
     }
@@ -91,8 +95,8 @@ def main(argv=None) -> int:
         rows.append(row)
         print(
             f"T={temperature:<4} {'fixed  ' if fixed else 'unfixed'} {method:<13} drafts {row['drafts']:5d}  "
-            f"mean_acceptance_length {row['mean_acceptance_length']:.2f}  per position "
-            + " ".join(f"{x:.2f}" for x in row["per_position_acceptance"] or []),
+            f"mean_acceptance_length {row['mean_acceptance_length']:.2f} ± {row['standard_error'] or 0:.2f}  "
+            "per position " + " ".join(f"{x:.2f}" for x in row["per_position_acceptance"] or []),
             flush=True,
         )
     save(
