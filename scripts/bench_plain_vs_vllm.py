@@ -8,8 +8,11 @@ API, token-id prompts, greedy, `ignore_eos`), started once per variant of its se
 - documented: vLLM's CPU guide for a server: OpenMP threads bound to this process's cores
   (VLLM_CPU_OMP_THREADS_BIND, threads = cores), VLLM_CPU_KVCACHE_SPACE, tcmalloc and Intel
   OpenMP preloaded, vLLM's own process layout (engine core and model worker apart);
-- defaults: none of those set (vLLM binds to one core per physical core less one it reserves,
-  sizes its KV cache from --gpu-memory-utilization of the machine's memory);
+- defaults: none of those set (vLLM binds to one core per physical core less one it reserves
+  for its engine core, and asks for --gpu-memory-utilization, 92%, of the machine's memory:
+  it refuses to start where that much is not free);
+- auto-bind: vLLM's defaults with only VLLM_CPU_KVCACHE_SPACE set, so that it starts: its
+  automatic binding (one core fewer than documented) against the documented one;
 - crosscheck: what `draftsmith crosscheck` runs (draftsmith/shipping/engines/vllm_engine.py):
   the engine core in the caller's process, OMP threads = cores unbound, 2 GiB KV, preloads.
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import statistics
 import sys
 import time
@@ -44,8 +48,9 @@ from draftsmith.evaluation.benchkit import add_flags, markdown_table, parser, ru
 
 WORKER = pathlib.Path(__file__).resolve().with_name("plain_vs_vllm_worker.py")
 MODELS = ("smollm2-135m-instruct", "qwen2.5-coder-1.5b-instruct")
-VARIANTS = ("documented", "defaults", "crosscheck")
+VARIANTS = ("documented", "defaults", "auto-bind", "crosscheck")
 GOAL = 0.8  # ours/vLLM decode tokens/s to reach
+ROOT_CAUSE = re.compile(r"\b[A-Z]\w*(Error|Exception): .+")
 # Every setting a variant may set: cleared from the inherited environment first, so a variant
 # runs under its own settings and vLLM's defaults for the rest.
 SETTINGS = (
@@ -79,6 +84,8 @@ def variant_env(name: str, folder: pathlib.Path, kv_gib: int) -> dict:
     offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     if name == "defaults":
         return offline
+    if name == "auto-bind":
+        return {**offline, "VLLM_CPU_KVCACHE_SPACE": str(kv_gib)}
     if name == "crosscheck":
         return vllm_env(folder, None, VLLM_ENABLE_V1_MULTIPROCESSING="0")
     if name == "documented":
@@ -103,7 +110,11 @@ class VLLMWorker:
         argv = ["env", *cleared, str(folder / "bin" / "python"), "-I", str(WORKER)]
         config = {"target": str(model_dir), "dtype": dtype, "max_model_len": max_model_len, "seed": 0}
         log = pathlib.Path(log_dir) / f"vllm-{variant}.log"
-        self.process = RunnerProcess(f"vLLM ({variant})", argv, config, log, self.env)
+        try:
+            self.process = RunnerProcess(f"vLLM ({variant})", argv, config, log, self.env)
+        except DraftsmithError as e:
+            cause = root_cause(log)
+            raise DraftsmithError(f"{e}" + (f"; root cause: {cause}" if cause else "")) from None
         self.ready = self.process.ready
         self.in_process = self.env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
 
@@ -116,6 +127,17 @@ class VLLMWorker:
 
     def close(self):
         self.process.close()
+
+
+def root_cause(log: pathlib.Path) -> str | None:
+    """The first exception line of a failed vLLM start's log: vLLM's engine core reports only
+    "Engine core initialization failed. See root cause above." when its model worker fails."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    found = [m.group(0) for m in map(ROOT_CAUSE.search, lines) if m and "See root cause above" not in m.group(0)]
+    return found[0][:300] if found else None
 
 
 def ours_runner(target):
@@ -304,7 +326,9 @@ def main(argv=None) -> int:
     ap.add_argument("--long", type=int, default=64, help="new tokens of the long request")
     add_flags(ap, repeats={"default": 5, "help": "repeats per side after one warm-up (medians)"})
     ap.add_argument("--pause-s", type=float, default=0.5, help="idle seconds before each side's repeat")
-    ap.add_argument("--kv-cache-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE of the documented variant")
+    ap.add_argument(
+        "--kv-cache-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE of the documented and auto-bind variants"
+    )
     ap.add_argument("--profile", action="store_true", help="also profile a few decode steps of each side")
     ap.add_argument("--profile-steps", type=int, default=8)
     ap.add_argument("--log-dir", default="runs/bench/plain-vs-vllm", help="vLLM workers' logs")
