@@ -226,6 +226,8 @@ def bench_model(model, dtype, folder_vllm, args, out) -> None:
         print(f"skip {model}: {why}", flush=True)
         out["skipped"][model] = why
         return
+    if args.ours_threads:  # else Target.load's choice: the cores this process may use
+        torch.set_num_threads(args.ours_threads)
     prompt = [(1000 + i) % target.vocab_size for i in range(args.prompt_len)]
     ours = ours_runner(target)
     max_len = args.prompt_len + args.long + 16
@@ -329,6 +331,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--kv-cache-gib", type=int, default=4, help="VLLM_CPU_KVCACHE_SPACE of the documented and auto-bind variants"
     )
+    ap.add_argument(
+        "--ours-threads", type=int, default=None, help="torch threads of our side (default: this process's cores)"
+    )
     ap.add_argument("--profile", action="store_true", help="also profile a few decode steps of each side")
     ap.add_argument("--profile-steps", type=int, default=8)
     ap.add_argument("--log-dir", default="runs/bench/plain-vs-vllm", help="vLLM workers' logs")
@@ -340,8 +345,10 @@ def main(argv=None) -> int:
             raise DraftsmithError(f"--variants: unknown {v!r}; choose from {', '.join(VARIANTS)}")
     if not 1 <= args.short < args.long:
         raise DraftsmithError(f"--short {args.short} / --long {args.long}: need 1 <= short < long")
-    if args.repeats < 1 or args.profile_steps < 1 or args.prompt_len < 1:
-        raise DraftsmithError("--repeats, --profile-steps and --prompt-len must be >= 1")
+    if min(args.repeats, args.profile_steps, args.prompt_len) < 1 or (
+        args.ours_threads is not None and args.ours_threads < 1
+    ):
+        raise DraftsmithError("--repeats, --profile-steps, --prompt-len and --ours-threads must be >= 1")
 
     from draftsmith.shipping.installs import ENGINES_ENV, INSTALL, engines_dir, installed
 
@@ -351,7 +358,8 @@ def main(argv=None) -> int:
         print(f"{why}: measuring our side only", flush=True)
     out = {
         "settings": {
-            k: getattr(args, k) for k in ("prompt_len", "short", "long", "repeats", "pause_s", "kv_cache_gib")
+            k: getattr(args, k)
+            for k in ("prompt_len", "short", "long", "repeats", "pause_s", "kv_cache_gib", "ours_threads")
         },
         "goal": GOAL,
         "vllm": {"installed": folder is not None, "folder": str(folder) if folder else None}

