@@ -56,6 +56,9 @@ class EagleTrainConfig:
     cls_loss_weight: Annotated[float, Ge(0), Note("0: no cross-entropy")] = 0.1
     divergence: str = "fkl"  # fkl (the paper's cross-entropy, less the target's entropy) | rkl | jsd | tvd
     jsd_beta: Annotated[float, Interval(gt=0, lt=1)] = 0.5
+    # which token's loss_mask decides that a prediction counts: label (the predicted token's) |
+    # input (the last token read, as EAGLE's and speculators' code align it: docs/methods.md)
+    loss_mask_at: str = "label"
     intermediate_size: Annotated[int, Ge(1)] | None = None  # the draft layer's MLP width (None: the target's)
     init: str | None = None  # an existing eagle checkpoint folder to start from
 
@@ -66,6 +69,7 @@ class EagleTrainConfig:
                 "drafter.feature_loss_weight and drafter.cls_loss_weight must not both be 0",
             ),
             *divergence_checks(self),
+            loss_mask_check(self),
         ]
 
 
@@ -121,7 +125,8 @@ class EagleTask(TrainingTask):
         training = step is not None
         ids, loss_mask, attn = batch["input_ids"], batch["loss_mask"], batch["attention_mask"]
         steps = self.train_steps if training else max(self.train_steps, self.acceptance_k)
-        counted = label_positions(loss_mask, attn, steps)  # [S, B, T]: row t at step j is scored on token t+2+j
+        # [S, B, T]: row t at step j is scored on token t+2+j
+        counted = scored_positions(loss_mask, attn, steps, self.cfg.loss_mask_at)
         # The target's law is read at rows t+1+j only: its LM head runs there and nowhere else.
         need = torch.zeros_like(counted[0])
         for j in range(steps):
@@ -202,6 +207,34 @@ class EagleTask(TrainingTask):
         }
 
 
+LOSS_MASK_AT = ("label", "input")
+
+
+def loss_mask_check(cfg) -> tuple[bool, str]:
+    return (
+        cfg.loss_mask_at in LOSS_MASK_AT,
+        f"config key 'drafter.loss_mask_at': {cfg.loss_mask_at!r} is not one of {', '.join(LOSS_MASK_AT)}",
+    )
+
+
+def scored_positions(loss_mask: torch.Tensor, attention_mask: torch.Tensor, steps: int, at: str) -> torch.Tensor:
+    """[S, B, T] bool: row t is scored at step j (on the target's law at t+1+j, i.e. for token
+    t+2+j). at="label": iff token t+2+j is a training target (label_positions). at="input": iff
+    token t+1+j, the last one the draft read, is one, wherever t+1+j is real -- the alignment of
+    EAGLE's and speculators' code: at a turn's start the first reply token is not predicted, at
+    its end the token after the last one is."""
+    if at == "label":
+        return label_positions(loss_mask, attention_mask, steps)
+    B, T = loss_mask.shape
+    real = attention_mask != 0
+    ok = (loss_mask != 0) & real
+    counted = torch.zeros(steps, B, T, dtype=torch.bool, device=loss_mask.device)
+    for j in range(steps):
+        if 1 + j < T:
+            counted[j, :, : T - 1 - j] = ok[:, 1 + j :] & real[:, : T - 1 - j]
+    return counted
+
+
 def simulated_acceptance_length(correct: torch.Tensor, rows: torch.Tensor) -> float:
     """1 + mean over `rows` [B, T] of the number of leading steps whose top-1 was right
     (`correct` [K, B, T]): what a greedy chain of K would accept with these contexts."""
@@ -211,4 +244,4 @@ def simulated_acceptance_length(correct: torch.Tensor, rows: torch.Tensor) -> fl
     return 1.0 + float(leading[rows].float().mean())
 
 
-__all__ = ["EagleTask", "EagleTrainConfig", "simulated_acceptance_length"]
+__all__ = ["EagleTask", "EagleTrainConfig", "loss_mask_check", "scored_positions", "simulated_acceptance_length"]

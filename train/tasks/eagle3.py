@@ -22,7 +22,7 @@ from draftsmith.models.eagle3 import Eagle3, Eagle3Config, default_aux_layers, f
 from draftsmith.train import losses
 from draftsmith.train.config import Note, divergence_checks
 from draftsmith.train.data import collate
-from draftsmith.train.tasks.eagle import EagleTask
+from draftsmith.train.tasks.eagle import EagleTask, loss_mask_check
 
 
 @dataclass
@@ -41,6 +41,12 @@ class Eagle3TrainConfig:
     divergence: str = "fkl"  # fkl (the paper's cross-entropy, less the target's entropy) | rkl | jsd | tvd
     jsd_beta: Annotated[float, Interval(gt=0, lt=1)] = 0.5
     noise: Annotated[float, Ge(0), Note("0: no noise")] = 0.0  # uniform noise on the input features
+    # divide the fresh FC's blocks by each layer's feature RMS (false: the plain init, as speculators)
+    scale_fc: bool = True
+    # train the LM head (started from the target's rows); false: frozen there, as speculators
+    train_lm_head: bool = True
+    # label | input: which token's loss_mask counts a prediction (train/tasks/eagle.py, scored_positions)
+    loss_mask_at: str = "label"
     intermediate_size: Annotated[int, Ge(1)] | None = None  # the draft layer's MLP width (None: the target's)
     init: str | None = None  # an existing eagle3 checkpoint folder to start from
 
@@ -51,6 +57,7 @@ class Eagle3TrainConfig:
                 "drafter.aux_layers: give at least one layer (or null for the default)",
             ),
             *divergence_checks(self),
+            loss_mask_check(self),
         ]
 
 
@@ -96,6 +103,7 @@ class Eagle3Task(EagleTask):
                 f"the recipe asks for {list(self._aux)}"
             )
         self._vocab_set = self.cfg.init is not None  # a loaded draft keeps its vocabulary and FC
+        model.lm_head.requires_grad_(self.cfg.train_lm_head)
         return model
 
     def bind_data(self, data, data_cfg) -> None:
@@ -108,12 +116,14 @@ class Eagle3Task(EagleTask):
             rows.input_ids, rows.loss_mask, self.target.vocab_size, size, always=sorted(self.target.eos_token_ids)
         )
         self.model.set_vocab(ids, self.target.model.get_output_embeddings())
+        self._vocab_set = True
+        if not self.cfg.scale_fc:
+            return
         sample = collate([rows[i] for i in range(min(4, len(rows)))])
         sample = {k: v.to(self.target.device) for k, v in sample.items()}
         feats = self.features(sample).hidden
         real = sample["attention_mask"].bool()
         self.model.scale_fc_to(self._draft_features(feats)[real].to(self.model.fc.weight.device))
-        self._vocab_set = True
 
     def _draft_features(self, hidden):
         return hidden[..., : len(self._aux) * self.target.config.hidden_size]
