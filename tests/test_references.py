@@ -217,3 +217,58 @@ def test_medusa1_step_equals_medusa_llm(tiny_target, tmp_path):
     ref = run_reference("medusa", "medusa_medusa1.py", case, tmp_path)
     loss_diff = close_loss(float(loss.detach()), float(ref["loss"]))
     report("medusa (Medusa-1)", "medusa-llm 0.1", loss_diff, compare(grads, ref["grads"], names))
+
+
+# --- EAGLE-1 ------------------------------------------------------------------------------------
+
+
+def test_eagle1_step_equals_eagle_llm(tiny_target, tmp_path):
+    """eagle-llm 1.2.1 counts row t where the token at its feature's position is a reply token
+    (drafter.loss_mask_at: feature); noise off on both sides (their scales differ: docs/methods.md)."""
+    from draftsmith.train.tasks.eagle import EagleTask, EagleTrainConfig
+
+    T = 24
+
+    def step(loss_mask_at):
+        torch.manual_seed(0)
+        task = EagleTask(EagleTrainConfig(noise=0.0, loss_mask_at=loss_mask_at), tiny_target, seed=0)
+        model = task.model
+        perturb(model, 0)
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, tiny_target.vocab_size, (1, T), generator=g)
+        batch = {"input_ids": ids, "loss_mask": turns(T)[None], "attention_mask": torch.ones_like(ids)}
+        loss, _ = task.loss(model, batch, step=0)
+        loss.backward()
+        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+        return task, model, batch, float(loss.detach()), grads
+
+    task, model, batch, loss, grads = step("feature")
+    c = model.config
+    weights = {n: t.detach().clone() for n, t in model.state_dict().items()}
+    weights["embed_tokens.weight"] = tiny_target.model.get_input_embeddings().weight.detach().clone()
+    case = {
+        "config": {
+            "vocab_size": c.vocab_size,
+            "hidden_size": c.hidden_size,
+            "intermediate_size": c.intermediate_size,
+            "num_attention_heads": c.num_attention_heads,
+            "num_key_value_heads": c.num_key_value_heads,
+            "hidden_act": c.hidden_act,
+            "max_position_embeddings": c.max_position_embeddings,
+            "rms_norm_eps": c.rms_norm_eps,
+        },
+        "weights": weights,
+        "lm_head": tiny_target.model.get_output_embeddings().weight.detach().clone(),
+        "hidden_state": task.features(batch).hidden[0].float(),
+        "input_ids": batch["input_ids"][0],
+        "loss_mask": batch["loss_mask"][0],
+        "v_w": task.cfg.feature_loss_weight,
+        "p_w": task.cfg.cls_loss_weight,
+    }
+    # eagle-llm's RoPE is fixed at base 10000: the comparison holds for targets with that theta
+    assert float(c.rope_parameters.get("rope_theta", 10000.0)) == 10000.0
+    ref = run_reference("eagle", "eagle_eagle1.py", case, tmp_path)
+    loss_diff = close_loss(loss, float(ref["loss"]))
+    report("eagle (EAGLE-1)", "eagle-llm 1.2.1", loss_diff, compare(grads, ref["grads"], {n: n for n in grads}))
+    own = step("label")[3]
+    assert abs(own - float(ref["loss"])) > 1e-3, "the loss-mask alignment made no difference: the test cannot see it"

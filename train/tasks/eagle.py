@@ -56,8 +56,8 @@ class EagleTrainConfig:
     cls_loss_weight: Annotated[float, Ge(0), Note("0: no cross-entropy")] = 0.1
     divergence: str = "fkl"  # fkl (the paper's cross-entropy, less the target's entropy) | rkl | jsd | tvd
     jsd_beta: Annotated[float, Interval(gt=0, lt=1)] = 0.5
-    # which token's loss_mask decides that a prediction counts: label (the predicted token's) |
-    # input (the last token read, as EAGLE's and speculators' code align it: docs/methods.md)
+    # which token's loss_mask counts a prediction: label (the predicted token's) | input (the last
+    # token read: speculators) | feature (the token at the read feature's position: eagle-llm)
     loss_mask_at: str = "label"
     intermediate_size: Annotated[int, Ge(1)] | None = None  # the draft layer's MLP width (None: the target's)
     init: str | None = None  # an existing eagle checkpoint folder to start from
@@ -207,7 +207,7 @@ class EagleTask(TrainingTask):
         }
 
 
-LOSS_MASK_AT = ("label", "input")
+LOSS_MASK_AT = ("label", "input", "feature")
 
 
 def loss_mask_check(cfg) -> tuple[bool, str]:
@@ -218,20 +218,27 @@ def loss_mask_check(cfg) -> tuple[bool, str]:
 
 
 def scored_positions(loss_mask: torch.Tensor, attention_mask: torch.Tensor, steps: int, at: str) -> torch.Tensor:
-    """[S, B, T] bool: row t is scored at step j (on the target's law at t+1+j, i.e. for token
-    t+2+j). at="label": iff token t+2+j is a training target (label_positions). at="input": iff
-    token t+1+j, the last one the draft read, is one, wherever t+1+j is real -- the alignment of
-    EAGLE's and speculators' code: at a turn's start the first reply token is not predicted, at
-    its end the token after the last one is."""
+    """[S, B, T] bool: row t is scored at step j, on the target's law at t+1+j (for token t+2+j),
+    iff that law and row t are real and the loss mask is set at:
+
+    - "label": token t+2+j, the predicted one (label_positions);
+    - "input": token t+1+j, the last one the draft read (speculators' alignment);
+    - "feature": token t+j, whose position's feature the row reads (eagle-llm's).
+
+    At a turn's edges they differ: "label" scores exactly the predictions of reply tokens, the
+    other two skip the first one or two of each reply and score one or two past its end."""
     if at == "label":
         return label_positions(loss_mask, attention_mask, steps)
+    offset = LOSS_MASK_AT.index(at)  # 1: input, 2: feature ... as t+2+j minus the token's index
     B, T = loss_mask.shape
     real = attention_mask != 0
     ok = (loss_mask != 0) & real
     counted = torch.zeros(steps, B, T, dtype=torch.bool, device=loss_mask.device)
     for j in range(steps):
-        if 1 + j < T:
-            counted[j, :, : T - 1 - j] = ok[:, 1 + j :] & real[:, : T - 1 - j]
+        n = T - 1 - j  # rows t whose target law at t+1+j exists
+        if n > 0:
+            first = 2 + j - offset
+            counted[j, :, :n] = ok[:, first : first + n] & real[:, :n] & real[:, 1 + j : 1 + j + n]
     return counted
 
 

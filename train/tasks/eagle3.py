@@ -45,7 +45,7 @@ class Eagle3TrainConfig:
     scale_fc: bool = True
     # train the LM head (started from the target's rows); false: frozen there, as speculators
     train_lm_head: bool = True
-    # label | input: which token's loss_mask counts a prediction (train/tasks/eagle.py, scored_positions)
+    # label | input | feature: which token's loss_mask counts a prediction (train/tasks/eagle.py, scored_positions)
     loss_mask_at: str = "label"
     intermediate_size: Annotated[int, Ge(1)] | None = None  # the draft layer's MLP width (None: the target's)
     init: str | None = None  # an existing eagle3 checkpoint folder to start from
