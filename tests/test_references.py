@@ -272,3 +272,75 @@ def test_eagle1_step_equals_eagle_llm(tiny_target, tmp_path):
     report("eagle (EAGLE-1)", "eagle-llm 1.2.1", loss_diff, compare(grads, ref["grads"], {n: n for n in grads}))
     own = step("label")[3]
     assert abs(own - float(ref["loss"])) > 1e-3, "the loss-mask alignment made no difference: the test cannot see it"
+
+
+# --- DFlash -------------------------------------------------------------------------------------
+
+
+def test_dflash_step_equals_speculators(tiny_target, tmp_path):
+    """speculators divides the weighted sum by the number of scored positions (drafter.loss_norm:
+    tokens); both score the anchors draftsmith drew (the driver says how)."""
+    from draftsmith.train.tasks.dflash import DFlashTask, DFlashTrainConfig, sample_anchors
+
+    T, seed = 32, 0
+    cfg = DFlashTrainConfig(num_layers=2, block_size=4, num_blocks=4, loss_norm="tokens")
+    torch.manual_seed(seed)
+    task = DFlashTask(cfg, tiny_target, seed=seed)
+    model = task.model
+    perturb(model, seed)
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, tiny_target.vocab_size, (1, T), generator=g)
+    batch = {"input_ids": ids, "loss_mask": turns(T)[None], "attention_mask": torch.ones_like(ids)}
+    loss, _ = task.loss(model, batch, step=0)
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    # the anchors the step drew: the same generator (DFlashTask.loss seeds it from seed and step)
+    anchors, keep = sample_anchors(
+        batch["loss_mask"], batch["attention_mask"], cfg.num_blocks, torch.Generator().manual_seed(seed * 1_000_003 + 1)
+    )
+    assert bool(keep.all()) and int(anchors.max()) + cfg.block_size <= T
+
+    captured = {}
+    hook = tiny_target.model.model.norm.register_forward_pre_hook(lambda m, a: captured.setdefault("last", a[0]))
+    try:
+        feats = task.features(batch)
+    finally:
+        hook.remove()
+    c = model.config
+    weights = {n: t.detach().clone() for n, t in model.state_dict().items()}
+    weights["embed_tokens.weight"] = tiny_target.model.get_input_embeddings().weight.detach().clone()
+    weights["lm_head.weight"] = tiny_target.model.get_output_embeddings().weight.detach().clone()
+    weights["verifier_lm_head.weight"] = weights["lm_head.weight"].clone()
+    weights["verifier_norm.weight"] = tiny_target.model.model.norm.weight.detach().clone()
+    case = {
+        "config": {
+            "vocab_size": c.vocab_size,
+            "hidden_size": c.hidden_size,
+            "intermediate_size": c.intermediate_size,
+            "num_hidden_layers": c.num_hidden_layers,
+            "num_attention_heads": c.num_attention_heads,
+            "num_key_value_heads": c.num_key_value_heads,
+            "head_dim": c.head_dim,
+            "rms_norm_eps": c.rms_norm_eps,
+            "hidden_act": c.hidden_act,
+            "max_position_embeddings": c.max_position_embeddings,
+            "rope_parameters": dict(c.rope_parameters),
+            "attention_bias": False,
+        },
+        "aux_layers": [i - 1 for i in c.hidden_layers],  # speculators counts decoder-layer outputs from 0
+        "block_size": c.block_size,
+        "mask_token_id": c.mask_token_id,
+        "gamma": cfg.loss_decay,
+        "anchors": anchors[0],
+        "weights": weights,
+        "batch": {
+            "input_ids": ids[0],
+            "hidden_states": feats.hidden[0, :, : len(c.hidden_layers) * c.hidden_size].float(),
+            "verifier_last_hidden_states": captured["last"][0].float(),
+            "loss_mask": batch["loss_mask"][0],
+        },
+    }
+    ref = run_reference("speculators", "speculators_dflash.py", case, tmp_path)
+    theirs = float(ref["loss"]) + float(ref["entropy"])  # speculators' KL + H(p): draftsmith's soft CE
+    loss_diff = close_loss(float(loss.detach()), theirs)
+    report("dflash", "speculators 0.9.0", loss_diff, compare(grads, ref["grads"], {n: n for n in grads}))

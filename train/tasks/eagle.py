@@ -25,6 +25,7 @@ as context; the trainer adds the real mean_acceptance_length measured by the run
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -40,6 +41,9 @@ from draftsmith.train.distributed import unwrap
 from draftsmith.train.features import OfflineFeatures, OnlineFeatures
 from draftsmith.train.tasks.base import TrainingTask
 from draftsmith.train.tasks.medusa import label_positions
+
+# drafter.loss_mask_at: which token's loss_mask counts a prediction (scored_positions)
+LOSS_MASK_AT = ("label", "input", "feature")
 
 
 @dataclass
@@ -61,6 +65,7 @@ class EagleTrainConfig:
     loss_mask_at: str = "label"
     intermediate_size: Annotated[int, Ge(1)] | None = None  # the draft layer's MLP width (None: the target's)
     init: str | None = None  # an existing eagle checkpoint folder to start from
+    CHOICES: typing.ClassVar[dict[str, tuple[str, ...]]] = {"loss_mask_at": LOSS_MASK_AT}
 
     def checks(self) -> list[tuple[bool, str]]:
         return [
@@ -69,7 +74,6 @@ class EagleTrainConfig:
                 "drafter.feature_loss_weight and drafter.cls_loss_weight must not both be 0",
             ),
             *divergence_checks(self),
-            loss_mask_check(self),
         ]
 
 
@@ -207,16 +211,6 @@ class EagleTask(TrainingTask):
         }
 
 
-LOSS_MASK_AT = ("label", "input", "feature")
-
-
-def loss_mask_check(cfg) -> tuple[bool, str]:
-    return (
-        cfg.loss_mask_at in LOSS_MASK_AT,
-        f"config key 'drafter.loss_mask_at': {cfg.loss_mask_at!r} is not one of {', '.join(LOSS_MASK_AT)}",
-    )
-
-
 def scored_positions(loss_mask: torch.Tensor, attention_mask: torch.Tensor, steps: int, at: str) -> torch.Tensor:
     """[S, B, T] bool: row t is scored at step j, on the target's law at t+1+j (for token t+2+j),
     iff that law and row t are real and the loss mask is set at:
@@ -251,4 +245,4 @@ def simulated_acceptance_length(correct: torch.Tensor, rows: torch.Tensor) -> fl
     return 1.0 + float(leading[rows].float().mean())
 
 
-__all__ = ["EagleTask", "EagleTrainConfig", "loss_mask_check", "scored_positions", "simulated_acceptance_length"]
+__all__ = ["EagleTask", "EagleTrainConfig", "LOSS_MASK_AT", "scored_positions", "simulated_acceptance_length"]

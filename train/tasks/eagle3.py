@@ -10,6 +10,7 @@ layer to the features' size, before the first step).
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -22,7 +23,7 @@ from draftsmith.models.eagle3 import Eagle3, Eagle3Config, default_aux_layers, f
 from draftsmith.train import losses
 from draftsmith.train.config import Note, divergence_checks
 from draftsmith.train.data import collate
-from draftsmith.train.tasks.eagle import EagleTask, loss_mask_check
+from draftsmith.train.tasks.eagle import LOSS_MASK_AT, EagleTask
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Eagle3TrainConfig:
     loss_mask_at: str = "label"
     intermediate_size: Annotated[int, Ge(1)] | None = None  # the draft layer's MLP width (None: the target's)
     init: str | None = None  # an existing eagle3 checkpoint folder to start from
+    CHOICES: typing.ClassVar[dict[str, tuple[str, ...]]] = {"loss_mask_at": LOSS_MASK_AT}
 
     def checks(self) -> list[tuple[bool, str]]:
         return [
@@ -57,7 +59,6 @@ class Eagle3TrainConfig:
                 "drafter.aux_layers: give at least one layer (or null for the default)",
             ),
             *divergence_checks(self),
-            loss_mask_check(self),
         ]
 
 
