@@ -344,3 +344,25 @@ def test_dflash_step_equals_speculators(tiny_target, tmp_path):
     theirs = float(ref["loss"]) + float(ref["entropy"])  # speculators' KL + H(p): draftsmith's soft CE
     loss_diff = close_loss(float(loss.detach()), theirs)
     report("dflash", "speculators 0.9.0", loss_diff, compare(grads, ref["grads"], {n: n for n in grads}))
+
+
+def test_eagle3_step_equals_specforge(tiny_target, tmp_path):
+    """SpecForge reads the loss mask at the feature's token, divides each step by all B*T
+    positions, skips rows whose target top-1 is outside the draft vocabulary, and trains the LM
+    head: drafter.loss_mask_at feature, loss_norm positions, score_out_of_vocab false."""
+    cfg = speculators_recipe(
+        train_lm_head=True, loss_mask_at="feature", loss_norm="positions", score_out_of_vocab=False
+    )
+    task, model, batch, loss, grads = eagle3_step(tiny_target, cfg)
+    feats = task.features(batch, want_logits=True)
+    t2d = model.t2d.clone()
+    assert not bool(t2d[feats.logits[0].argmax(-1)].all()), "every target top-1 is in the draft vocabulary"
+    weights = {n: t.detach().clone() for n, t in model.state_dict().items()}
+    weights["embed_tokens.weight"] = tiny_target.model.get_input_embeddings().weight.detach().clone()
+    case = eagle3_case(task, model, batch, tiny_target)
+    case["config"]["draft_vocab_size"] = model.config.draft_vocab_size
+    case["weights"] = weights
+    case["batch"]["logits"] = feats.logits[0].float()
+    ref = run_reference("specforge", "specforge_eagle3.py", case, tmp_path)
+    loss_diff = close_loss(loss, float(ref["loss"]))
+    report("eagle3", "SpecForge 0.2.0", loss_diff, compare(grads, ref["grads"], {n: n for n in grads}))

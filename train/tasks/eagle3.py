@@ -48,9 +48,16 @@ class Eagle3TrainConfig:
     train_lm_head: bool = True
     # label | input | feature: which token's loss_mask counts a prediction (train/tasks/eagle.py, scored_positions)
     loss_mask_at: str = "label"
+    # each step's loss divided by its scored tokens (tokens) or by all B*T positions (positions: SpecForge)
+    loss_norm: str = "tokens"
+    # score rows whose target top-1 is outside the draft vocabulary (false: skip them, as SpecForge)
+    score_out_of_vocab: bool = True
     intermediate_size: Annotated[int, Ge(1)] | None = None  # the draft layer's MLP width (None: the target's)
     init: str | None = None  # an existing eagle3 checkpoint folder to start from
-    CHOICES: typing.ClassVar[dict[str, tuple[str, ...]]] = {"loss_mask_at": LOSS_MASK_AT}
+    CHOICES: typing.ClassVar[dict[str, tuple[str, ...]]] = {
+        "loss_mask_at": LOSS_MASK_AT,
+        "loss_norm": ("tokens", "positions"),
+    }
 
     def checks(self) -> list[tuple[bool, str]]:
         return [
@@ -133,10 +140,18 @@ class Eagle3Task(EagleTask):
         """The target's law restricted to the draft vocabulary and renormalised: [N, draft vocab]."""
         return losses.log_probs(target_logits[..., model.draft_to_target])
 
+    def loss(self, model, batch: dict, step: int | None = None):
+        self._positions = batch["input_ids"].numel()  # loss_norm positions: every row of the batch
+        return super().loss(model, batch, step)
+
     def _step_loss(self, model, pred, hidden, b, t_next, target_logp, target_top1):
-        n = max(pred.shape[0], 1)
         logits = model.draft_logits(pred).float()  # [N, draft vocab]
-        loss = self._divergence(logits, target_logp).sum() / n
+        per_row = self._divergence(logits, target_logp)
+        n = per_row.new_tensor(float(max(pred.shape[0], 1)))
+        if not self.cfg.score_out_of_vocab:
+            keep = model.t2d[target_top1]
+            per_row, n = per_row * keep, keep.sum().clamp_min(1)
+        loss = per_row.sum() / (self._positions if self.cfg.loss_norm == "positions" else n)
         with torch.no_grad():
             top1 = model.target_ids(logits.argmax(-1)) == target_top1
         return loss, top1, {}
