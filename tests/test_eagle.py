@@ -377,3 +377,32 @@ def test_eagle3_switches_reproduce_speculators_choices(tiny_target, reference):
     trainable = {id(p) for p in task.trainable_parameters()}
     assert (id(task.model.lm_head.weight) in trainable) != reference
     assert task.model.lm_head.weight.requires_grad != reference
+
+
+def test_eagle3_loss_norm_and_out_of_vocab_rows(tiny_target):
+    """loss_norm positions divides a step's sum by B*T instead of its scored rows;
+    score_out_of_vocab false drops the rows whose target top-1 the draft cannot propose."""
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(3, tiny_target.vocab_size, (2, 12), generator=g)
+    batch = {"input_ids": ids, "loss_mask": torch.ones_like(ids), "attention_mask": torch.ones_like(ids)}
+
+    def run(*overrides):
+        cfg = load_recipe("configs/tiny/eagle3.yaml", ["--drafter.ttt_steps=1", *overrides]).drafter
+        torch.manual_seed(0)
+        task = Eagle3Task(cfg, tiny_target)
+        size = task.model.config.draft_vocab_size
+        step = 2 if size < tiny_target.vocab_size else 1
+        vocab = torch.arange(0, tiny_target.vocab_size, step)[:size]
+        task.model.set_vocab(vocab, tiny_target.model.get_output_embeddings())
+        loss, stats = task.loss(task.model, batch, step=0)
+        return float(loss.detach()), stats["num_tokens"]
+
+    tokens, n = run("--drafter.draft_vocab_size=100")
+    positions, _ = run("--drafter.draft_vocab_size=100", "--drafter.loss_norm=positions")
+    assert positions * ids.numel() == pytest.approx(tokens * n, rel=1e-5)
+    assert n < ids.numel()
+    skipped, _ = run("--drafter.draft_vocab_size=100", "--drafter.score_out_of_vocab=false")
+    assert skipped != pytest.approx(tokens, rel=1e-3)  # the even-id vocabulary misses some top-1s
+    full, _ = run(f"--drafter.draft_vocab_size={tiny_target.vocab_size}")
+    full_skipped, _ = run(f"--drafter.draft_vocab_size={tiny_target.vocab_size}", "--drafter.score_out_of_vocab=false")
+    assert full_skipped == pytest.approx(full, rel=1e-6)
