@@ -265,7 +265,7 @@ def test_eagle1_step_equals_eagle_llm(tiny_target, tmp_path):
         "v_w": task.cfg.feature_loss_weight,
         "p_w": task.cfg.cls_loss_weight,
     }
-    # eagle-llm's RoPE is fixed at base 10000: the comparison holds for targets with that theta
+    # eagle-llm's RoPE base is 10000 whatever the target: the comparison holds for targets with that theta
     assert float(c.rope_parameters.get("rope_theta", 10000.0)) == 10000.0
     ref = run_reference("eagle", "eagle_eagle1.py", case, tmp_path)
     loss_diff = close_loss(loss, float(ref["loss"]))
