@@ -287,3 +287,25 @@ def test_vllm_and_sglang_exports_load_by_name(tiny_target, trained, tmp_path):
         notes
     )  # the whole block
     assert json.loads((tmp_path / "sglang" / "config.json").read_text()) == cfg  # one layout for both engines
+
+
+def test_loss_norm_tokens_divides_by_the_scored_positions(tiny_target):
+    """loss_norm weights: Σ w·L / Σ w; tokens (speculators'): Σ w·L / N, N the scored block
+    positions. Same draft, same anchors: the two losses differ by exactly Σ w / N."""
+    T, Bs = 24, 4
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(3, tiny_target.vocab_size, (1, T), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, :6] = 0
+    batch = {"input_ids": ids, "loss_mask": mask, "attention_mask": torch.ones_like(ids)}
+    losses = {}
+    for norm in ("weights", "tokens"):
+        torch.manual_seed(0)
+        task = DFlashTask(DFlashTrainConfig(block_size=Bs, num_blocks=3, loss_norm=norm), tiny_target, seed=0)
+        losses[norm] = float(task.loss(task.model, batch, step=0)[0].detach())
+    anchors, keep = sample_anchors(mask, batch["attention_mask"], 3, torch.Generator().manual_seed(1))
+    labels = anchors[..., None] + torch.arange(1, Bs)  # block position k predicts token anchor+k
+    scored = keep[..., None] & (labels < T) & mask[0, labels.clamp(max=T - 1)].bool()
+    w = torch.exp(-torch.arange(Bs - 1).float() / 4.0).expand_as(scored)[scored]
+    assert losses["tokens"] == pytest.approx(losses["weights"] * float(w.sum()) / w.numel(), rel=1e-5)
+    assert losses["tokens"] < losses["weights"]

@@ -320,3 +320,89 @@ def test_ttt_attention_equals_dense_attention_over_its_key_sets():
         w = (q[:, :, t : t + 1] @ keys.transpose(-1, -2) * hd**-0.5).softmax(-1)
         want[:, :, t] = (w @ vals)[:, :, 0]
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("at", ["label", "input", "feature"])
+def test_scored_positions_follow_the_loss_mask_alignment(at):
+    """Row t at step j is scored on the target's law at t+1+j; the loss mask is read at token
+    t+2+j (label), t+1+j (input: speculators) or t+j (feature: eagle-llm). Brute force."""
+    from draftsmith.train.tasks.eagle import scored_positions
+
+    g = torch.Generator().manual_seed(3)
+    B, T, steps = 2, 11, 3
+    mask = (torch.rand(B, T, generator=g) > 0.4).long()
+    attn = torch.ones(B, T, dtype=torch.long)
+    attn[1, 8:] = 0  # a padded row
+    got = scored_positions(mask, attn, steps, at)
+    read = {"label": 2, "input": 1, "feature": 0}[at]
+    for j in range(steps):
+        for b in range(B):
+            for t in range(T):
+                last = max(t + 1 + j, t + read + j)  # the target's law and the masked token both exist
+                want = last < T and bool(attn[b, last]) and bool(attn[b, t]) and bool(mask[b, t + read + j])
+                assert bool(got[j, b, t]) == want, (at, j, b, t)
+    assert got.any()
+
+
+class _Rows:
+    """The training rows bind_data reads: input_ids, loss_mask, and items for collate."""
+
+    def __init__(self, ids):
+        self.input_ids, self.loss_mask = ids, torch.ones_like(ids)
+
+    def __len__(self):
+        return self.input_ids.shape[0]
+
+    def __getitem__(self, i):
+        ids = self.input_ids[i]
+        return {"input_ids": ids, "loss_mask": torch.ones_like(ids), "attention_mask": torch.ones_like(ids)}
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_eagle3_switches_reproduce_speculators_choices(tiny_target, reference):
+    """scale_fc false keeps the plain FC init; train_lm_head false freezes the LM head (still
+    started from the target's rows); the defaults scale the FC and train the head."""
+    overrides = ["--drafter.draft_vocab_size=100"]
+    if reference:
+        overrides += ["--drafter.scale_fc=false", "--drafter.train_lm_head=false", "--drafter.loss_mask_at=input"]
+    cfg = load_recipe("configs/tiny/eagle3.yaml", overrides).drafter
+    torch.manual_seed(0)
+    task = Eagle3Task(cfg, tiny_target)
+    fc = task.model.fc.weight.detach().clone()
+    data = type("Data", (), {"train": _Rows(torch.randint(3, tiny_target.vocab_size, (4, 12)))})()
+    task.bind_data(data, None)
+    head = tiny_target.model.get_output_embeddings().weight
+    torch.testing.assert_close(task.model.lm_head.weight, head[task.model.draft_to_target])
+    assert torch.equal(task.model.fc.weight, fc) == reference
+    trainable = {id(p) for p in task.trainable_parameters()}
+    assert (id(task.model.lm_head.weight) in trainable) != reference
+    assert task.model.lm_head.weight.requires_grad != reference
+
+
+def test_eagle3_loss_norm_and_out_of_vocab_rows(tiny_target):
+    """loss_norm positions divides a step's sum by B*T instead of its scored rows;
+    score_out_of_vocab false drops the rows whose target top-1 the draft cannot propose."""
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(3, tiny_target.vocab_size, (2, 12), generator=g)
+    batch = {"input_ids": ids, "loss_mask": torch.ones_like(ids), "attention_mask": torch.ones_like(ids)}
+
+    def run(*overrides):
+        cfg = load_recipe("configs/tiny/eagle3.yaml", ["--drafter.ttt_steps=1", *overrides]).drafter
+        torch.manual_seed(0)
+        task = Eagle3Task(cfg, tiny_target)
+        size = task.model.config.draft_vocab_size
+        step = 2 if size < tiny_target.vocab_size else 1
+        vocab = torch.arange(0, tiny_target.vocab_size, step)[:size]
+        task.model.set_vocab(vocab, tiny_target.model.get_output_embeddings())
+        loss, stats = task.loss(task.model, batch, step=0)
+        return float(loss.detach()), stats["num_tokens"]
+
+    tokens, n = run("--drafter.draft_vocab_size=100")
+    positions, _ = run("--drafter.draft_vocab_size=100", "--drafter.loss_norm=positions")
+    assert positions * ids.numel() == pytest.approx(tokens * n, rel=1e-5)
+    assert n < ids.numel()
+    skipped, _ = run("--drafter.draft_vocab_size=100", "--drafter.score_out_of_vocab=false")
+    assert skipped != pytest.approx(tokens, rel=1e-3)  # the even-id vocabulary misses some top-1s
+    full, _ = run(f"--drafter.draft_vocab_size={tiny_target.vocab_size}")
+    full_skipped, _ = run(f"--drafter.draft_vocab_size={tiny_target.vocab_size}", "--drafter.score_out_of_vocab=false")
+    assert full_skipped == pytest.approx(full, rel=1e-6)

@@ -13,6 +13,7 @@ token a+k with weight w_k = exp(-(k-1)/γ) (`loss_decay` = γ; SpecForge's loss_
 first positions decide the acceptance length, later ones only count when all before them pass):
 
     L = Σ w_k · CE(label_{a+k}, softmax(LMHead(o_{a+k}))) / Σ w_k
+    (`loss_norm: tokens`: divided by the number of scored positions instead, as speculators does)
 
 with label the target's own distribution for token a+k (`labels: distill`, softmax of its logits
 at a+k-1: what the draft must imitate when the data was not written by the target) or the data's
@@ -68,9 +69,14 @@ class DFlashTrainConfig:
     jsd_beta: Annotated[float, Interval(gt=0, lt=1)] = 0.5
     # γ: block position k weighs exp(-(k-1)/γ); 0: every position alike
     loss_decay: Annotated[float, Ge(0), Note("0: every block position weighs the same")] = 4.0
+    # weights: Σ w·L / Σ w (SpecForge's); tokens: Σ w·L / scored positions (speculators')
+    loss_norm: str = "weights"
     intermediate_size: Annotated[int, Ge(1)] | None = None  # the draft layers' MLP width (None: the target's)
     init: str | None = None  # an existing dflash checkpoint folder to start from
-    CHOICES: typing.ClassVar[dict[str, tuple[str, ...]]] = {"labels": ("tokens", "distill")}
+    CHOICES: typing.ClassVar[dict[str, tuple[str, ...]]] = {
+        "labels": ("tokens", "distill"),
+        "loss_norm": ("weights", "tokens"),
+    }
 
     def checks(self) -> list[tuple[bool, str]]:
         return divergence_checks(self, soft=self.labels == "distill")
@@ -235,7 +241,8 @@ class DFlashTask(TrainingTask):
         else:
             ce = -logits.log_softmax(-1).gather(1, ids[b, t][:, None])[:, 0]
         w = torch.exp(-k.float() / self.cfg.loss_decay) if self.cfg.loss_decay > 0 else torch.ones_like(ce)
-        total = (w * ce).sum() / w.sum().clamp_min(1e-9)
+        norm = w.sum() if self.cfg.loss_norm == "weights" else w.new_tensor(float(ce.numel()))
+        total = (w * ce).sum() / norm.clamp_min(1e-9)
         stats = self._stats(logits.argmax(-1) == target_top1, scored, b, n, k, training)
         stats["loss"] = float(total.detach())
         return total, stats

@@ -25,6 +25,7 @@ as context; the trainer adds the real mean_acceptance_length measured by the run
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -41,6 +42,9 @@ from draftsmith.train.features import OfflineFeatures, OnlineFeatures
 from draftsmith.train.tasks.base import TrainingTask
 from draftsmith.train.tasks.medusa import label_positions
 
+# drafter.loss_mask_at: which token's loss_mask counts a prediction (scored_positions)
+LOSS_MASK_AT = ("label", "input", "feature")
+
 
 @dataclass
 class EagleTrainConfig:
@@ -56,8 +60,12 @@ class EagleTrainConfig:
     cls_loss_weight: Annotated[float, Ge(0), Note("0: no cross-entropy")] = 0.1
     divergence: str = "fkl"  # fkl (the paper's cross-entropy, less the target's entropy) | rkl | jsd | tvd
     jsd_beta: Annotated[float, Interval(gt=0, lt=1)] = 0.5
+    # which token's loss_mask counts a prediction: label (the predicted token's) | input (the last
+    # token read: speculators) | feature (the token at the read feature's position: eagle-llm)
+    loss_mask_at: str = "label"
     intermediate_size: Annotated[int, Ge(1)] | None = None  # the draft layer's MLP width (None: the target's)
     init: str | None = None  # an existing eagle checkpoint folder to start from
+    CHOICES: typing.ClassVar[dict[str, tuple[str, ...]]] = {"loss_mask_at": LOSS_MASK_AT}
 
     def checks(self) -> list[tuple[bool, str]]:
         return [
@@ -121,7 +129,8 @@ class EagleTask(TrainingTask):
         training = step is not None
         ids, loss_mask, attn = batch["input_ids"], batch["loss_mask"], batch["attention_mask"]
         steps = self.train_steps if training else max(self.train_steps, self.acceptance_k)
-        counted = label_positions(loss_mask, attn, steps)  # [S, B, T]: row t at step j is scored on token t+2+j
+        # [S, B, T]: row t at step j is scored on token t+2+j
+        counted = scored_positions(loss_mask, attn, steps, self.cfg.loss_mask_at)
         # The target's law is read at rows t+1+j only: its LM head runs there and nowhere else.
         need = torch.zeros_like(counted[0])
         for j in range(steps):
@@ -202,6 +211,31 @@ class EagleTask(TrainingTask):
         }
 
 
+def scored_positions(loss_mask: torch.Tensor, attention_mask: torch.Tensor, steps: int, at: str) -> torch.Tensor:
+    """[S, B, T] bool: row t is scored at step j, on the target's law at t+1+j (for token t+2+j),
+    iff that law and row t are real and the loss mask is set at:
+
+    - "label": token t+2+j, the predicted one (label_positions);
+    - "input": token t+1+j, the last one the draft read (speculators' alignment);
+    - "feature": token t+j, whose position's feature the row reads (eagle-llm's).
+
+    At a turn's edges they differ: "label" scores exactly the predictions of reply tokens, the
+    other two skip the first one or two of each reply and score one or two past its end."""
+    if at == "label":
+        return label_positions(loss_mask, attention_mask, steps)
+    offset = LOSS_MASK_AT.index(at)  # 1: input, 2: feature ... as t+2+j minus the token's index
+    B, T = loss_mask.shape
+    real = attention_mask != 0
+    ok = (loss_mask != 0) & real
+    counted = torch.zeros(steps, B, T, dtype=torch.bool, device=loss_mask.device)
+    for j in range(steps):
+        n = T - 1 - j  # rows t whose target law at t+1+j exists
+        if n > 0:
+            first = 2 + j - offset
+            counted[j, :, :n] = ok[:, first : first + n] & real[:, :n] & real[:, 1 + j : 1 + j + n]
+    return counted
+
+
 def simulated_acceptance_length(correct: torch.Tensor, rows: torch.Tensor) -> float:
     """1 + mean over `rows` [B, T] of the number of leading steps whose top-1 was right
     (`correct` [K, B, T]): what a greedy chain of K would accept with these contexts."""
@@ -211,4 +245,4 @@ def simulated_acceptance_length(correct: torch.Tensor, rows: torch.Tensor) -> fl
     return 1.0 + float(leading[rows].float().mean())
 
 
-__all__ = ["EagleTask", "EagleTrainConfig", "simulated_acceptance_length"]
+__all__ = ["EagleTask", "EagleTrainConfig", "LOSS_MASK_AT", "scored_positions", "simulated_acceptance_length"]

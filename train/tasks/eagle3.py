@@ -10,6 +10,7 @@ layer to the features' size, before the first step).
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -22,7 +23,7 @@ from draftsmith.models.eagle3 import Eagle3, Eagle3Config, default_aux_layers, f
 from draftsmith.train import losses
 from draftsmith.train.config import Note, divergence_checks
 from draftsmith.train.data import collate
-from draftsmith.train.tasks.eagle import EagleTask
+from draftsmith.train.tasks.eagle import LOSS_MASK_AT, EagleTask
 
 
 @dataclass
@@ -41,8 +42,22 @@ class Eagle3TrainConfig:
     divergence: str = "fkl"  # fkl (the paper's cross-entropy, less the target's entropy) | rkl | jsd | tvd
     jsd_beta: Annotated[float, Interval(gt=0, lt=1)] = 0.5
     noise: Annotated[float, Ge(0), Note("0: no noise")] = 0.0  # uniform noise on the input features
+    # divide the fresh FC's blocks by each layer's feature RMS (false: the plain init, as speculators)
+    scale_fc: bool = True
+    # train the LM head (started from the target's rows); false: frozen there, as speculators
+    train_lm_head: bool = True
+    # label | input | feature: which token's loss_mask counts a prediction (train/tasks/eagle.py, scored_positions)
+    loss_mask_at: str = "label"
+    # each step's loss divided by its scored tokens (tokens) or by all B*T positions (positions: SpecForge)
+    loss_norm: str = "tokens"
+    # score rows whose target top-1 is outside the draft vocabulary (false: skip them, as SpecForge)
+    score_out_of_vocab: bool = True
     intermediate_size: Annotated[int, Ge(1)] | None = None  # the draft layer's MLP width (None: the target's)
     init: str | None = None  # an existing eagle3 checkpoint folder to start from
+    CHOICES: typing.ClassVar[dict[str, tuple[str, ...]]] = {
+        "loss_mask_at": LOSS_MASK_AT,
+        "loss_norm": ("tokens", "positions"),
+    }
 
     def checks(self) -> list[tuple[bool, str]]:
         return [
@@ -96,6 +111,7 @@ class Eagle3Task(EagleTask):
                 f"the recipe asks for {list(self._aux)}"
             )
         self._vocab_set = self.cfg.init is not None  # a loaded draft keeps its vocabulary and FC
+        model.lm_head.requires_grad_(self.cfg.train_lm_head)
         return model
 
     def bind_data(self, data, data_cfg) -> None:
@@ -108,12 +124,14 @@ class Eagle3Task(EagleTask):
             rows.input_ids, rows.loss_mask, self.target.vocab_size, size, always=sorted(self.target.eos_token_ids)
         )
         self.model.set_vocab(ids, self.target.model.get_output_embeddings())
+        self._vocab_set = True
+        if not self.cfg.scale_fc:
+            return
         sample = collate([rows[i] for i in range(min(4, len(rows)))])
         sample = {k: v.to(self.target.device) for k, v in sample.items()}
         feats = self.features(sample).hidden
         real = sample["attention_mask"].bool()
         self.model.scale_fc_to(self._draft_features(feats)[real].to(self.model.fc.weight.device))
-        self._vocab_set = True
 
     def _draft_features(self, hidden):
         return hidden[..., : len(self._aux) * self.target.config.hidden_size]
@@ -122,10 +140,18 @@ class Eagle3Task(EagleTask):
         """The target's law restricted to the draft vocabulary and renormalised: [N, draft vocab]."""
         return losses.log_probs(target_logits[..., model.draft_to_target])
 
+    def loss(self, model, batch: dict, step: int | None = None):
+        self._positions = batch["input_ids"].numel()  # loss_norm positions: every row of the batch
+        return super().loss(model, batch, step)
+
     def _step_loss(self, model, pred, hidden, b, t_next, target_logp, target_top1):
-        n = max(pred.shape[0], 1)
         logits = model.draft_logits(pred).float()  # [N, draft vocab]
-        loss = self._divergence(logits, target_logp).sum() / n
+        per_row = self._divergence(logits, target_logp)
+        n = per_row.new_tensor(float(max(pred.shape[0], 1)))
+        if not self.cfg.score_out_of_vocab:
+            keep = model.t2d[target_top1]
+            per_row, n = per_row * keep, keep.sum().clamp_min(1)
+        loss = per_row.sum() / (self._positions if self.cfg.loss_norm == "positions" else n)
         with torch.no_grad():
             top1 = model.target_ids(logits.argmax(-1)) == target_top1
         return loss, top1, {}
