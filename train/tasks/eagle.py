@@ -33,9 +33,11 @@ import torch.nn.functional as F
 from annotated_types import Ge, Interval
 
 from draftsmith.models import require_drafter_kind
+from draftsmith.models.documents import document_ids
 from draftsmith.models.eagle import Eagle, EagleConfig
 from draftsmith.train import losses
 from draftsmith.train.config import Note, divergence_checks
+from draftsmith.train.data.rows import batch_positions
 from draftsmith.train.distributed import unwrap
 from draftsmith.train.features import OfflineFeatures, OnlineFeatures
 from draftsmith.train.tasks.base import TrainingTask
@@ -121,7 +123,9 @@ class EagleTask(TrainingTask):
         training = step is not None
         ids, loss_mask, attn = batch["input_ids"], batch["loss_mask"], batch["attention_mask"]
         steps = self.train_steps if training else max(self.train_steps, self.acceptance_k)
-        counted = label_positions(loss_mask, attn, steps)  # [S, B, T]: row t at step j is scored on token t+2+j
+        positions = batch_positions(batch)  # per conversation of a packed row: no row sees another's
+        # [S, B, T]: row t at step j is scored on token t+2+j of its own conversation
+        counted = label_positions(loss_mask, attn, steps, document_ids(positions))
         # The target's law is read at rows t+1+j only: its LM head runs there and nowhere else.
         need = torch.zeros_like(counted[0])
         for j in range(steps):
@@ -131,7 +135,7 @@ class EagleTask(TrainingTask):
         draft_in = self._draft_features(hidden)
         if training and self.cfg.noise > 0:
             draft_in = draft_in + (torch.rand_like(draft_in) * 2 - 1) * self.cfg.noise
-        outs = model(input_ids=ids, features=draft_in, num_steps=steps)
+        outs = model(input_ids=ids, features=draft_in, num_steps=steps, position_ids=positions)
         unwrapped = unwrap(model)
         total = hidden.new_zeros(())
         stats: dict[str, float] = {}
