@@ -33,6 +33,7 @@ from draftsmith.infer.sampling import SamplingConfig, logits_to_probs, sample
 from draftsmith.infer.tree import Tree, TreeConfig
 
 from .base import TrainedDrafter
+from .documents import document_ids, row_positions
 from .layers import DecoderLayer, RMSNorm, cached_attention, ttt_attention
 from .weights import check_draft_sizes, load_draft_weights, register_config
 
@@ -192,26 +193,32 @@ class EagleDraftModel(PreTrainedModel):
         cos, sin = self.rotary(a, positions)
         return self.layer(a, residual, cos, sin, attend)
 
-    def forward(self, input_ids: torch.Tensor, features: torch.Tensor, num_steps: int = 1) -> list[torch.Tensor]:
+    def forward(
+        self, input_ids: torch.Tensor, features: torch.Tensor, num_steps: int = 1, position_ids=None
+    ) -> list[torch.Tensor]:
         """Training-time forward: outputs [B, T, d] of `num_steps` unrolled steps.
 
         Row t at step j reads token input_ids[t+1+j] (the data's, not the draft's guess) at
         position t+j, and the hidden state: the fused target feature at t for j = 0, else its own
         output of step j-1; its output predicts the feature behind token t+2+j. Keys as in
-        `ttt_attention`. With num_steps=1 this is plain EAGLE-1 teacher forcing.
+        `ttt_attention`. With num_steps=1 this is plain EAGLE-1 teacher forcing. position_ids
+        [B, T] (restarting at each conversation of a packed row): row t's position is its own
+        conversation's, and it attends within that conversation only (models/documents.py).
         """
         B, T = input_ids.shape
         h = self.fuse(features.to(self.fc.weight.dtype))
         past: list[tuple[torch.Tensor, torch.Tensor]] = []
+        rows = row_positions(position_ids, (B, T), input_ids.device)
+        documents = None if position_ids is None else document_ids(rows)
 
         def attend(q, k, v):
             past.append((k, v))
-            return ttt_attention(q, past)
+            return ttt_attention(q, past, documents)
 
         outs = []
         for j in range(num_steps):
             ids = F.pad(input_ids[:, 1 + j :], (0, min(1 + j, T)))[:, :T]  # shifted left, 0-padded
-            positions = (torch.arange(T, device=input_ids.device) + j).unsqueeze(0).expand(B, T)
+            positions = rows + j
             h = self.step(ids, h, positions, attend)
             outs.append(h)
         return outs

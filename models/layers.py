@@ -94,7 +94,9 @@ class DecoderLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
-def ttt_attention(q: torch.Tensor, past: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+def ttt_attention(
+    q: torch.Tensor, past: list[tuple[torch.Tensor, torch.Tensor]], documents: torch.Tensor | None = None
+) -> torch.Tensor:
     """Training-time test attention (EAGLE-3, Li et al. 2025, sec. 3.2; SpecForge's layout).
 
     past[0] = (k, v) of step 0 at every row (the real prefix); past[i] (i >= 1) = step i's own
@@ -106,6 +108,9 @@ def ttt_attention(q: torch.Tensor, past: list[tuple[torch.Tensor, torch.Tensor]]
     viewed as one [G*T] block (H = KV*G, heads grouped as repeat_interleave groups them). Each
     of the unrolled steps used to copy every earlier step's keys and values out to H heads
     (O(j) copies at step j, O(n^2) per forward and again in backward); now none is copied.
+
+    documents ([B, T] ids, models/documents.py): a packed row's conversations; row t then sees
+    step 0's rows of its own conversation only.
     """
     B, H, T, hd = q.shape
     KV = past[0][0].shape[1]
@@ -114,6 +119,8 @@ def ttt_attention(q: torch.Tensor, past: list[tuple[torch.Tensor, torch.Tensor]]
     k0, v0 = past[0]
     scores = (q.reshape(B, KV, G * T, hd) @ k0.transpose(-1, -2)).view(B, KV, G, T, T) * scale
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    if documents is not None:  # [B, 1, 1, T, T]: causal and within one conversation
+        causal = causal & (documents[:, :, None] == documents[:, None, :])[:, None, None]
     scores = scores.masked_fill(~causal, float("-inf"))
     qg = q.view(B, KV, G, T, hd)
     diag = [(qg * k.unsqueeze(2)).sum(-1, keepdim=True) * scale for k, _ in past[1:]]  # [B, KV, G, T, 1] each

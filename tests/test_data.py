@@ -267,20 +267,34 @@ def test_the_packaged_sharegpt_file():
 # --- Packing and padding -------------------------------------------------------------------------
 
 
-def test_packing_is_the_concatenation_cut_into_full_rows(tmp_path, tok):
+def test_packing_places_whole_conversations_side_by_side(tmp_path, tok):
+    """Each conversation lies whole in one packed row with positions from 0 (its own, as serving
+    sees it); rows hold several; nothing is cut or lost; a conversation's first token is no label."""
     path = write_jsonl(tmp_path / "c.jsonl", [{"messages": chat(i, turns=2)} for i in range(12)])
-    whole = build_data(cfg(path, pack=False), tok, progress=False)
-    ids = torch.cat([r["input_ids"][r["attention_mask"].bool()] for r in whole.train])
-    mask = torch.cat([r["loss_mask"][r["attention_mask"].bool()] for r in whole.train])
-    packed = build_data(cfg(path, pack=True, max_length=64), tok, progress=False)
+    whole = build_data(cfg(path, pack=False, max_length=256), tok, progress=False)
+    alone = sorted(
+        (
+            tuple(r["input_ids"][r["attention_mask"].bool()].tolist()),
+            tuple(r["loss_mask"][r["attention_mask"].bool()][1:].tolist()),
+        )
+        for r in whole.train
+    )
+    packed = build_data(cfg(path, pack=True, max_length=256), tok, progress=False)
     batch = collate([packed.train[i] for i in range(len(packed.train))])
-    n = len(packed.train)
-    assert n == len(ids) // 64 and batch["input_ids"].shape == (n, 64)
-    assert batch["input_ids"].dtype == torch.long and batch["attention_mask"].all()
-    assert torch.equal(batch["input_ids"].flatten(), ids[: n * 64])
-    assert torch.equal(batch["loss_mask"].flatten(), mask[: n * 64])
-    assert packed.stats["train_tail_tokens_dropped"] == len(ids) - n * 64
-    assert packed.stats["train_tokens"] == n * 64 and packed.stats["train_loss_tokens"] == int(mask[: n * 64].sum())
+    assert batch["input_ids"].dtype == torch.long and batch["position_ids"].shape == (len(packed.train), 256)
+    found = []
+    for ids, loss, attention, positions in zip(
+        batch["input_ids"], batch["loss_mask"], batch["attention_mask"], batch["position_ids"]
+    ):
+        starts = (positions == 0).nonzero().flatten().tolist()
+        n = int(attention.sum())
+        assert attention[:n].all() and not attention[n:].any() and starts[0] == 0
+        for a, b in zip(starts, [*starts[1:], n]):
+            assert positions[a:b].tolist() == list(range(b - a)) and loss[a] == 0
+            found.append((tuple(ids[a:b].tolist()), tuple(loss[a + 1 : b].tolist())))
+    assert sorted(found) == alone and len(packed.train) < len(whole.train)
+    assert packed.stats["train_conversations"] == len(alone) and packed.stats["train_truncated_tokens"] == 0
+    assert packed.stats["train_tokens"] == whole.stats["train_tokens"]
 
 
 def test_pad_mode_truncates_and_pads(tmp_path, tok):
@@ -425,7 +439,9 @@ def test_stdlib_rows(tok):
     rows, fmt = load_rows(DataConfig(path="stdlib", max_rows=5))
     assert fmt == "text" and len(rows) == 5 and all(r["text"].strip() for r in rows)
     data = build_data(DataConfig(path="stdlib", max_rows=5, max_length=64), tok, progress=False)
-    assert data.stats["train_rows"] == 4 and data.stats["train_loss_tokens"] == data.stats["train_tokens"]
+    # Text trains every token but each file's first (packed rows: nothing of its own precedes it).
+    assert data.stats["train_rows"] == 4 == data.stats["train_conversations"]
+    assert data.stats["train_loss_tokens"] == data.stats["train_tokens"] - 4
     ours = [p for p in data.eval_prompts if p.domain == "stdlib"]  # beside the built-in chat set
     assert len(ours) == 1 and len(ours[0].ids) == 64 and {p.domain for p in data.eval_prompts} >= {"stdlib", "chat"}
 

@@ -31,7 +31,10 @@ def chitchat(tiny_target, **kw):
 
 @pytest.fixture(scope="module")
 def packed(tiny_target):
-    return chitchat(tiny_target, max_rows=3, max_length=64)  # full rows
+    # Full rows: each file of the standard library, truncated to one (a packed row keeps a document
+    # whole; tests/test_packing.py holds rows of several).
+    data = DataConfig(path="stdlib", eval_rows=2, max_rows=24, max_length=64)
+    return build_data(data, tiny_target.tokenizer, progress=False).train
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +137,21 @@ def test_mismatched_cache_is_refused_naming_each_key(tiny_target, packed, cache)
         extract(tiny_target, (2, -1), packed, cache, max_length=64, shard_rows=8, progress=False)
     with pytest.raises(DraftsmithError, match=r"shard_rows 8 \(this run: 4\)"):
         extract(tiny_target, LAYERS, packed, cache, max_length=64, shard_rows=4, progress=False)
+
+
+def test_a_cache_of_an_older_format_is_refused_in_words(tiny_target, packed, cache, tmp_path):
+    """Format 2 stored features computed across a packed row's conversations: read as format 3's
+    they would mislead training, so the cache is refused, whatever else it matches."""
+    old = tmp_path / "old"
+    shutil.copytree(cache, old)
+    for name in ("manifest.json", "settings.json"):
+        meta = json.loads((old / name).read_text())
+        (old / name).write_text(json.dumps(meta | {"format": 2}))
+    with pytest.raises(DraftsmithError, match=r"has format 2, this draftsmith reads format 3 .*re-extract") as e:
+        OfflineFeatures(old, tiny_target, LAYERS, 64, packed)
+    assert "layers" not in str(e.value)  # the format alone: the other keys agree
+    with pytest.raises(DraftsmithError, match=r"has format 2, .*another --output folder"):
+        extract(tiny_target, LAYERS, packed, old, max_length=64, shard_rows=8, progress=False)
 
 
 def test_missing_or_corrupt_files_are_named(tiny_target, packed, cache, tmp_path):
@@ -239,7 +257,8 @@ def test_cli_refuses_a_drafter_without_features_and_bad_layers(tiny_cache, tmp_p
 
 
 def test_two_processes_write_shards_that_one_manifest_joins(tiny_cache, tiny_target, tmp_path):
-    overrides = ["--data.max_rows=3", "--data.max_length=64", "--logging.progress=false"]
+    # Text files, each a full row: enough rows for shards on both ranks.
+    overrides = ["--data.path=stdlib", "--data.max_rows=24", "--data.max_length=64", "--logging.progress=false"]
     out = tmp_path / "ddp"
     cmd = [
         sys.executable,

@@ -125,6 +125,36 @@ def test_features_from_vllm_files_equal_the_transformers_extraction(tiny_target,
     assert torch.allclose(got.logits[real], want.logits[real], atol=1e-4)
 
 
+def test_a_packed_row_is_asked_of_vllm_one_conversation_at_a_time(tiny_target, rows, tmp_path):
+    """Two conversations in one packed row are two requests (vLLM runs each alone, as serving
+    does); the cache row lays their features side by side, as the transformers extraction does."""
+    from collections import defaultdict
+
+    from draftsmith.train.data.packing import _pack
+
+    alone = TokenRows(rows.input_ids[:2], rows.loss_mask[:2], rows.attention_mask[:2])
+    n = alone.attention_mask.sum(1).tolist()
+    seqs = [(alone.input_ids[r, : n[r]].numpy(), alone.loss_mask[r, : n[r]].numpy()) for r in range(2)]
+    packed = _pack(seqs, 128, 0, defaultdict(int), "train")
+    assert len(packed) == 1 and int(packed.attention_mask.sum()) == sum(n)
+    folder = write_connector_folder(tiny_target, alone, tmp_path / "vllm", plan_layers(LAYERS, L).aux)  # a file each
+    extract_vllm(
+        tiny_target,
+        LAYERS,
+        packed,
+        tmp_path / "cache",
+        max_length=128,
+        hidden_states=folder_source(folder),
+        progress=False,
+        dtype="float32",
+    )
+    batch = collate([packed[0]])
+    got = OfflineFeatures(tmp_path / "cache", tiny_target, LAYERS, 128, packed)(batch).hidden
+    want = OnlineFeatures(tiny_target, LAYERS)(batch).hidden  # each conversation on its own
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=1e-5)
+
+
 def test_a_live_engine_is_asked_once_per_shard_its_files_deleted_and_a_rerun_starts_none(tiny_target, rows, tmp_path):
     calls = []
 

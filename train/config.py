@@ -154,7 +154,7 @@ class DataConfig:
     messages_column: str = "messages"
     text_column: str = "text"
     max_length: Annotated[int, Ge(8)] = 512  # tokens per training row
-    pack: bool = True  # concatenate rows (EOS-separated) into full max_length rows
+    pack: bool = True  # whole conversations side by side in max_length rows, each on its own (docs/data.md)
     max_rows: Annotated[int, Ge(1)] | None = None  # use at most this many dataset rows (None: all)
     eval_rows: Annotated[int, Ge(1)] = 64  # rows held out for evaluation and acceptance prompts
     max_turn_chars: Annotated[int, Ge(1)] = 4000  # drop conversations with a longer turn (chitchat has 95k-char turns)

@@ -256,7 +256,8 @@ def head_on_rows(model, rows: torch.Tensor):
     head = unwrap(model).get_output_embeddings()
 
     def select(module, args):
-        return (args[0][rows].unsqueeze(0), *args[1:])
+        # rows [B, T] of a head input [B, T, d], or of [1, B*T, d] (rows laid end to end for flash attention)
+        return (args[0][rows.reshape(args[0].shape[:-1])].unsqueeze(0), *args[1:])
 
     handle = head.register_forward_pre_hook(select)
     try:

@@ -16,9 +16,11 @@ What it writes into OUTPUT (speculators' `--data-path` layout):
                                       decoder layer's output BEFORE the final norm (speculators
                                       applies the verifier norm + LM head itself)
     (HF datasets folder)              columns input_ids, loss_mask, seq_len (torch format):
-                                      rows [0, n_train) are our training rows, in our order;
-                                      rows [n_train, N) are our held-out rows (speculators'
-                                      validation split; train_data_ratio in meta.json)
+                                      one row per conversation of our packed rows (its
+                                      features computed as if alone, as our trainer reads
+                                      them); rows [0, n_train) from our training rows, in our
+                                      order; rows [n_train, N) from our held-out rows
+                                      (speculators' validation split; train_data_ratio in meta.json)
     d2t-<V>.npy, t2d-<V>.npy          OUR draft vocabulary (models/eagle3.py frequent_tokens +
                                       vocab_maps over all training rows, EOS forced in), in
                                       speculators' convention (target id = i + d2t[i]; t2d bool)
@@ -66,6 +68,7 @@ def main() -> int:
     from safetensors.torch import save_file
 
     from draftsmith.models import Target
+    from draftsmith.models.documents import document_ids, forward_documents
     from draftsmith.models.eagle3 import frequent_tokens, vocab_maps
     from draftsmith.models.sources import resolve_model
     from draftsmith.train.config import load_recipe
@@ -105,18 +108,20 @@ def main() -> int:
     norm = model.model.norm  # the final norm: its input is the last layer's (pre-norm) output
     hook = norm.register_forward_pre_hook(lambda m, a: captured.__setitem__("pre_norm", a[0]))
     input_ids, loss_mask, seq_len = [], [], []
+    n_train_items = 0  # speculators rows (conversations) that come from our training rows
     done = 0
     try:
         for start in range(0, len(rows), args.batch):
             chunk = rows[start : start + args.batch]
             batch = {
                 k: torch.stack([getattr(ds, k)[i].long() for ds, i in chunk])
-                for k in ("input_ids", "loss_mask", "attention_mask")
+                for k in ("input_ids", "loss_mask", "attention_mask", "position_ids")
             }
-            with torch.no_grad():
-                o = model(
-                    input_ids=batch["input_ids"],
-                    attention_mask=batch["attention_mask"],
+            with torch.no_grad():  # each conversation of a packed row on its own, as our trainer reads it
+                o = forward_documents(
+                    model,
+                    batch["input_ids"],
+                    batch["position_ids"],
                     output_hidden_states=True,
                     use_cache=False,
                     logits_to_keep=1,
@@ -125,19 +130,25 @@ def main() -> int:
             assert len(states) == L + 1, (len(states), L)
             feats = torch.stack([states[a] for a in aux] + [captured["pre_norm"]], dim=2)  # [B, T, n+1, H]
             for r, _ in enumerate(chunk):
-                idx = start + r
+                # One speculators row per conversation: speculators packs its own rows, each
+                # sequence on its own (a document mask), so ours are handed over unpacked.
                 T = int(batch["attention_mask"][r].sum())
-                tok = batch["input_ids"][r, :T].clone()
-                m = batch["loss_mask"][r, :T]
-                shifted = torch.zeros(T, dtype=torch.long)
-                shifted[:-1] = m[1:]
-                save_file(
-                    {"token_ids": tok, "hidden_states": feats[r, :T].to(dtype).contiguous()},
-                    str(hs_dir / f"hs_{idx}.safetensors"),
-                )
-                input_ids.append(tok.tolist())
-                loss_mask.append(shifted.tolist())
-                seq_len.append(T)
+                docs = document_ids(batch["position_ids"][r : r + 1, :T])[0].tolist()
+                for d in sorted(set(docs)):
+                    a, b = docs.index(d), T - docs[::-1].index(d)
+                    tok = batch["input_ids"][r, a:b].clone()
+                    m = batch["loss_mask"][r, a:b]
+                    shifted = torch.zeros(b - a, dtype=torch.long)
+                    shifted[:-1] = m[1:]
+                    save_file(
+                        {"token_ids": tok, "hidden_states": feats[r, a:b].to(dtype).contiguous()},
+                        str(hs_dir / f"hs_{len(seq_len)}.safetensors"),
+                    )
+                    input_ids.append(tok.tolist())
+                    loss_mask.append(shifted.tolist())
+                    seq_len.append(b - a)
+                if start + r == n_train - 1:
+                    n_train_items = len(seq_len)
             done += len(chunk)
             if start == 0 or done % 64 < args.batch or done == len(rows):
                 el = time.perf_counter() - t0
@@ -145,8 +156,9 @@ def main() -> int:
     finally:
         hook.remove()
 
-    ratio = (n_train + 0.5) / len(rows)  # int(N * ratio) == n_train: speculators' split boundary
-    assert int(len(rows) * ratio) == n_train
+    n_train, n_val = n_train_items, len(seq_len) - n_train_items  # conversations, not packed rows
+    ratio = (n_train + 0.5) / len(seq_len)  # int(N * ratio) == n_train: speculators' split boundary
+    assert int(len(seq_len) * ratio) == n_train
     rows_json = out / "rows.json"
     rows_json.write_text(json.dumps({"input_ids": input_ids, "loss_mask": loss_mask, "seq_len": seq_len}))
     target_dir = str(resolve_model(recipe.model.target).path)

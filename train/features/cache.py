@@ -25,7 +25,10 @@ from draftsmith.fileio import io_error as _io_error
 from draftsmith.fileio import write_atomic
 from draftsmith.train.distributed import fingerprint
 
-FORMAT = 2  # bump when the shard layout changes: older caches are then refused, not misread
+# Bump when the shard layout or the features' meaning changes: older caches are then refused, not
+# misread. 3: each conversation of a packed row has its own features (positions from 0, attention
+# within it); format 2's saw the conversations before it in the row.
+FORMAT = 3
 SETTINGS, MANIFEST = "settings.json", "manifest.json"
 CACHE_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -101,7 +104,7 @@ def comparable(have: dict, want: dict) -> dict:
 
 def dataset_fingerprint(rows) -> str:
     h = hashlib.sha256()
-    for key in ("input_ids", "loss_mask", "attention_mask"):
+    for key in ("input_ids", "loss_mask", "attention_mask", "position_ids"):
         t = getattr(rows, key).contiguous()
         h.update(f"{key}:{t.dtype}:{tuple(t.shape)};".encode())
         h.update(t.numpy())
@@ -109,7 +112,13 @@ def dataset_fingerprint(rows) -> str:
 
 
 def _refuse_different(where, have: dict, want: dict, fix: str) -> None:
-    """One error naming every key of `want` whose value differs in `have` (the cache's)."""
+    """One error naming every key of `want` whose value differs in `have` (the cache's); a cache
+    of another format is refused first, in words (its other keys may not even exist)."""
+    if "format" in want and have.get("format") != want["format"]:
+        raise DraftsmithError(
+            f"feature cache {where} has format {json.dumps(have.get('format'))}, this draftsmith reads format "
+            f"{want['format']} (each conversation of a packed row with its own features): {fix}"
+        )
     diff = [k for k in want if have.get(k) != want[k]]
     if diff:
         parts = ", ".join(f"{k} {json.dumps(have.get(k))} (this run: {json.dumps(want[k])})" for k in diff)

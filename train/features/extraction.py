@@ -85,7 +85,9 @@ def extract(
             end = min(hi, start + batch_size)
             ids = train_rows.input_ids[start:end].long().to(target.device)
             mask = train_rows.attention_mask[start:end].long().to(target.device)
-            hidden = target_hidden_states(target.model, ids, mask, layers, name=target.name).hidden
+            positions = train_rows.position_ids[start:end].long().to(target.device)  # per conversation
+            hidden = target_hidden_states(target.model, ids, mask, layers, name=target.name, position_ids=positions)
+            hidden = hidden.hidden
             hidden = hidden.to(CACHE_DTYPES[dtype]).cpu()
             for j, length in enumerate(mask.sum(dim=1).tolist()):  # rows are right-padded: keep real tokens
                 tensors[f"row.{start + j}"] = hidden[j, :length].clone()  # own storage: safetensors refuses shared

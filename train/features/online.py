@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import torch
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.models.documents import forward_documents
+from draftsmith.train.data.rows import batch_positions
 from draftsmith.train.losses import head_on_rows
 
 
@@ -56,11 +58,14 @@ def check_layers(layers, n_states: int, name: str) -> None:
 # inference tensors cannot be saved for backward.
 @torch.no_grad()
 def target_hidden_states(
-    target_model, input_ids, attention_mask, layers, want_logits=False, name=None, logit_rows=None
+    target_model, input_ids, attention_mask, layers, want_logits=False, name=None, logit_rows=None, position_ids=None
 ) -> Features:
     """Entries `layers` of transformers' `hidden_states` tuple (0: embeddings, i: the input of
     decoder layer i, -1: the last layer after the final norm = the LM head's input), concatenated.
-    logit_rows ([B, T] bool): the LM head runs on those positions only (logits [N, V])."""
+    logit_rows ([B, T] bool): the LM head runs on those positions only (logits [N, V]).
+    position_ids ([B, T], restarting at each conversation of a packed row): each conversation's
+    features are computed as if it were alone (models/documents.py); rows are right-padded, so
+    the attention mask is then not needed."""
     extra = {}
     if not want_logits and "logits_to_keep" in inspect.signature(target_model.forward).parameters:
         extra["logits_to_keep"] = 1  # skip the [B, T, V] LM head nobody reads
@@ -68,9 +73,20 @@ def target_hidden_states(
         head_on_rows(target_model, logit_rows) if want_logits and logit_rows is not None else contextlib.nullcontext()
     )
     with rows:
-        out = target_model(
-            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False, **extra
-        )
+        if position_ids is None:
+            out = target_model(
+                input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False, **extra
+            )
+        else:
+            out = forward_documents(
+                target_model,
+                input_ids,
+                position_ids,
+                rows_kept=logit_rows is not None,
+                output_hidden_states=True,
+                use_cache=False,
+                **extra,
+            )
     states = out.hidden_states
     check_layers(tuple(layers), len(states), name or target_model.config.name_or_path)
     hidden = torch.cat([states[i] for i in layers], dim=-1)
@@ -97,4 +113,5 @@ class OnlineFeatures:
             want_logits,
             name=self.target.name,
             logit_rows=logit_rows,
+            position_ids=batch_positions(batch),
         )

@@ -34,6 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.models.documents import document_ids
 from draftsmith.train.features.cache import (
     CACHE_DTYPES,
     MANIFEST,
@@ -244,13 +245,12 @@ def extract_vllm(
             if source is None:
                 source = hidden_states(plan.aux, out / "vllm")
                 versions = dict(getattr(source, "versions", {}) or {})
-            lengths = train_rows.attention_mask[lo:hi].sum(dim=1).tolist()
-            rows = [train_rows.input_ids[r, :length].tolist() for r, length in zip(range(lo, hi), lengths)]
+            rows = [conversations(train_rows, r) for r in range(lo, hi)]
             if hasattr(source, "prefetch"):  # a live engine: one batch of requests per shard
-                source.prefetch(rows)
+                source.prefetch([ids for row in rows for ids in row])
             tensors = {}
-            for r, ids in zip(range(lo, hi), rows):
-                hidden = row_features(source.get(ids), plan, norm)
+            for r, row in zip(range(lo, hi), rows):
+                hidden = torch.cat([row_features(source.get(ids), plan, norm) for ids in row])
                 tensors[f"row.{r}"] = hidden.to(CACHE_DTYPES[dtype]).contiguous().clone()
                 bar.update(1)
             _write_shard(out / _shard_name(i), tensors, {"rows": f"{lo}-{hi}", "engine": "vllm"})
@@ -263,6 +263,16 @@ def extract_vllm(
     manifest = want | _survey(out, train_rows, shard_rows) | {"extracted_by": {"engine": "vllm", **versions}}
     _write_atomic(out / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2)))
     return manifest
+
+
+def conversations(train_rows, r: int) -> list[list[int]]:
+    """Row r's real tokens as one request per conversation: each is run alone, as serving runs
+    it, and its features laid back side by side (the row's layout)."""
+    length = int(train_rows.attention_mask[r].sum())
+    ids = train_rows.input_ids[r, :length].tolist()
+    starts = (document_ids(train_rows.position_ids[r : r + 1, :length].long())[0].diff() != 0).nonzero()
+    cuts = [0, *(int(i) + 1 for i in starts.flatten()), length]
+    return [ids[a:b] for a, b in zip(cuts, cuts[1:])]
 
 
 class EngineHiddenStates:

@@ -70,7 +70,12 @@ class TrainingTask:
     def loss(self, model: torch.nn.Module, batch: dict, step: int | None = None) -> tuple[torch.Tensor, dict]:
         """(loss, stats) for one batch, `model` being `self.model` as accelerate wrapped it.
         step=None is evaluation: stats then carry the held-out proxies (`token_acceptance`,
-        `top1_agreement`, per-position accuracy, `simulated_acceptance_length`)."""
+        `top1_agreement`, per-position accuracy, `simulated_acceptance_length`).
+
+        batch: [B, T] input_ids, loss_mask, attention_mask and position_ids, and the rows' indices
+        ("row"). A packed row holds several conversations, its position_ids restarting at each:
+        a kind attends, positions and labels within one (train/data/rows.py batch_positions and
+        batch_documents; models/documents.py forward_documents runs a transformers model so)."""
         raise NotImplementedError(f"{type(self).__name__} has no loss()")
 
     # --- saving ----------------------------------------------------------------------------------

@@ -40,9 +40,11 @@ from annotated_types import Ge, Interval
 from draftsmith.errors import DraftsmithError
 from draftsmith.models import require_drafter_kind
 from draftsmith.models.dflash import DFlash, DFlashConfig, DFlashModel, default_target_layers, resolve_mask_token
+from draftsmith.models.documents import document_ids
 from draftsmith.models.eagle import EagleConfig
 from draftsmith.train import losses
 from draftsmith.train.config import Note, divergence_checks
+from draftsmith.train.data.rows import batch_positions
 from draftsmith.train.distributed import unwrap
 from draftsmith.train.features import OfflineFeatures, OnlineFeatures
 from draftsmith.train.tasks.base import TrainingTask
@@ -96,13 +98,19 @@ def target_layers(cfg: DFlashTrainConfig, target_config) -> tuple[int, ...]:
     return tuple(layers)
 
 
-def sample_anchors(loss_mask, attention_mask, num_blocks: int, generator) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_anchors(
+    loss_mask, attention_mask, num_blocks: int, generator, documents=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(anchors [B, N], keep [B, N]): up to `num_blocks` distinct random positions a >= 1 per row
-    whose token a+1 is trained and real, sorted; `keep` is False where a row had fewer."""
+    whose token a+1 is trained and real, sorted; `keep` is False where a row had fewer. With
+    `documents` ([B, T] ids of a packed row's conversations), a-1, a and a+1 are in one of them."""
     B, T = loss_mask.shape
     real = attention_mask.bool().cpu()
     valid = torch.zeros(B, T, dtype=torch.bool)
     valid[:, 1 : T - 1] = real[:, 1 : T - 1] & real[:, 2:] & loss_mask.bool().cpu()[:, 2:]
+    if documents is not None:
+        doc = documents.cpu()
+        valid[:, 1 : T - 1] &= (doc[:, :-2] == doc[:, 1:-1]) & (doc[:, 2:] == doc[:, 1:-1])
     counts = valid.sum(1)
     n = max(1, min(num_blocks, int(counts.max())))
     scores = torch.rand(B, T, generator=generator).masked_fill(~valid, 2.0)
@@ -114,15 +122,19 @@ def sample_anchors(loss_mask, attention_mask, num_blocks: int, generator) -> tup
     return torch.where(keep, anchors, 0).to(device), keep.to(device)
 
 
-def training_mask(anchors, keep, attention_mask, block_size: int, causal: bool) -> torch.Tensor:
-    """[B, 1, N*B, T + N*B] bool: block n's queries see the real context rows < its anchor and
-    their own block's keys (causal: up to themselves); a dropped block sees only itself."""
+def training_mask(anchors, keep, attention_mask, block_size: int, causal: bool, documents=None) -> torch.Tensor:
+    """[B, 1, N*B, T + N*B] bool: block n's queries see the real context rows < its anchor (of the
+    anchor's conversation, with `documents`) and their own block's keys (causal: up to
+    themselves); a dropped block sees only itself."""
     B, N = anchors.shape
     T, Q, device = attention_mask.shape[1], N * block_size, anchors.device
     q_block = torch.arange(Q, device=device) // block_size
     offset = torch.arange(Q, device=device) % block_size
     context = torch.arange(T, device=device)[None, None] < anchors[:, q_block][..., None]  # [B, Q, T]
     context = context & attention_mask.bool()[:, None] & keep[:, q_block][..., None]
+    if documents is not None:
+        own_doc = documents.gather(1, anchors)[:, q_block]  # [B, Q]
+        context = context & (documents[:, None] == own_doc[..., None])
     own = q_block[:, None] == q_block[None]
     if causal:
         own = own & (offset[None] <= offset[:, None])
@@ -212,24 +224,29 @@ class DFlashTask(TrainingTask):
         Bs, (B, T), device = c.block_size, ids.shape, ids.device
         # Fresh anchors every step, reproducible from (seed, step); evaluation always draws the same.
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + (step + 1 if training else 0))
-        anchors, keep = sample_anchors(loss_mask, attn, self.cfg.num_blocks, g)
+        # Each conversation of a packed row on its own: its positions, its context, its labels.
+        rows = batch_positions(batch)
+        docs = document_ids(rows)
+        anchors, keep = sample_anchors(loss_mask, attn, self.cfg.num_blocks, g, docs)
         N = anchors.shape[1]
-        positions = anchors[..., None] + torch.arange(Bs, device=device)  # [B, N, Bs]
+        positions = anchors[..., None] + torch.arange(Bs, device=device)  # [B, N, Bs] indices into the row
         block = torch.full((B, N, Bs), c.mask_token_id, dtype=torch.long, device=device)
         block[..., 0] = ids.gather(1, anchors)
         out = model(
             block.view(B, -1),
-            positions.view(B, -1),
+            (rows.gather(1, anchors)[..., None] + torch.arange(Bs, device=device)).view(B, -1),
             context,
-            torch.arange(T, device=device).expand(B, T),
-            attention_mask=training_mask(anchors, keep, attn, Bs, c.causal),
+            rows,
+            attention_mask=training_mask(anchors, keep, attn, Bs, c.causal, docs),
         )
-        # Block position k = 1..Bs-1 predicts token anchor+k: scored where that token is trained and real.
+        # Block position k = 1..Bs-1 predicts token anchor+k: scored where that token is trained,
+        # real and in the anchor's conversation.
         label_at = positions[..., 1:]
         inside = label_at < T
         at = label_at.clamp(max=T - 1)
-        flat = lambda x: x.gather(1, at.view(B, -1)).view(B, N, Bs - 1).bool()  # noqa: E731
-        scored = keep[..., None] & inside & flat(loss_mask) & flat(attn)
+        flat = lambda x: x.gather(1, at.view(B, -1)).view(B, N, Bs - 1)  # noqa: E731
+        same = flat(docs) == docs.gather(1, anchors)[..., None]
+        scored = keep[..., None] & inside & flat(loss_mask).bool() & flat(attn).bool() & same
         b, n, k = scored.nonzero(as_tuple=True)
         t = label_at[b, n, k]
         logits = unwrapped.logits(out.view(B, N, Bs, -1)[b, n, k + 1]).float()

@@ -28,11 +28,13 @@ from annotated_types import Ge, Gt, Interval
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.models import DraftLM, read_drafter_meta
+from draftsmith.models.documents import document_ids, forward_documents
 from draftsmith.models.draft_lm import truncate_model, write_draft_vocab
 from draftsmith.models.eagle3 import frequent_tokens
 from draftsmith.models.sources import check_same_tokenizer, load_causal_lm, load_tokenizer
 from draftsmith.train import losses
 from draftsmith.train.config import LoraConfig, Note, divergence_checks, take_old_loss_key
+from draftsmith.train.data.rows import batch_positions
 from draftsmith.train.distributed import unwrap
 from draftsmith.train.lora import wrap_lora
 from draftsmith.train.tasks.base import TrainingTask
@@ -102,29 +104,42 @@ class DraftLMTask(TrainingTask):
     def loss(self, model, batch: dict, step: int | None = None):
         """(loss, stats) for one micro-batch; `step` None (evaluation) never goes on-policy."""
         input_ids, loss_mask, attention_mask = batch["input_ids"], batch["loss_mask"], batch["attention_mask"]
+        positions = batch_positions(batch)  # restarting at each conversation of a packed row
+
+        def forward(lm):  # each conversation on its own (models/documents.py)
+            return forward_documents(lm, input_ids, positions, rows_kept=True, use_cache=False)
+
         if self.is_on_policy(step):
-            input_ids, loss_mask, attention_mask = self._on_policy_batch(model, input_ids, attention_mask, step)
+            input_ids, loss_mask, attention_mask = self._on_policy_batch(
+                model, input_ids, attention_mask, step, positions
+            )
+
+            def forward(lm):  # the cut conversation alone: earlier ones are masked like left padding
+                where = (attention_mask.cumsum(1) - 1).clamp(min=0)
+                return lm(input_ids=input_ids, attention_mask=attention_mask, position_ids=where, use_cache=False)
+
         # Both LM heads compute only the rows the loss counts (position t when token t+1 is a
-        # training token): the other rows' logits were computed, then dropped.
+        # training token; never a conversation's first, whose loss mask is 0): the other rows'
+        # logits were computed, then dropped.
         counted = loss_mask[:, 1:] != 0
         rows = F.pad(counted, (0, 1))
         with losses.head_on_rows(model, rows):
-            draft_rows = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[0]
+            draft_rows = forward(model).logits[0]
         target_rows = None
         if self.cfg.divergence != "ce":
             with torch.no_grad(), losses.head_on_rows(self.target.model, rows):
-                target_rows = self.target.model(
-                    input_ids=input_ids, attention_mask=attention_mask, use_cache=False
-                ).logits[0]
+                target_rows = forward(self.target.model).logits[0]
         c = self.cfg
         return losses.rows_loss(
             draft_rows, target_rows, input_ids[:, 1:][counted], c.divergence, c.temperature, c.jsd_beta
         )
 
     @torch.no_grad()
-    def _on_policy_batch(self, model, input_ids, attention_mask, step: int):
+    def _on_policy_batch(self, model, input_ids, attention_mask, step: int, positions=None):
         """Cut every row at one point, let the draft sample `on_policy_tokens` tokens after it and
-        train on those tokens only (DistillSpec's on-policy data; the target scores them in loss())."""
+        train on those tokens only (DistillSpec's on-policy data; the target scores them in loss()).
+        The prefix is the cut conversation's part only: the ones before it in a packed row are
+        masked out (as left padding), so the draft and the target see one conversation."""
         n = self.cfg.on_policy_tokens
         length = int(attention_mask.sum(1).min())
         if length < 2:
@@ -132,6 +147,8 @@ class DraftLMTask(TrainingTask):
         rng = random.Random(self.seed * 7919 + step)
         cut = rng.randint(max(1, length // 4), max(1, length - 1))
         prefix = input_ids[:, :cut]
+        docs = document_ids(positions[:, :cut]) if positions is not None else torch.zeros_like(prefix)
+        own = (docs == docs[:, -1:]).long()  # the cut conversation's tokens
         unwrapped = unwrap(model)
         was_training = unwrapped.training
         unwrapped.eval()
@@ -139,7 +156,7 @@ class DraftLMTask(TrainingTask):
         pad = tok.pad_token_id if tok.pad_token_id is not None else min(self.target.eos_token_ids)
         out = unwrapped.generate(
             input_ids=prefix,
-            attention_mask=torch.ones_like(prefix),
+            attention_mask=own,
             do_sample=True,
             temperature=self.cfg.on_policy_temperature,
             top_k=0,
@@ -157,7 +174,7 @@ class DraftLMTask(TrainingTask):
         after_eos = (is_eos.long().cumsum(1) - is_eos.long()) > 0
         gen_mask = (~after_eos).long()
         loss_mask = torch.cat([torch.zeros_like(prefix), gen_mask], 1)
-        return out, loss_mask, torch.cat([torch.ones_like(prefix), gen_mask], 1)
+        return out, loss_mask, torch.cat([own, gen_mask], 1)
 
     # --- saving: a plain causal-LM folder (LoRA merged; the adapter beside it in adapter/) ---------
 

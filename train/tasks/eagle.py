@@ -34,9 +34,11 @@ import torch.nn.functional as F
 from annotated_types import Ge, Interval
 
 from draftsmith.models import require_drafter_kind
+from draftsmith.models.documents import document_ids
 from draftsmith.models.eagle import Eagle, EagleConfig
 from draftsmith.train import losses
 from draftsmith.train.config import Note, divergence_checks
+from draftsmith.train.data.rows import batch_positions
 from draftsmith.train.distributed import unwrap
 from draftsmith.train.features import OfflineFeatures, OnlineFeatures
 from draftsmith.train.tasks.base import TrainingTask
@@ -129,8 +131,9 @@ class EagleTask(TrainingTask):
         training = step is not None
         ids, loss_mask, attn = batch["input_ids"], batch["loss_mask"], batch["attention_mask"]
         steps = self.train_steps if training else max(self.train_steps, self.acceptance_k)
-        # [S, B, T]: row t at step j is scored on token t+2+j
-        counted = scored_positions(loss_mask, attn, steps, self.cfg.loss_mask_at)
+        positions = batch_positions(batch)  # per conversation of a packed row: no row sees another's
+        # [S, B, T]: row t at step j is scored on token t+2+j of its own conversation
+        counted = scored_positions(loss_mask, attn, steps, self.cfg.loss_mask_at, document_ids(positions))
         # The target's law is read at rows t+1+j only: its LM head runs there and nowhere else.
         need = torch.zeros_like(counted[0])
         for j in range(steps):
@@ -140,7 +143,7 @@ class EagleTask(TrainingTask):
         draft_in = self._draft_features(hidden)
         if training and self.cfg.noise > 0:
             draft_in = draft_in + (torch.rand_like(draft_in) * 2 - 1) * self.cfg.noise
-        outs = model(input_ids=ids, features=draft_in, num_steps=steps)
+        outs = model(input_ids=ids, features=draft_in, num_steps=steps, position_ids=positions)
         unwrapped = unwrap(model)
         total = hidden.new_zeros(())
         stats: dict[str, float] = {}
@@ -211,7 +214,13 @@ class EagleTask(TrainingTask):
         }
 
 
-def scored_positions(loss_mask: torch.Tensor, attention_mask: torch.Tensor, steps: int, at: str) -> torch.Tensor:
+def scored_positions(
+    loss_mask: torch.Tensor,
+    attention_mask: torch.Tensor,
+    steps: int,
+    at: str,
+    documents: torch.Tensor | None = None,
+) -> torch.Tensor:
     """[S, B, T] bool: row t is scored at step j, on the target's law at t+1+j (for token t+2+j),
     iff that law and row t are real and the loss mask is set at:
 
@@ -220,9 +229,11 @@ def scored_positions(loss_mask: torch.Tensor, attention_mask: torch.Tensor, step
     - "feature": token t+j, whose position's feature the row reads (eagle-llm's).
 
     At a turn's edges they differ: "label" scores exactly the predictions of reply tokens, the
-    other two skip the first one or two of each reply and score one or two past its end."""
+    other two skip the first one or two of each reply and score one or two past its end.
+    With `documents` ([B, T] ids of a packed row's conversations) row t and the law it is scored
+    on lie in one conversation."""
     if at == "label":
-        return label_positions(loss_mask, attention_mask, steps)
+        return label_positions(loss_mask, attention_mask, steps, documents)
     offset = LOSS_MASK_AT.index(at)  # 1: input, 2: feature ... as t+2+j minus the token's index
     B, T = loss_mask.shape
     real = attention_mask != 0
@@ -233,6 +244,8 @@ def scored_positions(loss_mask: torch.Tensor, attention_mask: torch.Tensor, step
         if n > 0:
             first = 2 + j - offset
             counted[j, :, :n] = ok[:, first : first + n] & real[:, :n] & real[:, 1 + j : 1 + j + n]
+            if documents is not None:
+                counted[j, :, :n] &= documents[:, 1 + j : 1 + j + n] == documents[:, :n]
     return counted
 
 

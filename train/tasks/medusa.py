@@ -33,9 +33,11 @@ from torch import nn
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.models import require_drafter_kind
+from draftsmith.models.documents import document_ids, forward_documents
 from draftsmith.models.medusa import NUM_RANKS, Medusa, MedusaHeads
 from draftsmith.train import losses
 from draftsmith.train.config import LoraConfig, Note, divergence_checks
+from draftsmith.train.data.rows import batch_positions
 from draftsmith.train.lora import wrap_lora
 from draftsmith.train.tasks.base import TrainingTask
 
@@ -82,11 +84,10 @@ class Medusa2Model(nn.Module):
         super().__init__()
         self.target, self.heads = target, heads
 
-    def forward(self, input_ids, attention_mask, select):
-        """(LM logits [B, T, V], hidden [B, T, d], head logits [K, N, V] at the `select`ed positions)."""
-        out = self.target(
-            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False
-        )
+    def forward(self, input_ids, position_ids, select):
+        """(LM logits [B, T, V], hidden [B, T, d], head logits [K, N, V] at the `select`ed positions);
+        position_ids restart at each conversation of a packed row (models/documents.py)."""
+        out = forward_documents(self.target, input_ids, position_ids, output_hidden_states=True, use_cache=False)
         hidden = out.hidden_states[-1]
         return out.logits, hidden, self.heads(hidden[select].to(_dtype(self.heads)))
 
@@ -145,15 +146,16 @@ class MedusaTask(TrainingTask):
     def loss(self, model, batch: dict, step: int | None = None):
         """(loss, stats) for one micro-batch; `step` None (evaluation) adds per-rank accuracies."""
         ids, loss_mask, attn = batch["input_ids"], batch["loss_mask"], batch["attention_mask"]
-        counted = label_positions(loss_mask, attn, self.cfg.num_heads)  # [K, B, T]
+        positions = batch_positions(batch)  # per conversation of a packed row: none sees another
+        counted = label_positions(loss_mask, attn, self.cfg.num_heads, document_ids(positions))  # [K, B, T]
         select = counted.any(0)  # positions some head is scored at
         lm_loss = None
         if self.version == 2:
-            lm_logits, _, head_logits = model(input_ids=ids, attention_mask=attn, select=select)
-            lm_loss = self._lm_loss(lm_logits, ids, loss_mask, attn)
+            lm_logits, _, head_logits = model(input_ids=ids, position_ids=positions, select=select)
+            lm_loss = self._lm_loss(lm_logits, ids, loss_mask, positions)
         else:
             with torch.no_grad():
-                out = self.target.model(input_ids=ids, attention_mask=attn, output_hidden_states=True, use_cache=False)
+                out = forward_documents(self.target.model, ids, positions, output_hidden_states=True, use_cache=False)
             lm_logits = out.logits
             head_logits = model(out.hidden_states[-1][select].to(_dtype(self.heads)))
         soft = lm_logits.detach() if self.cfg.labels == "distill" else None
@@ -178,11 +180,12 @@ class MedusaTask(TrainingTask):
             **stats,
         }
 
-    def _lm_loss(self, lm_logits, ids, loss_mask, attn):
+    def _lm_loss(self, lm_logits, ids, loss_mask, positions):
+        # loss_mask is 0 at each conversation's first token: no conversation predicts the next one's
         if self.cfg.lm_loss == "ce":
             return losses.distillation_loss(lm_logits, None, ids, loss_mask, "ce")[0]
         with torch.no_grad(), self.peft_model.disable_adapter():
-            original = self.peft_model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+            original = forward_documents(self.peft_model, ids, positions, use_cache=False).logits
         return losses.distillation_loss(lm_logits, original, ids, loss_mask, "fkl")[0]
 
     # --- saving and running: the heads (Medusa-2: beside the fine-tuned target) ------------------
@@ -225,9 +228,12 @@ class MedusaTask(TrainingTask):
 # --- the loss, as plain functions (tested against a brute-force loop) ----------------------------
 
 
-def label_positions(loss_mask: torch.Tensor, attention_mask: torch.Tensor, num_heads: int) -> torch.Tensor:
+def label_positions(
+    loss_mask: torch.Tensor, attention_mask: torch.Tensor, num_heads: int, documents: torch.Tensor | None = None
+) -> torch.Tensor:
     """[K, B, T] bool: head k (row k-1) is scored at position t iff token t+k+1 exists, is a
-    training target (loss_mask) and is real (attention mask), and position t is real."""
+    training target (loss_mask) and is real (attention mask), and position t is real; with
+    `documents` ([B, T] ids of a packed row's conversations), t+k+1 is in t's conversation."""
     B, T = loss_mask.shape
     label_ok = (loss_mask != 0) & (attention_mask != 0)
     real = attention_mask != 0
@@ -235,6 +241,8 @@ def label_positions(loss_mask: torch.Tensor, attention_mask: torch.Tensor, num_h
     for k in range(1, num_heads + 1):
         if k + 1 < T:
             counted[k - 1, :, : T - k - 1] = label_ok[:, k + 1 :] & real[:, : T - k - 1]
+            if documents is not None:
+                counted[k - 1, :, : T - k - 1] &= documents[:, k + 1 :] == documents[:, : T - k - 1]
     return counted
 
 

@@ -33,9 +33,11 @@ import torch
 from annotated_types import Ge, Gt, Interval
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.models.documents import document_ids, forward_documents
 from draftsmith.models.pard import MASK_KEY, Pard, check_mask_token, choose_mask_token
 from draftsmith.train import losses
 from draftsmith.train.config import Note, divergence_checks, take_old_loss_key
+from draftsmith.train.data.rows import batch_positions
 from draftsmith.train.tasks.base import TrainingTask
 from draftsmith.train.tasks.draft_lm import init_causal_lm
 
@@ -92,14 +94,18 @@ def cod_layout(length: int, k: int, retention: float, min_retention: float, gene
     return torch.cat(copies), torch.cat(positions)
 
 
-def pard_attention(copy: torch.Tensor, pos: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def pard_attention(copy: torch.Tensor, pos: torch.Tensor, attention_mask: torch.Tensor, documents=None) -> torch.Tensor:
     """Boolean [B, 1, N, N] mask (True: may attend) of eq. 3 over the queries (copy, pos);
-    attention_mask [B, L] removes padding keys of copy 0."""
+    attention_mask [B, L] removes padding keys of copy 0; documents ([B, L] ids of a packed
+    row's conversations) keeps a query's context within the conversation its context ends in."""
     qc, qp = copy[:, None], pos[:, None]
     kc, kp = copy[None, :], pos[None, :]
     real = (kc == 0) & (kp <= qp - qc)  # the context: x_0..x_{p-i}
     chain = (kc >= 1) & (kc <= qc) & (kp == qp - qc + kc)  # the masks before this one, and itself
-    allowed = real[None] & attention_mask[:, pos].bool()[:, None, :] | chain[None]
+    real = real[None] & attention_mask[:, pos].bool()[:, None, :]
+    if documents is not None:  # pos - copy >= 0: copy i holds positions p >= i (cod_layout)
+        real = real & (documents[:, pos][:, None, :] == documents[:, pos - copy][:, :, None])
+    allowed = real | chain[None]
     eye = torch.eye(len(copy), dtype=torch.bool, device=copy.device)
     return (allowed | eye)[:, None]  # a padding query still sees itself: no empty softmax row
 
@@ -150,19 +156,24 @@ class PardTask(TrainingTask):
         device = input_ids.device
         copy, pos = copy.to(device), pos.to(device)
         ids = torch.where(copy == 0, input_ids[:, pos], torch.full_like(input_ids[:, pos], self.mask_token_id))
-        mask = pard_attention(copy, pos, attention_mask)
+        # Each conversation of a packed row on its own: its positions, its context, its labels.
+        positions = batch_positions(batch)
+        docs = document_ids(positions)
+        mask = pard_attention(copy, pos, attention_mask, docs)
         draft_logits = model(
-            input_ids=ids, attention_mask=_additive(mask, model), position_ids=pos.expand(b, -1), use_cache=False
+            input_ids=ids, attention_mask=_additive(mask, model), position_ids=positions[:, pos], use_cache=False
         ).logits
-        # Query (i, p) predicts x_{p+1}: counted where that token is a training target.
+        # Query (i, p) predicts x_{p+1}: counted where that token is a training target of the
+        # conversation the query's context ends in.
         nxt = (pos + 1).clamp(max=length - 1)
         counted = (pos + 1 < length)[None] & (loss_mask[:, nxt] != 0) & (attention_mask[:, nxt] != 0)
+        counted = counted & (docs[:, nxt] == docs[:, pos - copy])
         rows = draft_logits[counted]  # [M, V]
         labels = input_ids[:, nxt][counted]
         target_rows = None
         if self.cfg.divergence != "ce" or not model.training:
             with torch.no_grad():
-                t_logits = self.target.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+                t_logits = forward_documents(self.target.model, input_ids, positions, use_cache=False).logits
             target_rows = t_logits[:, pos][counted]  # the target's distribution over x_{p+1} given x_0..x_p
             vocab = min(rows.shape[-1], target_rows.shape[-1])
         num = int(counted.sum())
