@@ -259,6 +259,19 @@ class Built:
     target_floor: float  # the target's forward-only FLOPs per token (LM head on every row)
 
 
+def planned_mixed_precision(recipe, device: str) -> str:
+    """optim.mixed_precision as the trainer resolves it on `device`: "auto" is bf16 on a GPU and,
+    on a CPU, this machine's choice (infer/hardware.py's auto_dtype: AMX/AVX512-BF16, measured)."""
+    mixed = recipe.optim.mixed_precision
+    if mixed != "auto":
+        return mixed
+    if device == "cuda":
+        return "bf16"
+    from draftsmith.infer.hardware import auto_dtype
+
+    return "bf16" if auto_dtype("cpu")[0] == "bfloat16" else "no"
+
+
 def build_meta(recipe, device: str = "cuda", scored: float = DEFAULT_SCORED) -> Built:
     """Target and drafter on the meta device, through the kind's own training task."""
     import torch
@@ -268,9 +281,10 @@ def build_meta(recipe, device: str = "cuda", scored: float = DEFAULT_SCORED) -> 
     from draftsmith.train.trainer.flops import module_cost
 
     name = recipe.model.target
+    mixed = planned_mixed_precision(recipe, device)
     dtype_name = recipe.model.target_dtype
-    if dtype_name == "auto":
-        dtype_name = "bfloat16" if device == "cuda" else "float32"
+    if dtype_name == "auto":  # as the trainer resolves it (train/distributed.py, target_dtype)
+        dtype_name = "bfloat16" if device == "cuda" or mixed == "bf16" else "float32"
     dtype = getattr(torch, dtype_name)
     folder = pathlib.Path(name).expanduser()
     if folder.is_dir() and not (folder / "config.json").is_file():  # else transformers' traceback
@@ -294,7 +308,6 @@ def build_meta(recipe, device: str = "cuda", scored: float = DEFAULT_SCORED) -> 
     head = target_model.get_output_embeddings()
     if head is not None and head.weight is not target_model.get_input_embeddings().weight:
         reader += head.weight.numel()
-    mixed = recipe.optim.mixed_precision
     act_bytes = 2 if mixed in ("bf16", "fp16") else 4
     t_cost = module_cost(target_model, T, scored, 1, (target.vocab_size,))
     floor = module_cost(target_model, T, 1.0, 1, (target.vocab_size,)).flops
@@ -511,8 +524,9 @@ def run(args) -> int:
     if tflops == "measured":
         from draftsmith.train.trainer.flops import measure_tflops
 
-        dtype = "bfloat16" if recipe.optim.mixed_precision == "bf16" else "float32"
-        tflops = measure_tflops(dtype, device="cuda" if args.device == "cuda" else "cpu")
+        device = "cuda" if args.device == "cuda" else "cpu"
+        dtype = "bfloat16" if planned_mixed_precision(recipe, device) == "bf16" else "float32"
+        tflops = measure_tflops(dtype, device=device)
     plan = make_plan(
         recipe,
         recipe_path=args.recipe,

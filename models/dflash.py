@@ -272,7 +272,10 @@ class DFlashModel(PreTrainedModel):
         return self.norm(h)
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:
-        return F.linear(out, self._borrowed("_lm_head").to(out.dtype))
+        head = self._borrowed("_lm_head")
+        if torch.is_autocast_enabled(out.device.type):  # F.linear casts both to the autocast dtype itself
+            return F.linear(out, head)
+        return F.linear(out, head.to(out.dtype))
 
 
 class DFlash(TrainedDrafter):

@@ -1,16 +1,26 @@
-"""Training throughput of a recipe against the target's forward-only throughput, side by side.
+"""Training throughput of recipes against the target's forward-only throughput, side by side.
 
 Online distillation runs the frozen target forward on every batch, so the target's forward-only
 tokens/s is the floor's ceiling: training can never be faster. For each batch we time, in
 alternation, (a) the target's forward alone and (b) one full training step (target forward,
 draft forward + backward, optimizer step), and report medians and their ratio.
 
+Several recipes and precision modes run in one process, one after another, and end in one table:
+`--modes before,auto` measures each recipe as the trainer ran before `optim.mixed_precision:
+auto` (fp32, DFlash's target LM head over every position) and as auto runs it on this machine.
+A mode is `before` or a value of optim.mixed_precision (no, bf16, fp16, auto).
+
     python scripts/bench_train.py configs/smollm2-135m-instruct/draft_lm.yaml --steps 10 --json runs/bench_train.json
+    R=configs/smollm2-135m-instruct
+    python scripts/bench_train.py $R/draft_lm.yaml $R/eagle.yaml $R/eagle3.yaml $R/medusa.yaml $R/medusa2.yaml \
+        $R/dflash.yaml $R/pard.yaml --modes before,auto --steps 10 --json runs/bench_train_precision.json
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
+import pathlib
 import statistics
 import sys
 import tempfile
@@ -68,7 +78,7 @@ def time_steps(trainer, batches, args) -> tuple[list, list, list, int]:
     """Per batch, in alternation, the target's forward alone and one full training step: forward
     and training tokens/s, where the step's time went (plus one profiled step with --profile),
     and the last batch's token count."""
-    acc, task, model, opt = trainer.acc, trainer.task, trainer.model, trainer.optimizer
+    acc, task, opt = trainer.acc, trainer.task, trainer.optimizer
     target = task.target.model
     sync = device_sync(acc.device)
     inside = []  # seconds spent in the target's forward during the current training step
@@ -101,7 +111,7 @@ def time_steps(trainer, batches, args) -> tuple[list, list, list, int]:
         inside.clear()
         target.forward = timed_forward
         with prof:
-            loss, _ = task.loss(model, batch, step=i)
+            loss, _ = trainer.loss(batch, i)  # under the run's autocast, as the trainer computes it
             target.forward = forward
             sync()
             ta = time.perf_counter()
@@ -135,7 +145,7 @@ def time_steps(trainer, batches, args) -> tuple[list, list, list, int]:
 def count_flops(trainer, batches, step: int) -> tuple[dict, dict]:
     """FLOPs of the target's forward and of a training step on one more batch, and the shapes
     scripts/flop_bound.py's formula needs to redo the count."""
-    acc, task, model, opt = trainer.acc, trainer.task, trainer.model, trainer.optimizer
+    acc, task, opt = trainer.acc, trainer.task, trainer.optimizer
     target = task.target.model
     # The same quantities counted in FLOPs (torch's FlopCounterMode, one more batch): the
     # ratio the step's arithmetic allows, before any overhead.
@@ -146,7 +156,7 @@ def count_flops(trainer, batches, step: int) -> tuple[dict, dict]:
     with FlopCounterMode(display=False) as floor_flops, torch.no_grad():
         target(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
     with FlopCounterMode(display=False) as step_flops:
-        loss, _ = task.loss(model, batch, step=step)
+        loss, _ = trainer.loss(batch, step)
         acc.backward(loss)
     opt.zero_grad(set_to_none=True)
     flops = {"target_forward": floor_flops.get_total_flops(), "train_step": step_flops.get_total_flops()}
@@ -189,39 +199,100 @@ def print_summary(result: dict) -> None:
     )
 
 
-def main(argv=None) -> int:
-    p = parser(__doc__, recipe={}, steps={"default": 10, "help": "timed batches"})
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--max-rows", type=int, default=200, help="dataset rows to tokenise (enough for the batches)")
-    add_flags(p, json=None)
-    p.add_argument("--profile", action="store_true", help="profile one more step: operators by self CPU time")
-    p.add_argument("overrides", nargs="*", help="--section.key=value recipe overrides")
-    args, extra = p.parse_known_args(argv)
+MODES = ("before", "no", "bf16", "fp16", "auto")
 
+
+class AllLogitRows:
+    """Features whose target LM head ran over every position, as DFlash's task read them before
+    it asked for the scored rows only (`before` mode): each (b, t) indexes its own row."""
+
+    def __init__(self, features):
+        self.features = features
+
+    def __call__(self, batch, want_logits=False, logit_rows=None):
+        from draftsmith.train.features.online import Features
+
+        full = self.features(batch, want_logits=want_logits)
+        if full.logits is None:
+            return full
+        B, T, V = full.logits.shape
+        index = torch.arange(B * T, device=full.logits.device).view(B, T)
+        return Features(full.hidden, full.logits.reshape(B * T, V), index)
+
+
+def parse_modes(text: str | None) -> list[str | None]:
+    """--modes "before,auto" -> ["before", "auto"]; None -> [None]: the recipe as it is."""
+    if text is None:
+        return [None]
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        from draftsmith.errors import DraftsmithError
+
+        raise DraftsmithError(f"--modes {text!r}: give a comma-separated list of {', '.join(MODES)}")
+    return modes
+
+
+def mode_overrides(mode: str | None) -> list[str]:
+    """The recipe overrides of a mode. `before` is fp32 (mixed precision no: model.target_dtype
+    auto then resolves as it did, bf16 on CUDA only) with DFlash's all-rows logits (AllLogitRows)."""
+    if mode is None:
+        return []
+    return [f'--optim.mixed_precision="{"no" if mode == "before" else mode}"']  # quoted: YAML reads a bare no as false
+
+
+def fresh_accelerate() -> None:
+    """accelerate keeps one process-wide state whose mixed precision cannot change: each run
+    starts from a clean one."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+def bench_one(path: str, mode: str | None, overrides: list[str], args) -> dict:
+    """One recipe in one mode: the timed steps, the FLOP count and what ran, as a dict."""
     from draftsmith.train.config import load_recipe
     from draftsmith.train.distributed import shutdown as _shutdown
     from draftsmith.train.trainer.loop import Trainer
 
+    fresh_accelerate()
     with tempfile.TemporaryDirectory() as tmp:
         recipe = load_recipe(
-            args.recipe, list(args.overrides) + extra + [f"--data.max_rows={args.max_rows}", "--logging.progress=false"]
+            path,
+            overrides
+            + mode_overrides(mode)
+            + [f"--data.max_rows={args.max_rows}", "--logging.progress=false", f"--checkpoint.output_dir={tmp}"],
         )
-        recipe.checkpoint.output_dir = tmp
         trainer = Trainer(recipe)
-        acc, batches = trainer.acc, iter(trainer.loader)
-        fwd, step, parts, n = time_steps(trainer, batches, args)
-        flops, flop_model = count_flops(trainer, batches, args.warmup + args.steps + 1)
-        _shutdown()
+        try:
+            if mode == "before" and recipe.drafter.kind == "dflash":
+                trainer.task.features = AllLogitRows(trainer.task.features)
+            acc, batches = trainer.acc, iter(trainer.loader)
+            fwd, step, parts, n = time_steps(trainer, batches, args)
+            flops, flop_model = count_flops(trainer, batches, args.warmup + args.steps + 1)
+            target_dtype = str(trainer.target.dtype).removeprefix("torch.")
+        finally:
+            trainer.close()
+            _shutdown()
+    del trainer
+    gc.collect()
 
     d = recipe.drafter
     result = {
-        "recipe": args.recipe,
+        "recipe": path,
+        "mode": mode or recipe.optim.mixed_precision,
         "target": recipe.model.target,
         "drafter": d.kind,
         "init": getattr(d, "init", None),
         "loss": getattr(d, "loss", None),
         "batch_tokens": recipe.optim.batch_size * recipe.data.max_length,
-        "mixed_precision": recipe.optim.mixed_precision,
+        "mixed_precision": acc.mixed_precision,  # as resolved ("auto" -> bf16 or no)
+        "mixed_precision_reason": getattr(acc, "mixed_precision_reason", "asked for"),
+        "target_dtype": target_dtype,
+        "dflash_target_logits": ("every position" if mode == "before" else "scored rows")
+        if d.kind == "dflash"
+        else None,
         "device": str(acc.device),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
@@ -241,8 +312,70 @@ def main(argv=None) -> int:
         "cpu": cpu_info(),
     }
     result["train_over_forward"] = result["train_tokens_per_s"] / result["target_forward_tokens_per_s"]
-    print_summary(result)
-    save(result, args.json)
+    return result
+
+
+def comparison(runs: list[dict]) -> list[dict]:
+    """Per recipe: training tokens/s in each mode and each mode's over the first mode's."""
+    rows = {}
+    for r in runs:
+        row = rows.setdefault(r["recipe"], {"recipe": r["recipe"], "drafter": r["drafter"], "modes": {}})
+        row["modes"][r["mode"]] = {
+            "mixed_precision": r["mixed_precision"],
+            "target_dtype": r["target_dtype"],
+            "train_tokens_per_s": r["train_tokens_per_s"],
+            "target_forward_tokens_per_s": r["target_forward_tokens_per_s"],
+        }
+    for row in rows.values():
+        first = next(iter(row["modes"].values()))["train_tokens_per_s"]
+        for m in row["modes"].values():
+            m["over_first"] = m["train_tokens_per_s"] / first
+    return list(rows.values())
+
+
+SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def print_comparison(table: list[dict]) -> None:
+    """One line per recipe and mode: the autocast and target dtypes it ran, training and
+    forward-only tokens/s, and training tokens/s over the recipe's first mode."""
+    print(
+        f"\n{'recipe':<22}{'mode':<8}{'autocast':>9}{'target':>8}{'train tok/s':>13}{'forward tok/s':>15}{'x first':>9}"
+    )
+    for row in table:
+        for mode, c in row["modes"].items():
+            print(
+                f"{pathlib.Path(row['recipe']).stem[:21]:<22}{mode:<8}{c['mixed_precision']:>9}"
+                f"{SHORT.get(c['target_dtype'], c['target_dtype']):>8}{c['train_tokens_per_s']:>13.0f}"
+                f"{c['target_forward_tokens_per_s']:>15.0f}{c['over_first']:>9.2f}"
+            )
+
+
+def main(argv=None) -> int:
+    p = parser(__doc__, steps={"default": 10, "help": "timed batches"})
+    p.add_argument("recipes", nargs="+", help="recipe YAML files, measured one after another")
+    p.add_argument("--modes", help=f"comma-separated: {', '.join(MODES)} (default: the recipe as it is)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--max-rows", type=int, default=200, help="dataset rows to tokenise (enough for the batches)")
+    add_flags(p, json=None)
+    p.add_argument("--profile", action="store_true", help="profile one more step: operators by self CPU time")
+    args, overrides = p.parse_known_args(argv)  # the rest: --section.key=value recipe overrides
+    modes = parse_modes(args.modes)
+
+    runs = []
+    for path in args.recipes:
+        for mode in modes:
+            print(f"\n== {path}, mode {mode or 'as the recipe says'}", flush=True)
+            result = bench_one(path, mode, list(overrides), args)
+            print_summary(result)
+            runs.append(result)
+    if len(runs) == 1:  # one run: its dict as it is (what scripts/flop_bound.py --check reads)
+        save(runs[0], args.json)
+        return 0
+    table = comparison(runs)
+    print_comparison(table)
+    print(f"on {format_cpu(runs[0]['cpu'])}, {runs[0]['threads']} threads")
+    save({"modes": [r["mode"] for r in runs[: len(modes)]], "comparison": table, "runs": runs}, args.json)
     return 0
 
 

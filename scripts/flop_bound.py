@@ -135,9 +135,20 @@ def table_row(r: dict) -> list[str]:
     ]
 
 
-def check(path: str) -> dict:
-    """The formula against FlopCounterMode's count of the real training step (bench_train.py's JSON)."""
+def check(path: str) -> list[dict]:
+    """The formula against FlopCounterMode's count of the real training step (bench_train.py's
+    JSON: one run, or each of its `runs` that a FLOP model covers)."""
     b = json.loads(open(path).read())
+    if "runs" not in b:
+        return [check_run(path, b)]
+    covered = [r for r in b["runs"] if r["drafter"] in FLOP_MODELS and FLOP_MODELS[r["drafter"]].from_bench(r)]
+    for r in b["runs"]:
+        if r not in covered:
+            print(f"check {path}: no FLOP model for {r['recipe']} ({r['drafter']}), skipped")
+    return [check_run(path, r) for r in covered]
+
+
+def check_run(path: str, b: dict) -> dict:
     model = FLOP_MODELS.get(b["drafter"])
     drafter = model.from_bench(b) if model else None
     if drafter is None:
@@ -161,7 +172,7 @@ def main(argv=None) -> int:
 
     rows = [bound(t, d, T, s) for t, d in PAIRS for T in args.seq_len for s in args.scored_fraction]
     print(markdown_table(HEAD, [table_row(r) for r in rows]))
-    checks = [check(path) for path in args.check]
+    checks = [c for path in args.check for c in check(path)]
     save({"rows": rows, "checks": checks}, args.json)
     return 0
 

@@ -102,7 +102,7 @@ def main(argv=None) -> int:
 def check(args, overrides) -> int:
     import torch
 
-    from draftsmith.plan import make_plan
+    from draftsmith.plan import make_plan, planned_mixed_precision
     from draftsmith.train.config import load_recipe
     from draftsmith.train.data import build_data
 
@@ -124,8 +124,8 @@ def check(args, overrides) -> int:
             f"--checkpoint.output_dir={out}",
         ],
     )
-    dtype = "bfloat16" if recipe.optim.mixed_precision == "bf16" else "float32"
     device = "cuda" if cuda else "cpu"
+    dtype = "bfloat16" if planned_mixed_precision(recipe, device) == "bf16" else "float32"
     base, before, peak, after, rates = measure_run(recipe, dtype, device)
     measured_rate = statistics.median(rates)
 

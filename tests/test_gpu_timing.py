@@ -43,7 +43,9 @@ def test_bench_train_synchronises_around_every_timed_part_on_cuda(monkeypatch):
     task = types.SimpleNamespace(target=types.SimpleNamespace(model=model), loss=loss)
     opt = torch.optim.SGD(draft.parameters(), lr=0.1)
     acc = types.SimpleNamespace(device=torch.device("cuda"), backward=lambda loss: loss.backward())
-    trainer = types.SimpleNamespace(acc=acc, task=task, model=draft, optimizer=opt)
+    trainer = types.SimpleNamespace(
+        acc=acc, task=task, model=draft, optimizer=opt, loss=lambda batch, step: loss(draft, batch, step)
+    )
     batch = {"input_ids": torch.randn(2, 4), "attention_mask": torch.ones(2, 4)}
     args = types.SimpleNamespace(warmup=1, steps=2, profile=False)
     fwd, step, parts, n = bench["time_steps"](trainer, iter([batch] * 3), args)
@@ -67,6 +69,35 @@ def test_bench_train_on_cpu_with_its_flop_count(tmp_path):
     assert flop_bound["main"](["--check", str(out), "--json", str(tmp_path / "bound.json")]) == 0
     check = json.loads((tmp_path / "bound.json").read_text())["checks"][0]
     assert abs(check["formula"] - check["counted"]) < 0.05 * check["counted"], check
+
+
+def test_bench_train_compares_modes_for_several_recipes_in_one_run(tmp_path, monkeypatch):
+    """--modes before,auto on two tiny recipes: four runs in one process, the precision each
+    resolved to, DFlash's target logits over every position before and at the scored rows
+    after, and one comparison table."""
+    monkeypatch.setenv("DRAFTSMITH_DTYPE_AUTO", "bfloat16")  # auto as on a CPU with fast bf16
+    bench = runpy.run_path(str(ROOT / "scripts" / "bench_train.py"))
+    out = tmp_path / "modes.json"
+    recipes = [str(ROOT / "configs/tiny/dflash.yaml"), str(ROOT / "configs/tiny/eagle3.yaml")]
+    argv = [*recipes, "--modes", "before,auto", "--steps", "1", "--warmup", "0", "--max-rows", "40"]
+    argv += ["--data.max_length=48", "--optim.batch_size=2", "--data.eval_rows=4"]
+    assert bench["main"]([*argv, "--data.path=stdlib", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    runs = result["runs"]
+    assert [(r["drafter"], r["mode"], r["mixed_precision"], r["target_dtype"]) for r in runs] == [
+        ("dflash", "before", "no", "float32"),
+        ("dflash", "auto", "bf16", "bfloat16"),
+        ("eagle3", "before", "no", "float32"),
+        ("eagle3", "auto", "bf16", "bfloat16"),
+    ]
+    assert [r["dflash_target_logits"] for r in runs[:2]] == ["every position", "scored rows"]
+    # the target's LM head over every position costs FLOPs the scored rows do not
+    assert runs[0]["flops_per_batch"]["train_step"] > runs[1]["flops_per_batch"]["train_step"]
+    assert result["modes"] == ["before", "auto"] and len(result["comparison"]) == 2
+    for row in result["comparison"]:
+        assert row["modes"]["before"]["over_first"] == 1.0 and row["modes"]["auto"]["over_first"] > 0
+    flop_bound = runpy.run_path(str(ROOT / "scripts" / "flop_bound.py"))
+    assert flop_bound["main"](["--check", str(out)]) == 0  # each run of a several-run JSON
 
 
 def test_measure_tflops_on_cuda_times_many_large_products_per_sync(monkeypatch):

@@ -87,16 +87,17 @@ def print_plan(recipe) -> None:
     try:
         import torch
 
-        from draftsmith.plan import make_plan
+        from draftsmith.plan import make_plan, planned_mixed_precision
         from draftsmith.train.trainer.flops import measure_tflops
 
         cuda = torch.cuda.is_available()
+        cpu_dtype = "float32" if cuda or planned_mixed_precision(recipe, "cpu") != "bf16" else "bfloat16"
         plan = make_plan(
             recipe,
             gpus=int(os.environ.get("WORLD_SIZE", "1")),
             gpu_memory=torch.cuda.get_device_properties(0).total_memory if cuda else 80e9,
             # A GPU: H100's bf16 peak (draftsmith plan --gpu-tflops for others); a CPU: its own rate, timed briefly.
-            gpu_tflops=989.0 if cuda else measure_tflops("float32", n=512, seconds=0.3),
+            gpu_tflops=989.0 if cuda else measure_tflops(cpu_dtype, n=512, seconds=0.3),
             device="cuda" if cuda else "cpu",
         )
         print(plan.summary(), flush=True)

@@ -101,7 +101,7 @@ def take_old_loss_key(cfg) -> None:
 @dataclass
 class ModelConfig:
     target: str = "smollm2-135m-instruct"  # built-in name, folder, .gguf or Hub id; frozen, never saved
-    target_dtype: str = "auto"  # auto: bfloat16 on CUDA, float32 on CPU (this CPU has no fast bf16)
+    target_dtype: str = "auto"  # auto: bfloat16 on CUDA or under bf16 mixed precision, else float32
     # whole | readers: only the embedding, final norm and LM head, for drafters trained from a
     # feature cache (drafter.features: DIR); the target then cannot run, so no held-out evaluation,
     # no acceptance during training, no regeneration in process (what a 70B target needs)
@@ -224,7 +224,8 @@ class OptimConfig:
     batch_size: Annotated[int, Ge(1)] = 4  # rows per device per micro-batch
     grad_accum: Annotated[int, Ge(1)] = 1
     max_grad_norm: Annotated[float, Ge(0), Note("0: no clipping")] = 1.0
-    mixed_precision: str = "no"  # no | bf16 | fp16
+    # no | bf16 | fp16 | auto: bf16 where the device computes it fast (CUDA; AMX/AVX512-BF16 CPUs), else no
+    mixed_precision: str = "no"
     seed: Seed = 0
 
 
@@ -289,7 +290,7 @@ _CHOICES = {
     "data.format": ("auto", "chat", "text"),
     "data.regenerate_with": ("batched", "engine", "endpoint"),
     "data.source": ("corpus", "regenerated", "on_policy"),
-    "optim.mixed_precision": ("no", "bf16", "fp16"),
+    "optim.mixed_precision": ("no", "bf16", "fp16", "auto"),
     "drafter.divergence": (*DIVERGENCES, "ce"),  # which kinds take ce: their checks()
 }
 

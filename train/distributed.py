@@ -24,6 +24,30 @@ from .config import Recipe
 log = logging.getLogger("draftsmith.train")
 
 
+# What optim.mixed_precision "auto" becomes for each dtype infer/hardware.py's auto_dtype picks.
+_MIXED_FOR_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "no"}
+
+
+def resolve_mixed_precision(value: str) -> tuple[str, str]:
+    """optim.mixed_precision as the Accelerator takes it, and why: "auto" is bf16 autocast where
+    the device computes bf16 fast (a CUDA GPU with bf16; a CPU with AMX or AVX512-BF16 whose bf16
+    matmul measured faster than fp32's, as the runtime's `--dtype auto` decides, and
+    DRAFTSMITH_DTYPE_AUTO overrides), else fp32. On AVX512-BF16 CPUs a bf16 matmul takes
+    0.25-0.33x of fp32's time. Decided before the Accelerator exists (it fixes the precision
+    when built), from the device it will pick: a GPU unless none is visible or accelerate is
+    told to use the CPU."""
+    if value != "auto":
+        return value, "asked for"
+    from draftsmith.infer.hardware import auto_dtype
+
+    cpu = os.environ.get("ACCELERATE_USE_CPU", "false").lower() in ("1", "true", "yes")
+    device = "cuda" if torch.cuda.is_available() and not cpu else "cpu"
+    if device == "cuda" and not torch.cuda.is_bf16_supported():
+        return "no", "auto: this GPU has no bf16"
+    dtype, why = auto_dtype(device)
+    return _MIXED_FOR_DTYPE[dtype], f"auto: {why}"
+
+
 def make_accelerator(recipe: Recipe):
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs, ProjectConfiguration
@@ -44,8 +68,9 @@ def make_accelerator(recipe: Recipe):
     trackers = list(recipe.logging.trackers)
     if "wandb" in trackers:
         _wandb_offline_unless_logged_in()
+    mixed, why = resolve_mixed_precision(recipe.optim.mixed_precision)
     acc = Accelerator(
-        mixed_precision=recipe.optim.mixed_precision,
+        mixed_precision=mixed,
         gradient_accumulation_steps=recipe.optim.grad_accum,
         log_with=trackers or None,
         project_config=ProjectConfiguration(project_dir=str(out), logging_dir=str(out / "logs")),
@@ -58,6 +83,8 @@ def make_accelerator(recipe: Recipe):
             "FSDP was requested but accelerate runs FSDP on GPUs only (here: "
             f"{acc.distributed_type.name}); on CPU use configs/accelerate/ddp.yaml, zero2.yaml or zero3.yaml"
         )
+    acc.mixed_precision_reason = why  # the run's summary and log record the choice with its reason
+    log.info("mixed precision %s (%s)", acc.mixed_precision, why)
     return acc
 
 
@@ -98,14 +125,12 @@ def is_zero3(acc) -> bool:
 
 
 def load_target(recipe: Recipe, acc, parts: str | None = None, device=None):
-    """The frozen target in the dtype training computes in (auto: bf16 on CUDA, fp32 on CPU),
-    whole or its feature readers only (`parts`, default the recipe's model.target_parts), on the
-    accelerator's device unless `device` says otherwise."""
+    """The frozen target in the dtype training computes in (auto: bf16 on CUDA or under bf16
+    mixed precision, else fp32), whole or its feature readers only (`parts`, default the
+    recipe's model.target_parts), on the accelerator's device unless `device` says otherwise."""
     from draftsmith.models import Target
 
-    dtype = recipe.model.target_dtype
-    if dtype == "auto":
-        dtype = "bfloat16" if acc.device.type == "cuda" else "float32"
+    dtype = target_dtype(recipe, acc)
     return Target.load(
         recipe.model.target,
         dtype=dtype,
@@ -113,6 +138,16 @@ def load_target(recipe: Recipe, acc, parts: str | None = None, device=None):
         compile=False,
         parts=parts or recipe.model.target_parts,
     )
+
+
+def target_dtype(recipe: Recipe, acc) -> str:
+    """model.target_dtype, "auto" resolved: bf16 where training computes in bf16 (CUDA, or bf16
+    mixed precision: the frozen target's forward is then the step's floor, and a bf16 target
+    streams half the bytes without casting its weights every step), else fp32."""
+    dtype = recipe.model.target_dtype
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if acc.device.type == "cuda" or acc.mixed_precision == "bf16" else "float32"
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

@@ -411,13 +411,16 @@ def build_card(
         f"- target: `{target['name']}`" + (f" ({target['hub_id']})" if target["hub_id"] else ""),
         f"- data: {data_line}",
     ]
+    _, summary = run_summary(ckpt, meta)
     if opt:
+        mixed = opt.get("mixed_precision")
+        if mixed == "auto" and summary.get("mixed_precision"):  # what auto chose on the training machine
+            mixed = f"auto ({summary['mixed_precision']})"
         out.append(
             f"- optimiser: lr {opt.get('lr')}, {opt.get('max_steps')} steps, batch {opt.get('batch_size')} × "
             f"{opt.get('grad_accum', 1)} accumulation, rows of {data.get('max_length')} tokens, "
-            f"warm-up {opt.get('warmup_steps')}, mixed precision {opt.get('mixed_precision')}"
+            f"warm-up {opt.get('warmup_steps')}, mixed precision {mixed}"
         )
-    _, summary = run_summary(ckpt, meta)
     if summary:
         acc = summary.get("acceptance") or {}
         evals = ", ".join(

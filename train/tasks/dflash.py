@@ -217,8 +217,6 @@ class DFlashTask(TrainingTask):
     def loss(self, model, batch: dict, step: int | None = None):
         training = step is not None
         ids, loss_mask, attn = batch["input_ids"], batch["loss_mask"], batch["attention_mask"]
-        feats = (self.features if training else self.online)(batch, want_logits=True)
-        context = feats.hidden[..., : len(self._aux) * self.target.config.hidden_size]
         unwrapped = unwrap(model)
         c = unwrapped.config
         Bs, (B, T), device = c.block_size, ids.shape, ids.device
@@ -230,15 +228,6 @@ class DFlashTask(TrainingTask):
         anchors, keep = sample_anchors(loss_mask, attn, self.cfg.num_blocks, g, docs)
         N = anchors.shape[1]
         positions = anchors[..., None] + torch.arange(Bs, device=device)  # [B, N, Bs] indices into the row
-        block = torch.full((B, N, Bs), c.mask_token_id, dtype=torch.long, device=device)
-        block[..., 0] = ids.gather(1, anchors)
-        out = model(
-            block.view(B, -1),
-            (rows.gather(1, anchors)[..., None] + torch.arange(Bs, device=device)).view(B, -1),
-            context,
-            rows,
-            attention_mask=training_mask(anchors, keep, attn, Bs, c.causal, docs),
-        )
         # Block position k = 1..Bs-1 predicts token anchor+k: scored where that token is trained,
         # real and in the anchor's conversation.
         label_at = positions[..., 1:]
@@ -249,9 +238,24 @@ class DFlashTask(TrainingTask):
         scored = keep[..., None] & inside & flat(loss_mask).bool() & flat(attn).bool() & same
         b, n, k = scored.nonzero(as_tuple=True)
         t = label_at[b, n, k]
+        # The target's law is read at rows t-1 of the scored tokens only: its LM head runs there
+        # (at most num_blocks * (block_size-1) rows of a T-row sequence), not over every position.
+        need = torch.zeros(B, T, dtype=torch.bool, device=device)
+        need[b, t - 1] = True
+        feats = (self.features if training else self.online)(batch, want_logits=True, logit_rows=need)
+        context = feats.hidden[..., : len(self._aux) * self.target.config.hidden_size]
+        block = torch.full((B, N, Bs), c.mask_token_id, dtype=torch.long, device=device)
+        block[..., 0] = ids.gather(1, anchors)
+        out = model(
+            block.view(B, -1),
+            (rows.gather(1, anchors)[..., None] + torch.arange(Bs, device=device)).view(B, -1),
+            context,
+            rows,
+            attention_mask=training_mask(anchors, keep, attn, Bs, c.causal, docs),
+        )
         logits = unwrapped.logits(out.view(B, N, Bs, -1)[b, n, k + 1]).float()
         with torch.no_grad():
-            target_logits = feats.logits[b, t - 1].float()
+            target_logits = feats.logits[feats.logit_index[b, t - 1]].float()
             target_top1 = target_logits.argmax(-1)
         if self.cfg.labels == "distill":
             ce = losses.soft_loss(logits, losses.log_probs(target_logits), self.cfg.divergence, self.cfg.jsd_beta)

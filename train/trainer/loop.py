@@ -220,7 +220,7 @@ class Trainer:
         its tokens and the task's numeric stats go into `window`. -> the gradient norm, if clipped."""
         r, acc = self.recipe, self.acc
         with acc.accumulate(self.model):
-            loss, stats = self.task.loss(self.model, batch, step=self.step)
+            loss, stats = self.loss(batch, self.step)
             acc.backward(loss)
             grad_norm = None
             if acc.sync_gradients and r.optim.max_grad_norm > 0:
@@ -235,6 +235,14 @@ class Trainer:
                 window["sums"][key] = window["sums"].get(key, 0.0) + float(value)
         window["n"] += 1
         return grad_norm
+
+    def loss(self, batch: dict, step: int | None):
+        """The task's (loss, stats) under the run's autocast. accelerate autocasts the prepared
+        model's forward only; a task also computes outside it (EAGLE's and DFlash's LM heads are
+        called on the unwrapped draft), and those matmuls must run in the autocast dtype too. The
+        losses take their softmaxes in fp32 themselves (train/losses.py)."""
+        with self.acc.autocast():
+            return self.task.loss(self.model, batch, step=step)
 
     def _log_train(self, window: dict, grad_norm, bar) -> None:
         n = max(1, window["n"])
@@ -280,7 +288,7 @@ class Trainer:
                 self.model.train()
                 log.warning("evaluation at step %d abandoned after %d batches: SIGTERM", self.step, i)
                 return {}
-            _, stats = self.task.loss(self.model, batch, step=None)
+            _, stats = self.loss(batch, None)
             if keys is None:
                 keys = sorted(k for k, v in stats.items() if k != "num_tokens" and isinstance(v, (int, float)))
                 sums = torch.zeros(len(keys) + 1, dtype=torch.float64, device=self.acc.device)
@@ -458,6 +466,8 @@ class Trainer:
             "processes": processes,
             "distributed_type": str(acc.distributed_type),
             "mixed_precision": acc.mixed_precision,
+            "mixed_precision_reason": getattr(acc, "mixed_precision_reason", "asked for"),
+            "target_dtype": str(self.target.dtype).removeprefix("torch."),
             "param_fingerprints": prints,
             "eval": final_eval,
             "acceptance": {k: v for k, v in (acceptance or {}).items() if k != "by_domain"},
