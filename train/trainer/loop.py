@@ -38,6 +38,7 @@ from draftsmith.train.distributed import (
     shutdown,
 )
 from draftsmith.train.losses import expected_acceptance_length
+from draftsmith.train.preflight import check_before_loading
 from draftsmith.train.tasks.base import TrainingTask
 from draftsmith.train.trainer import checkpoint, faults
 from draftsmith.train.trainer.curves import CURVES, plot_curves
@@ -57,6 +58,7 @@ class Trainer:
         self.resume = r.checkpoint.resume if resume is None else resume
         # Every check that needs no model runs first, on every rank alike, and writes nothing:
         # a refused run (a read-only or busy folder, another kind's checkpoints) leaves it as it was.
+        check_before_loading(r)  # the data and feature files, before the target loads on every GPU
         self.folder = checkpoint.RunFolder(self.out, r.drafter.kind, self.resume, r.checkpoint.keep_last)
         self.acc = acc = make_accelerator(r)
         self.main = acc.is_main_process
