@@ -69,3 +69,36 @@ def test_a_missing_data_file_and_feature_cache(tmp_path, no_loading):
     message = trainer_error(load_recipe(str(tmp_path / "r.yaml"), []))
     assert message.startswith(f"drafter.features {tmp_path / 'feats'}: no feature cache there")
     assert "draftsmith features" in message
+
+
+def test_acceptance_during_training_is_refused_under_zero3(tmp_path, no_loading, monkeypatch):
+    """ZeRO-3 shards the drafter: τ cannot be measured while training, so best/ would silently be
+    final/. The recipe's acceptance_every is refused in one line; set to 0, the run goes on."""
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")  # what `accelerate launch` sets for zero3.yaml
+    path = write_recipe(tmp_path)
+    (tmp_path / "regenerated.jsonl").write_text(json.dumps({"index": 0, "messages": []}) + "\n")
+    every = ["--logging.acceptance_every=5", "--logging.acceptance_prompts=4"]
+    message = trainer_error(load_recipe(path, every))
+    assert message.startswith("logging.acceptance_every 5 under DeepSpeed ZeRO-3") and "\n" not in message
+    assert "--logging.acceptance_every=0" in message
+    with pytest.raises(AssertionError, match="target was loaded"):
+        loop.Trainer(load_recipe(path, [*every, "--logging.acceptance_every=0"]))
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    with pytest.raises(AssertionError, match="target was loaded"):
+        loop.Trainer(load_recipe(path, every))
+
+
+def test_the_pages_zero3_lines_turn_acceptance_off():
+    """Every ZeRO-3 launch on the pages and in the recipes' headers passes acceptance_every=0 where
+    its recipe measures τ during training."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    texts = [p.read_text() for p in [root / "README.md", *root.glob("docs/*.md"), *root.glob("configs/*/*.yaml")]]
+    lines = [line for t in texts for line in t.splitlines() if re.search(r"zero3\.yaml \S+\.yaml", line)]
+    assert len(lines) >= 4
+    for line in lines:
+        recipe = re.search(r"zero3\.yaml (\S+\.yaml)", line).group(1)
+        if load_recipe(root / recipe, []).logging.acceptance_every > 0:
+            assert "--logging.acceptance_every=0" in line, line

@@ -1,10 +1,12 @@
 """What a training run needs that can be checked before any model loads: the data file, the
 regenerated chats a recipe reads (`data.source: regenerated` through a server), the feature cache a
 drafter trains from. A run that would stop in the data builder or the feature reader stops here,
-in a second, instead of after the target has loaded on every GPU."""
+in a second, instead of after the target has loaded on every GPU. Also a recipe that asks for what
+the launch cannot give: τ during training under DeepSpeed ZeRO-3 (the drafter is sharded there)."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 from draftsmith.errors import DraftsmithError
@@ -41,4 +43,12 @@ def check_before_loading(recipe, recipe_path: str = "") -> None:
             f"drafter.features {features}: no feature cache there (no manifest.json): write it first with "
             f"draftsmith features {recipe_path or 'RECIPE'} --output-dir {features}, or train with "
             "--drafter.features=online"
+        )
+    zero3 = os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3"  # what accelerate launch sets for zero3.yaml
+    log = recipe.logging
+    if zero3 and log.acceptance_every > 0 and log.acceptance_prompts > 0:
+        raise DraftsmithError(
+            f"logging.acceptance_every {log.acceptance_every} under DeepSpeed ZeRO-3: the drafter is sharded, so "
+            "τ is not measured during training and best/ could not follow it; add --logging.acceptance_every=0 "
+            "(best/ is then final/; measure it with draftsmith eval) or launch with zero2.yaml or ddp.yaml"
         )
