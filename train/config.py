@@ -176,6 +176,8 @@ class DataConfig:
     regenerate_model: str | None = None  # endpoint: the served model name (part of the cache key)
     regenerate_concurrency: Annotated[int, Ge(1)] = 8  # endpoint: requests in flight
     regenerate_timeout_s: Annotated[float, Gt(0)] = 300.0  # endpoint: per request
+    # endpoint: the environment variable holding its API key (the key itself never goes in a recipe)
+    regenerate_api_key_env: str = "OPENAI_API_KEY"
     # endpoint: extra tries on transient failures (refused, reset, timeout, 429, 5xx)
     regenerate_retries: Annotated[int, Ge(0), Note("0: no retries")] = 3
     # A JSONL file of the regenerated chats: written by the run that regenerates (e.g. `draftsmith train
