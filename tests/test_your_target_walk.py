@@ -24,7 +24,7 @@ import pytest
 import yaml
 from test_docs import check_command, fenced_commands
 from test_regenerate import StandIn, reply_for
-from test_regenerated_data import write_recipe
+from test_regenerated_data import SWITCHES, write_recipe
 
 import draftsmith.train.data as data_mod
 from draftsmith.cli import main as cli
@@ -132,6 +132,9 @@ def test_the_page_walked_on_the_tiny_target(tmp_path, tiny_cache, monkeypatch, c
     assert cli(swapped(line[1:], {}, ("--num-prompts", "1", "--max-new-tokens", "8", "-k", "3", "--quiet"))) == 0
     result = json.loads((tmp_path / RUN / "crosscheck.json").read_text())
     assert result["runtimes"]["vllm"]["agreement"]["agrees"] and result["device"] == "cpu"
+    # the recipe trained with thinking off: bench and crosscheck rendered their prompts the same way
+    for report in (bench, result):
+        assert (report["chat_template_kwargs"], report["chat_template_kwargs_from"]) == (SWITCHES, "checkpoint")
     assert all(result.get(k) for k in ("machine", "date", "commit", "command"))  # a report the results pages can cite
     record = json.loads((ckpt / "crosscheck.json").read_text())["engines"]
     assert set(record) == {"vllm"} and record["vllm"]["agrees"]

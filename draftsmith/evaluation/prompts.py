@@ -10,6 +10,8 @@ questions in 8 categories, the second turn asked after the target's own first an
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import gzip
 import hashlib
 import importlib.util
@@ -100,12 +102,61 @@ def _read_dataset(name: str, split: str) -> list[dict]:
     return rows
 
 
+# The chat template's switches every rendering takes (e.g. {"enable_thinking": False}): the
+# measuring commands set them from the checkpoint (what it was trained with) or their flag.
+TEMPLATE_KWARGS: contextvars.ContextVar[dict] = contextvars.ContextVar("template_kwargs", default={})  # noqa: B039
+
+
+@contextlib.contextmanager
+def template_switches(kwargs: dict | None):
+    """Render every chat inside with these chat-template keyword arguments."""
+    token = TEMPLATE_KWARGS.set(dict(kwargs or {}))
+    try:
+        yield
+    finally:
+        TEMPLATE_KWARGS.reset(token)
+
+
+TEMPLATE_FLAG = "--chat-template-kwargs"
+TEMPLATE_HELP = (
+    "the chat template's keyword arguments as JSON, e.g. '{\"enable_thinking\": false}'; default: those the "
+    "checkpoint was trained with (its recipe's data.chat_template_kwargs), '{}' for none"
+)
+
+
+def chosen_template(flag: str | None, meta: dict | None) -> tuple[dict, str]:
+    """(the chat template's switches, where they come from): the flag's JSON object, else the
+    checkpoint's record (drafter.json's chat_template_kwargs), else none."""
+    if flag is not None:
+        try:
+            value = json.loads(flag)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise DraftsmithError(
+                f"{TEMPLATE_FLAG} {flag!r}: expected a JSON object, e.g. '{{\"enable_thinking\": false}}'"
+            )
+        return value, TEMPLATE_FLAG
+    recorded = (meta or {}).get("chat_template_kwargs")
+    if isinstance(recorded, dict) and recorded:
+        return dict(recorded), "checkpoint"
+    return {}, "none"
+
+
+def template_line(kwargs: dict, source: str) -> str:
+    """The one line the measuring commands print about the template they rendered with."""
+    shown = json.dumps(kwargs) if kwargs else "none"
+    why = {"checkpoint": "as the checkpoint was trained", TEMPLATE_FLAG: TEMPLATE_FLAG}.get(source, "none recorded")
+    return f"chat template switches: {shown} ({why})"
+
+
 def render_chat(tokenizer, messages: list[dict], source: str) -> tuple[str, list[int]]:
     """A chat as the target sees it: its chat template with a generation prompt, then token ids
     (the template already holds the special tokens, so none are added)."""
     if getattr(tokenizer, "chat_template", None) is None:
         raise DraftsmithError(f"{source!r} has chat 'messages' but the target's tokenizer has no chat template")
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    switches = TEMPLATE_KWARGS.get()
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **switches)
     return text, tokenizer(text, add_special_tokens=False, verbose=False)[
         "input_ids"
     ]  # lengths: ContextFit says it in one line

@@ -495,6 +495,9 @@ def add_arguments(parser) -> None:
         help="with --temperature: drafted tokens a side, at least (default 1000)",
     )
     parser.add_argument("--workdir", default=None, help="exports and engine logs (default: beside the checkpoint)")
+    from draftsmith.evaluation.prompts import TEMPLATE_FLAG, TEMPLATE_HELP
+
+    parser.add_argument(TEMPLATE_FLAG, dest="chat_template_kwargs", default=None, help=TEMPLATE_HELP)
     parser.add_argument("--json", default=None, help="write the result as JSON here")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     from draftsmith.shipping.engines.vllm_engine import add_parallel_arguments
@@ -534,6 +537,8 @@ def run(args) -> int:
         {"tensor_parallel_size": args.tensor_parallel_size, "pipeline_parallel_size": args.pipeline_parallel_size},
         args.device,
     )
+    # the switches the prompts were rendered with (sampled.run chose them and rendered inside them)
+    result["chat_template_kwargs"], result["chat_template_kwargs_from"] = getattr(args, "template", ({}, "none"))
     print(format_crosscheck(result))
     if args.json:  # stamped (machine, date, commit, command) like every other report
         from draftsmith.evaluation.report import write_report

@@ -294,7 +294,19 @@ def crosscheck_sampled(
 
 def run(args) -> int:
     """`draftsmith crosscheck`: greedy (the exact contract, crosscheck.py) or, with --temperature > 0,
-    the sampled comparison above; exit 1 when the engine differs."""
+    the sampled comparison above; exit 1 when the engine differs. The prompts are rendered with the
+    chat-template switches the checkpoint was trained with (or --chat-template-kwargs): both sides
+    decode the same ids, and the report says which switches they were."""
+    from draftsmith.evaluation.prompts import chosen_template, template_line, template_switches
+    from draftsmith.models import Checkpoint
+
+    args.template = chosen_template(args.chat_template_kwargs, Checkpoint.open(args.checkpoint).meta)
+    print(template_line(*args.template), flush=True)
+    with template_switches(args.template[0]):
+        return _run(args)
+
+
+def _run(args) -> int:
     from draftsmith.errors import DraftsmithError
     from draftsmith.shipping import crosscheck as cc
 
@@ -326,6 +338,7 @@ def run(args) -> int:
         args.min_drafted,
         not args.quiet,
     )
+    result["chat_template_kwargs"], result["chat_template_kwargs_from"] = args.template
     print(format_table(result))
     if args.json:
         from draftsmith.evaluation.report import write_report

@@ -60,6 +60,8 @@ class Trainer:
         # a refused run (a read-only or busy folder, another kind's checkpoints) leaves it as it was.
         check_before_loading(r)  # the data and feature files, before the target loads on every GPU
         self.folder = checkpoint.RunFolder(self.out, r.drafter.kind, self.resume, r.checkpoint.keep_last)
+        # the prompts' template switches (Qwen3's enable_thinking): eval, bench and crosscheck render with them
+        self.folder.meta = {"chat_template_kwargs": dict(r.data.chat_template_kwargs)}
         self.acc = acc = make_accelerator(r)
         self.main = acc.is_main_process
         self.folder.lock(acc)  # one run per output dir; its checkpoints checked again under the lock
