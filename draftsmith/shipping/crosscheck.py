@@ -324,6 +324,20 @@ def full_vocabulary(drafter):
     return drafter
 
 
+def engine_share(free: int, total: int, engines: int = 2, margin: float = 0.05) -> float:
+    """vLLM's gpu_memory_utilization for each of crosscheck's engines (the target alone, the
+    target with the draft), started one after the other on the GPU that already holds our copy of
+    the target: vLLM takes that share of the whole GPU and refuses to start when less is free, so
+    the free share, less a margin for CUDA contexts, is split between them."""
+    share = (free / total - margin) / engines
+    if share < 0.05:
+        raise DraftsmithError(
+            f"crosscheck --device cuda: {free / 1e9:.1f} GB of {total / 1e9:.1f} GB free beside our copy of the "
+            "target, too little for vLLM's two engines: run our side elsewhere (--device cpu) or on a larger GPU"
+        )
+    return round(share, 3)
+
+
 def crosscheck(
     checkpoint,
     engines: list[str],
@@ -373,6 +387,14 @@ def crosscheck(
     max_model_len = longest + max_new_tokens + k + 8
     setup = Setup(ckpt, kind, meta["target"], pathlib.Path(resolve_model(meta["target"]).path), k, workdir, dtype)
     setup.parallel = {key: v for key, v in (parallel or {}).items() if v}
+    if on.type == "cuda" and "vllm" in engines and not setup.parallel.get("gpu_memory_utilization"):
+        import torch
+
+        free, total = torch.cuda.mem_get_info(on)  # our copy of the target is loaded: what is left
+        setup.parallel["gpu_memory_utilization"] = engine_share(free, total)
+        log.info(
+            "vLLM engines: %.2f of the GPU each (--gpu-memory-utilization)", setup.parallel["gpu_memory_utilization"]
+        )
     runtimes = {"ours plain": OurRuntime(target), "ours": OurRuntime(target, drafter, k)}
     if any(engine_format(e).draft_first for e in engines):
         runtimes["ours (draft-first)"] = OurRuntime(
@@ -495,6 +517,13 @@ def add_arguments(parser) -> None:
         help="with --temperature: drafted tokens a side, at least (default 1000)",
     )
     parser.add_argument("--workdir", default=None, help="exports and engine logs (default: beside the checkpoint)")
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=None,
+        help="vLLM: each engine's share of the GPU (default with --device cuda: the share free beside our copy "
+        "of the target, halved between the two engines)",
+    )
     from draftsmith.evaluation.prompts import TEMPLATE_FLAG, TEMPLATE_HELP
 
     parser.add_argument(TEMPLATE_FLAG, dest="chat_template_kwargs", default=None, help=TEMPLATE_HELP)
@@ -534,7 +563,11 @@ def run(args) -> int:
         args.workdir,
         args.dtype,
         not args.quiet,
-        {"tensor_parallel_size": args.tensor_parallel_size, "pipeline_parallel_size": args.pipeline_parallel_size},
+        {
+            "tensor_parallel_size": args.tensor_parallel_size,
+            "pipeline_parallel_size": args.pipeline_parallel_size,
+            "gpu_memory_utilization": args.gpu_memory_utilization,
+        },
         args.device,
     )
     # the switches the prompts were rendered with (sampled.run chose them and rendered inside them)
