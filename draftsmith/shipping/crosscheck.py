@@ -350,9 +350,13 @@ def crosscheck(
     progress: bool = True,
     parallel: dict | None = None,
     device: str = "cpu",
+    template_flag: str | None = None,
 ) -> dict:
+    """The checkpoint's greedy decodes in each engine and in our runtime, compared token for token
+    and count for count. Prompts are rendered with the chat-template switches the checkpoint trained
+    with (`template_flag`: the --chat-template-kwargs JSON instead); the report names them."""
     from draftsmith.evaluation.bench import cpu_info
-    from draftsmith.evaluation.prompts import load_prompt_sets
+    from draftsmith.evaluation.prompts import chosen_template, load_prompt_sets, template_line, template_switches
     from draftsmith.models import Checkpoint, Target, load_drafter
     from draftsmith.models.sources import resolve_model
     from draftsmith.models.target import check_device
@@ -380,9 +384,12 @@ def crosscheck(
         from draftsmith.infer.proposal import default_num_speculative_tokens
 
         k = default_num_speculative_tokens(drafter)
-    prompts = load_prompt_sets(
-        prompts_spec, target.tokenizer, num_prompts, target=target, max_new_tokens=max_new_tokens, progress=progress
-    )
+    template = chosen_template(template_flag, meta)
+    print(template_line(*template), flush=True)
+    with template_switches(template[0]):
+        prompts = load_prompt_sets(
+            prompts_spec, target.tokenizer, num_prompts, target=target, max_new_tokens=max_new_tokens, progress=progress
+        )
     longest = max(len(p.ids) for p in prompts)
     max_model_len = longest + max_new_tokens + k + 8
     setup = Setup(ckpt, kind, meta["target"], pathlib.Path(resolve_model(meta["target"]).path), k, workdir, dtype)
@@ -449,6 +456,8 @@ def crosscheck(
         "engines": engines,
         "engine_info": info,
         "prompts": prompts_spec,
+        "chat_template_kwargs": template[0],
+        "chat_template_kwargs_from": template[1],
         "num_prompts": len(prompts),
         "num_speculative_tokens": k,
         "max_new_tokens": max_new_tokens,
@@ -569,9 +578,8 @@ def run(args) -> int:
             "gpu_memory_utilization": args.gpu_memory_utilization,
         },
         args.device,
+        args.chat_template_kwargs,
     )
-    # the switches the prompts were rendered with (sampled.run chose them and rendered inside them)
-    result["chat_template_kwargs"], result["chat_template_kwargs_from"] = getattr(args, "template", ({}, "none"))
     print(format_crosscheck(result))
     if args.json:  # stamped (machine, date, commit, command) like every other report
         from draftsmith.evaluation.report import write_report
