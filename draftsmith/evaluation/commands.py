@@ -142,7 +142,7 @@ def _prompt_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep the last tokens of a prompt too long for the target's positions (default: refuse it)",
     )
-    from draftsmith.evaluation.prompts import TEMPLATE_FLAG, TEMPLATE_HELP
+    from draftsmith.evaluation.switches import TEMPLATE_FLAG, TEMPLATE_HELP
 
     p.add_argument(TEMPLATE_FLAG, dest="chat_template_kwargs", default=None, help=TEMPLATE_HELP)
     p.add_argument("--json", default=None, help="write the result as JSON here")

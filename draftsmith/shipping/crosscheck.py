@@ -533,7 +533,7 @@ def add_arguments(parser) -> None:
         help="vLLM: each engine's share of the GPU (default with --device cuda: the share free beside our copy "
         "of the target, halved between the two engines)",
     )
-    from draftsmith.evaluation.prompts import TEMPLATE_FLAG, TEMPLATE_HELP
+    from draftsmith.evaluation.switches import TEMPLATE_FLAG, TEMPLATE_HELP
 
     parser.add_argument(TEMPLATE_FLAG, dest="chat_template_kwargs", default=None, help=TEMPLATE_HELP)
     parser.add_argument("--json", default=None, help="write the result as JSON here")
