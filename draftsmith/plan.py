@@ -197,6 +197,8 @@ class Plan:
     epoch_tokens: float | None = None
     epoch_hours: float | None = None
     feature_cache_bytes: float | None = None
+    steps: int | None = None  # optimizer steps the run takes (optim.max_steps, or from optim.epochs)
+    epochs: float | None = None  # passes over the data those steps make (None: corpus size unknown)
     job: dict = field(default_factory=dict)  # hours per phase and in all (draftsmith/plan_job.py)
     advice: str = ""
 
@@ -214,7 +216,9 @@ class Plan:
             else f"does not fit ({best.strategy}: {_gb(best.total)} > {_gb(self.gpu_memory * HEADROOM)} per GPU)"
         )
         epoch = f"; epoch ~{self.epoch_hours:.1f} h" if self.epoch_hours is not None else ""
-        if self.job:
+        if self.steps is not None and self.epochs is not None:
+            epoch += f"; {self.steps:,} steps = {self.epochs:.1f} epochs"
+        if self.job and self.job["total_hours"] is not None:
             epoch += f"; whole job ~{self.job['total_hours']:.1f} h"
         if self.feature_cache_bytes and self.features != "online":
             epoch += f"; feature cache {_gb(self.feature_cache_bytes)}"
@@ -438,10 +442,23 @@ def _plan(recipe, built, recipe_path, world, gpu_memory, gpu_tflops, utilisation
         if tokens and built.feature_layers
         else None,
     )
+    plan.steps, plan.epochs = run_steps(recipe.optim, tokens, plan.tokens_per_step)
     plan._built = built  # for advice on a chosen strategy (not a dataclass field: not in --json)
     if not plan.fitting:
         plan.advice = smallest_change(recipe, built, world, gpu_memory, T, b)
     return plan
+
+
+def run_steps(optim, epoch_tokens: float | None, tokens_per_step: int) -> tuple[int | None, float | None]:
+    """(optimizer steps, epochs they cover): optim.epochs of the data's tokens (capped by
+    optim.max_steps when both are set; the trainer counts the same from its rows), else
+    optim.max_steps. Unknown (None) where the size of the data is needed and not known."""
+    steps = optim.max_steps
+    if optim.epochs is not None and epoch_tokens:
+        from_epochs = max(1, math.ceil(optim.epochs * epoch_tokens / tokens_per_step))
+        steps = from_epochs if steps is None else min(steps, from_epochs)
+    epochs = steps * tokens_per_step / epoch_tokens if steps is not None and epoch_tokens else None
+    return steps, epochs
 
 
 def _epoch_tokens(data) -> float | None:
@@ -598,6 +615,8 @@ def render(plan: Plan) -> str:
     ]
     if plan.epoch_tokens:
         lines.append(f"  epoch: {plan.epoch_tokens / 1e6:.1f}M tokens, ~{plan.epoch_hours:.2f} h")
+        if plan.steps is not None:
+            lines.append(f"  run: {plan.steps:,} optimizer steps = {plan.epochs:.2f} epochs on {plan.world} device(s)")
     else:
         lines.append("  epoch: corpus size unknown (pass --epoch-tokens N)")
     if plan.feature_cache_bytes:

@@ -1,8 +1,9 @@
 """The whole job behind `draftsmith plan`: regeneration, feature extraction and training time, and
 their total wall-clock, for the recipe's data on the planned GPUs.
 
-- training: the recipe's `optim.max_steps` x tokens per step at the plan's tokens/s, which is the
-  GPUs' peak x a utilisation (UTILISATION_SOURCE says where its default comes from);
+- training: the run's steps (`optim.max_steps`, or `optim.epochs` of the data) x tokens per step
+  at the plan's tokens/s, which is the GPUs' peak x a utilisation (UTILISATION_SOURCE says where its
+  default comes from);
 - feature extraction (a drafter that reads a feature cache: `drafter.features DIR`): one forward of
   the target over one epoch of tokens, at the same peak x utilisation;
 - regeneration (`data.source: regenerated` without its file yet): the replies (the scored share of
@@ -31,7 +32,8 @@ def job_times(plan, recipe, built, bandwidth: float = DEFAULT_BANDWIDTH) -> dict
     """Hours per phase (None where the phase does not run or its size is unknown) and their total."""
     peak = plan.world * plan.gpu_tflops * 1e12 * plan.utilisation
     tokens = plan.epoch_tokens
-    training = recipe.optim.max_steps * plan.tokens_per_step / plan.tokens_per_s / 3600
+    # the run's steps: optim.max_steps, or optim.epochs of the data (unknown when its size is)
+    training = plan.steps * plan.tokens_per_step / plan.tokens_per_s / 3600 if plan.steps is not None else None
     features = None
     if getattr(recipe.drafter, "features", "online") != "online" and built.feature_layers and tokens:
         features = tokens * built.target_floor / peak / 3600
@@ -44,7 +46,7 @@ def job_times(plan, recipe, built, bandwidth: float = DEFAULT_BANDWIDTH) -> dict
         chats = data.regenerate_concurrency
         step_s = max(weight_bytes / (plan.world * bandwidth), chats * 2 * built.target_params / peak)
         regeneration = replies / (chats / step_s) / 3600
-    total = training + (features or 0) + (regeneration or 0)
+    total = None if training is None else training + (features or 0) + (regeneration or 0)
     return {
         "regeneration_hours": regeneration,
         "feature_extraction_hours": features,
@@ -71,7 +73,10 @@ def render_job(plan) -> list[str]:
         lines.append(
             f"  feature extraction (one target forward per epoch token): ~{j['feature_extraction_hours']:.2f} h"
         )
-    lines.append(f"  training (optim.max_steps x {plan.tokens_per_step:,} tokens): ~{j['training_hours']:.2f} h")
+    if j["training_hours"] is None:
+        lines.append("  training: optim.epochs of a corpus of unknown size (pass --epoch-tokens N)")
+        return lines
+    lines.append(f"  training ({plan.steps:,} steps x {plan.tokens_per_step:,} tokens): ~{j['training_hours']:.2f} h")
     lines.append(f"  whole job: ~{j['total_hours']:.2f} h wall-clock{_unknown(plan)}")
     return lines
 

@@ -114,7 +114,7 @@ TRAIN_LAYERS = [
     {"config", "cli_options"},  # cli_options: the command options the parser declares without torch
     {"lora", "distributed"},
     {"losses"},
-    {"data"},
+    {"data", "preflight"},  # preflight: what a run needs on disk (the data's and features' files), checked first
     {"features"},
     {"tasks"},
     {"trainer"},

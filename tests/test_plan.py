@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import subprocess
 import sys
@@ -202,7 +203,7 @@ def test_dflash_draft_runs_on_its_block_positions_not_on_every_row_token():
 
 def test_the_plan_tells_the_whole_job_70b():
     """Regeneration (memory-bound decoding, 8 chats in flight), feature extraction (one target forward
-    per epoch token) and training (max_steps), by hand; the total is their sum."""
+    per epoch token) and training (the recipe's epochs in steps), by hand; the total is their sum."""
     recipe = load_recipe(L70 / "eagle3.yaml")  # regenerated data, features from a cache
     plan = make_plan(recipe, gpus=8, gpu_tflops=989, utilisation=0.4, epoch_tokens=1e8, bandwidth=3.35e12)
     peak, job = 8 * 989e12 * 0.4, plan.job
@@ -210,7 +211,9 @@ def test_the_plan_tells_the_whole_job_70b():
     assert job["regeneration_hours"] == pytest.approx(1e8 * 0.5 / (8 / step_s) / 3600, rel=1e-9)
     floor = plan.flops_per_token["target_forward_floor"]
     assert job["feature_extraction_hours"] == pytest.approx(1e8 * floor / peak / 3600, rel=1e-9)
-    training = recipe.optim.max_steps * 8 * 2048 / plan.tokens_per_s / 3600
+    steps = math.ceil(recipe.optim.epochs * 1e8 / (8 * 2048))  # the recipe's epochs of the data's tokens
+    assert plan.steps == steps and plan.epochs == pytest.approx(recipe.optim.epochs, rel=1e-3)
+    training = steps * 8 * 2048 / plan.tokens_per_s / 3600
     assert job["training_hours"] == pytest.approx(training, rel=1e-9)
     assert job["total_hours"] == pytest.approx(
         training + job["feature_extraction_hours"] + job["regeneration_hours"], rel=1e-9

@@ -19,7 +19,7 @@ from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine
 from draftsmith.models.sources import load_tokenizer
 from draftsmith.train.config import DataConfig, recipe_from_dict
-from draftsmith.train.data import build_data
+from draftsmith.train.data import build_data, endpoint_client
 from draftsmith.train.data import regeneration as regen_mod
 from draftsmith.train.data.regeneration import cache_path, regenerate
 
@@ -71,6 +71,7 @@ class StandIn:
         self.model, self.delay = model, delay
         self.models_route, self.max_model_len = False, None  # GET /v1/models, as vLLM lists its model
         self.requests, self.in_flight, self.max_in_flight = [], 0, 0
+        self.api_key, self.authorizations = None, []  # `vllm serve --api-key KEY`: 401 without "Bearer KEY"
         self.plan = lambda n: None
         self.content = lambda messages: " " + reply_for(messages) + "\n"
         self.lock = threading.Lock()
@@ -80,9 +81,19 @@ class StandIn:
             def log_message(self, *args):
                 pass
 
+            def refused(self) -> bool:
+                """vLLM's answer to a request without the server's key (its {"error": "Unauthorized"})."""
+                stand_in.authorizations.append(self.headers.get("Authorization"))
+                if stand_in.api_key is None or self.headers.get("Authorization") == f"Bearer {stand_in.api_key}":
+                    return False
+                self.answer(401, {"error": "Unauthorized"})
+                return True
+
             def do_GET(self):
                 if not stand_in.models_route or self.path != "/v1/models":
                     return self.answer(404, {"object": "error", "message": f"Not Found: {self.path}"})
+                if self.refused():
+                    return
                 self.answer(
                     200,
                     {
@@ -93,6 +104,8 @@ class StandIn:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.refused():
+                    return
                 with stand_in.lock:
                     n = len(stand_in.requests)
                     stand_in.requests.append((self.path, body))
@@ -171,7 +184,7 @@ def server():
 
 @pytest.fixture(autouse=True)
 def quick_backoff(monkeypatch):
-    monkeypatch.setattr(regen_mod, "BACKOFF_S", 0.01)
+    monkeypatch.setattr(endpoint_client, "BACKOFF_S", 0.01)
 
 
 def endpoint_cfg(url: str, tmp_path, **kw) -> DataConfig:
@@ -299,6 +312,41 @@ def test_a_client_error_is_one_line_and_keeps_the_cache(server, tmp_path, tok):
     assert "regenerate_model='served-model'" in msg and "\n" not in msg
     assert len(server.requests) - before <= 4  # not retried: at most the requests already in flight
     assert cache_path(c, None).read_bytes() == kept
+
+
+def test_the_api_key_comes_from_the_environment(server, tmp_path, tok, monkeypatch):
+    """A server started with --api-key (or a gateway) answers 401 without the key: the client sends
+    $OPENAI_API_KEY (or the variable data.regenerate_api_key_env names) as a bearer token, and a
+    refusal is one line naming the variable, before any chat is sent."""
+    chats = [chat(i, turns=1) for i in range(3)]
+    server.api_key, server.models_route = "sk-served", True
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(DraftsmithError) as e:
+        regenerate(rows_of(chats), endpoint_cfg(server.url, tmp_path), tok, None, progress=False)
+    message = str(e.value)
+    assert message.startswith(f"endpoint {server.url}/models answered HTTP 401: Unauthorized") and "\n" not in message
+    assert "$OPENAI_API_KEY is not set" in message and server.authorizations == ["Bearer EMPTY"]  # the model list
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong")
+    server.authorizations.clear()
+    server.models_route = False  # a server with no model list: the first chat is refused, not retried
+    with pytest.raises(
+        DraftsmithError, match=r"chat/completions answered HTTP 401: Unauthorized: .* is set but refused"
+    ):
+        regenerate(rows_of(chats), endpoint_cfg(server.url, tmp_path, regenerate_concurrency=1), tok, None, False)
+    assert server.authorizations == ["Bearer sk-wrong"]  # one chat asked, refused, not retried
+    monkeypatch.setenv("MY_GATEWAY_KEY", "sk-served")
+    c = endpoint_cfg(server.url, tmp_path, regenerate_api_key_env="MY_GATEWAY_KEY")
+    out, counts = regenerate(rows_of(chats), c, tok, None, progress=False)
+    assert counts["regenerated_rows"] == 3 and server.authorizations[-1] == "Bearer sk-served"
+    for chat_in, row in zip(chats, out):
+        assert_regenerated_by_stand_in(chat_in, row["messages"])
+
+
+def test_template_switches_travel_in_the_request_body(server, tmp_path, tok):
+    c = endpoint_cfg(server.url, tmp_path, chat_template_kwargs={"enable_thinking": False})
+    regenerate(rows_of([chat(0, turns=1)]), c, tok, None, progress=False)
+    ((_, body),) = server.requests
+    assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["seed"] == c.seed
 
 
 def test_a_wrong_url_is_one_line(server, tmp_path, tok):

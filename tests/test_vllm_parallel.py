@@ -75,3 +75,22 @@ def test_the_70b_recipe_and_page_split_the_target():
         lines = [line for line in text.splitlines() if "llama-3.3-70b" in line.lower() and "--engine vllm" in line]
         assert lines and all("--tensor-parallel-size 8" in line for line in lines)
         assert "vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 8" in text
+
+
+def test_crosscheck_shares_the_gpu_between_its_engines():
+    """On a GPU, crosscheck's two vLLM engines start beside our copy of the target: each gets half
+    of what is free (less a margin), passed to vLLM as gpu_memory_utilization; a GPU with too little
+    left is one line."""
+    import pytest
+
+    from draftsmith.errors import DraftsmithError
+    from draftsmith.shipping.crosscheck import engine_share
+
+    total = 80 * 10**9
+    share = engine_share(64 * 10**9, total)  # 16 GB of our bf16 8B target already on the GPU
+    assert share == pytest.approx((0.8 - 0.05) / 2, abs=1e-3)
+    assert 2 * share * total + 16 * 10**9 < total  # both engines and ours fit
+    with pytest.raises(DraftsmithError, match="too little for vLLM's two engines"):
+        engine_share(8 * 10**9, total)
+    assert llm_kwargs({"target": "t", "gpu_memory_utilization": share})["gpu_memory_utilization"] == share
+    assert "gpu_memory_utilization" not in llm_kwargs({"target": "t"})  # vLLM's default off a GPU

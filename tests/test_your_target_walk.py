@@ -6,7 +6,13 @@ A renamed flag, a moved path or a changed step on the page breaks this test.
 
 The walk: regenerate the replies through the served target (`train --data-only`), train on
 exactly those replies, `bench` the checkpoint, `crosscheck` it against (stand-in) vLLM, and
-`publish --dry-run`; then the 70B lines, which must carry their parallel arguments."""
+`publish --dry-run`; then the 70B lines, which must carry their parallel arguments.
+
+The README's "Train a drafter for your own model" block is walked the same way, line by line in its
+order, with one rule for what is swapped: the 8B recipe for the tiny one (except `plan`, which runs
+as written: it builds the 8B on the meta device), the served target's URL for the stand-in's,
+eight processes for one, the MT-Bench/HumanEval sets for the built-in chat/code ones at tiny counts,
+vLLM for the stand-in, and `publish` staged with `--dry-run` instead of uploading."""
 
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ import pytest
 import yaml
 from test_docs import check_command, fenced_commands
 from test_regenerate import StandIn, reply_for
-from test_regenerated_data import write_recipe
+from test_regenerated_data import SWITCHES, write_recipe
 
 import draftsmith.train.data as data_mod
 from draftsmith.cli import main as cli
@@ -27,18 +33,25 @@ from draftsmith.train.__main__ import main as train_main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "your-target.md"
+README = ROOT / "README.md"
 RECIPE = "configs/llama-3.1-8b-instruct/eagle3.yaml"  # the page's 8B recipe, swapped for a tiny one
 RUN = "runs/llama-3.1-8b-eagle3"  # the page's run folder: the walk runs in a folder holding it
 
 
-def page_lines(*needles: str) -> list[list[str]]:
+def page_lines(*needles: str, page: pathlib.Path = PAGE) -> list[list[str]]:
     """The page's fenced command lines holding every needle, split as a shell would."""
-    return [shlex.split(c) for c in fenced_commands(PAGE.read_text()) if all(n in c for n in needles)]
+    return [shlex.split(c) for c in fenced_commands(page.read_text()) if all(n in c for n in needles)]
 
 
-def page_line(*needles: str) -> list[str]:
-    (line,) = page_lines(*needles)  # one line per step: a second one means the page changed
+def page_line(*needles: str, page: pathlib.Path = PAGE) -> list[str]:
+    (line,) = page_lines(*needles, page=page)  # one line per step: a second one means the page changed
     return line
+
+
+def readme_block() -> list[str]:
+    """The README's "Train a drafter for your own model" block, its lines in order."""
+    section = README.read_text().split("## Train a drafter for your own model", 1)[1].split("\n## ", 1)[0]
+    return [line.split("   #")[0].strip() for line in section.split("```bash\n", 1)[1].split("```")[0].splitlines()]
 
 
 def swapped(tokens: list[str], swaps: dict[str, str], extra: tuple[str, ...] = ()) -> list[str]:
@@ -119,6 +132,9 @@ def test_the_page_walked_on_the_tiny_target(tmp_path, tiny_cache, monkeypatch, c
     assert cli(swapped(line[1:], {}, ("--num-prompts", "1", "--max-new-tokens", "8", "-k", "3", "--quiet"))) == 0
     result = json.loads((tmp_path / RUN / "crosscheck.json").read_text())
     assert result["runtimes"]["vllm"]["agreement"]["agrees"] and result["device"] == "cpu"
+    # the recipe trained with thinking off: bench and crosscheck rendered their prompts the same way
+    for report in (bench, result):
+        assert (report["chat_template_kwargs"], report["chat_template_kwargs_from"]) == (SWITCHES, "checkpoint")
     assert all(result.get(k) for k in ("machine", "date", "commit", "command"))  # a report the results pages can cite
     record = json.loads((ckpt / "crosscheck.json").read_text())["engines"]
     assert set(record) == {"vllm"} and record["vllm"]["agrees"]
@@ -161,3 +177,61 @@ def test_the_70b_lines_parse_with_their_parallel_arguments():
     assert check_command(shlex.join(regenerate)) == []
     text = PAGE.read_text()
     assert "vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 8" in text  # the server it reads
+
+
+def test_the_readme_block_walked_on_the_tiny_target(tmp_path, tiny_cache, monkeypatch, capsys, vllm_stand_in):
+    """Each line of the README's block, in its order, does what the block says on the tiny target:
+    training without the regeneration step is refused before the target loads, and with it trains."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DRAFTSMITH_ENGINES", str(tmp_path / "no-engines"))
+    recipe = tiny_recipe(tmp_path)
+    block = readme_block()
+    steps = ["draftsmith plan", "vllm serve", "--data-only", "accelerate launch", "draftsmith eval"]
+    steps += ["draftsmith crosscheck", "draftsmith publish"]
+    assert [next(i for i, line in enumerate(block) if s in line) for s in steps] == list(range(len(block)))
+
+    # plan, as written: the 8B recipe on the meta device
+    line = shlex.split(block[0])
+    assert cli(swapped(line[1:], {RECIPE: str(ROOT / RECIPE)})) == 0  # the walk runs outside the repository
+    assert "meta-llama/Llama-3.1-8B-Instruct 8.03B frozen" in capsys.readouterr().out
+
+    # the training line before the regeneration step: one line naming the step, nothing loaded
+    launch = shlex.split(block[3])
+    argv = swapped(launch[launch.index("draftsmith.train") + 1 :], {RECIPE: recipe})
+    assert train_main(argv) == 2
+    assert "regenerate first" in capsys.readouterr().err and not (tmp_path / RUN).exists()
+
+    # the served target (the stand-in: block[1] names the model it serves), then the regeneration
+    assert shlex.split(block[1])[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    server = StandIn()
+    try:
+        line = shlex.split(block[2])
+        assert train_main(swapped(line[2:], {RECIPE: recipe, "http://127.0.0.1:8000/v1": server.url})) == 0
+    finally:
+        server.close()
+    assert len((tmp_path / "regenerated.jsonl").read_text().splitlines()) == 12
+
+    # the training line again, as written but for the recipe: it trains on the written file
+    assert train_main(argv) == 0
+    run = tmp_path / RUN
+    assert (run / "final" / "drafter.json").is_file()
+
+    # eval on the run folder (its best/), with the acceptance JSON publish reads
+    line = shlex.split(block[4])
+    swaps = {"mt-bench,humaneval": "chat,code"}
+    extra = ("--num-prompts", "1", "--max-new-tokens", "8", "-k", "3", "--quiet")
+    assert cli(swapped(line[1:], swaps, extra)) == 0
+    evaluation = json.loads((run / "eval.json").read_text())
+    assert evaluation["mean_acceptance_length"] >= 1.0
+
+    # crosscheck against the (stand-in) vLLM: the record lands beside the checkpoint
+    line = shlex.split(block[5])
+    assert cli(swapped(line[1:], {}, ("--num-prompts", "1", "--max-new-tokens", "8", "-k", "3", "--quiet"))) == 0
+    assert any(json.loads(p.read_text())["engines"]["vllm"]["agrees"] for p in run.glob("*/crosscheck.json"))
+
+    # publish, staged: the card quotes eval's table
+    line = shlex.split(block[6])
+    assert cli(swapped(line[1:], {}, ("--dry-run", "--stage-dir", str(tmp_path / "staged")))) == 0
+    card = (tmp_path / "staged" / "README.md").read_text()
+    out = capsys.readouterr().out
+    assert "Nothing was measured" not in card and "results: eval.json" in out

@@ -62,7 +62,10 @@ def run(args) -> int:
         return 0
     if args.data_only:
         return _data_only(recipe)
+    from draftsmith.train.preflight import check_before_loading
     from draftsmith.train.trainer.checkpoint import check_output_dir, plan_resume
+
+    check_before_loading(recipe, args.recipe)  # a missing input is told before torch and the target load
 
     # The output dir's checks, before torch and the models load (the trainer repeats them on every
     # rank, and under its lock): a refused run is told in a second and changes nothing.

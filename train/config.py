@@ -176,6 +176,8 @@ class DataConfig:
     regenerate_model: str | None = None  # endpoint: the served model name (part of the cache key)
     regenerate_concurrency: Annotated[int, Ge(1)] = 8  # endpoint: requests in flight
     regenerate_timeout_s: Annotated[float, Gt(0)] = 300.0  # endpoint: per request
+    # endpoint: the environment variable holding its API key (the key itself never goes in a recipe)
+    regenerate_api_key_env: str = "OPENAI_API_KEY"
     # endpoint: extra tries on transient failures (refused, reset, timeout, 429, 5xx)
     regenerate_retries: Annotated[int, Ge(0), Note("0: no retries")] = 3
     # A JSONL file of the regenerated chats: written by the run that regenerates (e.g. `draftsmith train
@@ -211,13 +213,21 @@ class DataConfig:
         ]
 
 
+DEFAULT_MAX_STEPS = 1000  # optim.max_steps when neither it nor optim.epochs is given
+
+
 @dataclass
 class OptimConfig:
     lr: Annotated[float, Gt(0)] = 3e-4
     weight_decay: Annotated[float, Ge(0)] = 0.0
     betas: list[Annotated[float, Interval(ge=0, lt=1)]] = field(default_factory=lambda: [0.9, 0.95])
     warmup_steps: Annotated[int, Ge(0)] = 50
-    max_steps: Annotated[int, Ge(1)] = 1000  # optimizer steps
+    # optimizer steps; with optim.epochs, a cap on the steps the epochs give (unset: 1000 without epochs)
+    max_steps: Annotated[int, Ge(1)] | None = None
+    # passes over the training rows: the steps follow from the rows, the processes, batch_size and grad_accum
+    epochs: Annotated[float, Gt(0)] | None = None
+    # warm-up as a share of the run's steps; replaces warmup_steps when set
+    warmup_ratio: Annotated[float, Interval(ge=0, lt=1)] | None = None
     # also stop (evaluate, save final/) after this much training wall time
     max_minutes: Annotated[float, Gt(0)] | None = None
     min_lr_ratio: Annotated[float, Interval(ge=0, le=1)] = 0.1  # cosine decays to lr * min_lr_ratio
@@ -445,6 +455,8 @@ def resolve_data_source(r: Recipe) -> None:
 
 def _check_values(r: Recipe) -> None:
     resolve_data_source(r)
+    if r.optim.max_steps is None and r.optim.epochs is None:  # the trainer derives them from epochs
+        r.optim.max_steps = DEFAULT_MAX_STEPS
     check_ranges(r)
     checks = [
         (len(r.optim.betas) == 2, "optim.betas must be two numbers"),

@@ -142,6 +142,9 @@ def _prompt_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep the last tokens of a prompt too long for the target's positions (default: refuse it)",
     )
+    from draftsmith.evaluation.switches import TEMPLATE_FLAG, TEMPLATE_HELP
+
+    p.add_argument(TEMPLATE_FLAG, dest="chat_template_kwargs", default=None, help=TEMPLATE_HELP)
     p.add_argument("--json", default=None, help="write the result as JSON here")
 
 
@@ -255,20 +258,27 @@ def _context_fit(args, target, drafter):
 
 
 def _load_prompts(args, target, drafter):
-    from draftsmith.evaluation.prompts import load_prompt_sets
+    from draftsmith.evaluation.prompts import load_prompt_sets, template_line, template_switches
     from draftsmith.models.cache_folder import cache_dir
 
-    return load_prompt_sets(
-        args.prompts,
-        target.tokenizer,
-        args.num_prompts,
-        args.split,
-        target=target,
-        max_new_tokens=args.max_new_tokens,
-        cache_dir=cache_dir(),
-        progress=not args.quiet,
-        fit=_context_fit(args, target, drafter),
-    )
+    print(template_line(*args.template), flush=True)
+    with template_switches(args.template[0]):
+        return load_prompt_sets(
+            args.prompts,
+            target.tokenizer,
+            args.num_prompts,
+            args.split,
+            target=target,
+            max_new_tokens=args.max_new_tokens,
+            cache_dir=cache_dir(),
+            progress=not args.quiet,
+            fit=_context_fit(args, target, drafter),
+        )
+
+
+def _record_template(result: dict, args) -> None:
+    """The report says which chat-template switches its prompts were rendered with, and why."""
+    result["chat_template_kwargs"], result["chat_template_kwargs_from"] = args.template
 
 
 def _setup(args):
@@ -284,6 +294,10 @@ def _setup(args):
     ckpt = Checkpoint.find(args.draft, "--draft") if args.draft else None  # a run folder: its best/ or final/
     if ckpt is not None:
         args.draft = str(ckpt.path)
+    if hasattr(args, "chat_template_kwargs"):  # the commands that render prompts (not generate)
+        from draftsmith.evaluation.prompts import chosen_template
+
+        args.template = chosen_template(args.chat_template_kwargs, ckpt.meta if ckpt is not None else None)
     ckpt_target, note = ckpt.target_to_load() if ckpt is not None else (None, None)
     if args.target and ckpt is not None and not ckpt.matches_target(args.target):
         note = None  # load_drafter warns, naming both targets
@@ -352,8 +366,10 @@ def cmd_bench(args) -> None:
             adaptive_k=args.k_ceiling if args.adaptive_k else None,
         )
     except BenchInterrupted as e:
+        _record_template(e.result, args)
         _keep_partial(e.result, args)
     result["prompts"] = args.prompts
+    _record_template(result, args)
     print(format_table(result))
     for path in save_outputs(result, args.json, args.plot, result["draft"]):
         print(f"wrote {path}")
@@ -392,6 +408,7 @@ def cmd_eval(args) -> None:
         verification=args.verification,
     )
     result["prompts"] = args.prompts
+    _record_template(result, args)
     print(format_table(result))
     for path in save_outputs(result, args.json, None, result["draft"]):
         print(f"wrote {path}")

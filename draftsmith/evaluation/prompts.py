@@ -10,6 +10,8 @@ questions in 8 categories, the second turn asked after the target's own first an
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import gzip
 import hashlib
 import importlib.util
@@ -23,6 +25,12 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.evaluation.switches import (  # noqa: F401 -- the measuring commands' names for them
+    TEMPLATE_FLAG,
+    TEMPLATE_HELP,
+    chosen_template,
+    template_line,
+)
 from draftsmith.fileio import write_atomic
 from draftsmith.infer.context import ContextFit  # noqa: F401 -- the prompt sets' name for it
 
@@ -100,12 +108,28 @@ def _read_dataset(name: str, split: str) -> list[dict]:
     return rows
 
 
+# The chat template's switches every rendering takes (e.g. {"enable_thinking": False}): the
+# measuring commands set them from the checkpoint (what it was trained with) or their flag.
+TEMPLATE_KWARGS: contextvars.ContextVar[dict] = contextvars.ContextVar("template_kwargs", default={})  # noqa: B039
+
+
+@contextlib.contextmanager
+def template_switches(kwargs: dict | None):
+    """Render every chat inside with these chat-template keyword arguments."""
+    token = TEMPLATE_KWARGS.set(dict(kwargs or {}))
+    try:
+        yield
+    finally:
+        TEMPLATE_KWARGS.reset(token)
+
+
 def render_chat(tokenizer, messages: list[dict], source: str) -> tuple[str, list[int]]:
     """A chat as the target sees it: its chat template with a generation prompt, then token ids
     (the template already holds the special tokens, so none are added)."""
     if getattr(tokenizer, "chat_template", None) is None:
         raise DraftsmithError(f"{source!r} has chat 'messages' but the target's tokenizer has no chat template")
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    switches = TEMPLATE_KWARGS.get()
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **switches)
     return text, tokenizer(text, add_special_tokens=False, verbose=False)[
         "input_ids"
     ]  # lengths: ContextFit says it in one line

@@ -324,6 +324,20 @@ def full_vocabulary(drafter):
     return drafter
 
 
+def engine_share(free: int, total: int, engines: int = 2, margin: float = 0.05) -> float:
+    """vLLM's gpu_memory_utilization for each of crosscheck's engines (the target alone, the
+    target with the draft), started one after the other on the GPU that already holds our copy of
+    the target: vLLM takes that share of the whole GPU and refuses to start when less is free, so
+    the free share, less a margin for CUDA contexts, is split between them."""
+    share = (free / total - margin) / engines
+    if share < 0.05:
+        raise DraftsmithError(
+            f"crosscheck --device cuda: {free / 1e9:.1f} GB of {total / 1e9:.1f} GB free beside our copy of the "
+            "target, too little for vLLM's two engines: run our side elsewhere (--device cpu) or on a larger GPU"
+        )
+    return round(share, 3)
+
+
 def crosscheck(
     checkpoint,
     engines: list[str],
@@ -336,9 +350,13 @@ def crosscheck(
     progress: bool = True,
     parallel: dict | None = None,
     device: str = "cpu",
+    template_flag: str | None = None,
 ) -> dict:
+    """The checkpoint's greedy decodes in each engine and in our runtime, compared token for token
+    and count for count. Prompts are rendered with the chat-template switches the checkpoint trained
+    with (`template_flag`: the --chat-template-kwargs JSON instead); the report names them."""
     from draftsmith.evaluation.bench import cpu_info
-    from draftsmith.evaluation.prompts import load_prompt_sets
+    from draftsmith.evaluation.prompts import chosen_template, load_prompt_sets, template_line, template_switches
     from draftsmith.models import Checkpoint, Target, load_drafter
     from draftsmith.models.sources import resolve_model
     from draftsmith.models.target import check_device
@@ -366,13 +384,24 @@ def crosscheck(
         from draftsmith.infer.proposal import default_num_speculative_tokens
 
         k = default_num_speculative_tokens(drafter)
-    prompts = load_prompt_sets(
-        prompts_spec, target.tokenizer, num_prompts, target=target, max_new_tokens=max_new_tokens, progress=progress
-    )
+    template = chosen_template(template_flag, meta)
+    print(template_line(*template), flush=True)
+    with template_switches(template[0]):
+        prompts = load_prompt_sets(
+            prompts_spec, target.tokenizer, num_prompts, target=target, max_new_tokens=max_new_tokens, progress=progress
+        )
     longest = max(len(p.ids) for p in prompts)
     max_model_len = longest + max_new_tokens + k + 8
     setup = Setup(ckpt, kind, meta["target"], pathlib.Path(resolve_model(meta["target"]).path), k, workdir, dtype)
     setup.parallel = {key: v for key, v in (parallel or {}).items() if v}
+    if on.type == "cuda" and "vllm" in engines and not setup.parallel.get("gpu_memory_utilization"):
+        import torch
+
+        free, total = torch.cuda.mem_get_info(on)  # our copy of the target is loaded: what is left
+        setup.parallel["gpu_memory_utilization"] = engine_share(free, total)
+        log.info(
+            "vLLM engines: %.2f of the GPU each (--gpu-memory-utilization)", setup.parallel["gpu_memory_utilization"]
+        )
     runtimes = {"ours plain": OurRuntime(target), "ours": OurRuntime(target, drafter, k)}
     if any(engine_format(e).draft_first for e in engines):
         runtimes["ours (draft-first)"] = OurRuntime(
@@ -427,6 +456,8 @@ def crosscheck(
         "engines": engines,
         "engine_info": info,
         "prompts": prompts_spec,
+        "chat_template_kwargs": template[0],
+        "chat_template_kwargs_from": template[1],
         "num_prompts": len(prompts),
         "num_speculative_tokens": k,
         "max_new_tokens": max_new_tokens,
@@ -495,6 +526,16 @@ def add_arguments(parser) -> None:
         help="with --temperature: drafted tokens a side, at least (default 1000)",
     )
     parser.add_argument("--workdir", default=None, help="exports and engine logs (default: beside the checkpoint)")
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=None,
+        help="vLLM: each engine's share of the GPU (default with --device cuda: the share free beside our copy "
+        "of the target, halved between the two engines)",
+    )
+    from draftsmith.evaluation.switches import TEMPLATE_FLAG, TEMPLATE_HELP
+
+    parser.add_argument(TEMPLATE_FLAG, dest="chat_template_kwargs", default=None, help=TEMPLATE_HELP)
     parser.add_argument("--json", default=None, help="write the result as JSON here")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     from draftsmith.shipping.engines.vllm_engine import add_parallel_arguments
@@ -531,8 +572,13 @@ def run(args) -> int:
         args.workdir,
         args.dtype,
         not args.quiet,
-        {"tensor_parallel_size": args.tensor_parallel_size, "pipeline_parallel_size": args.pipeline_parallel_size},
+        {
+            "tensor_parallel_size": args.tensor_parallel_size,
+            "pipeline_parallel_size": args.pipeline_parallel_size,
+            "gpu_memory_utilization": args.gpu_memory_utilization,
+        },
         args.device,
+        args.chat_template_kwargs,
     )
     print(format_crosscheck(result))
     if args.json:  # stamped (machine, date, commit, command) like every other report

@@ -217,15 +217,18 @@ def crosscheck_sampled(
     dtype: str = "float32",
     min_drafted: int = MIN_DRAFTED,
     progress: bool = True,
+    template_flag: str | None = None,
 ) -> dict:
     """The checkpoint's export decoded sampled by `engine` and by our runtime under the engine's
-    rule, compared as statistics (module docstring); our lossless rule's tau beside it."""
+    rule, compared as statistics (module docstring); our lossless rule's tau beside it. Prompts are
+    rendered with the chat-template switches the checkpoint trained with (`template_flag`: the
+    --chat-template-kwargs JSON instead)."""
     import inspect
     import pathlib
 
     from draftsmith.errors import DraftsmithError
     from draftsmith.evaluation.bench import cpu_info
-    from draftsmith.evaluation.prompts import load_prompt_sets
+    from draftsmith.evaluation.prompts import chosen_template, load_prompt_sets, template_line, template_switches
     from draftsmith.infer.proposal import default_num_speculative_tokens
     from draftsmith.models import Checkpoint, Target, load_drafter
     from draftsmith.models.sources import resolve_model
@@ -242,9 +245,12 @@ def crosscheck_sampled(
     target = Target.load(opened.meta["target"], dtype=dtype, device="cpu")
     drafter = cc.full_vocabulary(load_drafter(opened, target))
     k = k or default_num_speculative_tokens(drafter)
-    prompts = load_prompt_sets(
-        prompts_spec, target.tokenizer, num_prompts, target=target, max_new_tokens=max_new_tokens
-    )
+    template = chosen_template(template_flag, opened.meta)
+    print(template_line(*template), flush=True)
+    with template_switches(template[0]):
+        prompts = load_prompt_sets(
+            prompts_spec, target.tokenizer, num_prompts, target=target, max_new_tokens=max_new_tokens
+        )
     ids = [p.ids for p in prompts]
     setup = cc.Setup(
         opened.path,
@@ -288,6 +294,8 @@ def crosscheck_sampled(
         min_drafted=min_drafted,
         dtype=dtype,
         cpu=cpu_info(),
+        chat_template_kwargs=template[0],
+        chat_template_kwargs_from=template[1],
     )
     return result
 
@@ -325,6 +333,7 @@ def run(args) -> int:
         args.dtype,
         args.min_drafted,
         not args.quiet,
+        template_flag=args.chat_template_kwargs,
     )
     print(format_table(result))
     if args.json:

@@ -64,10 +64,9 @@ def _regenerated(rows: list[dict], cfg: DataConfig, tokenizer, target, progress:
     if saved is not None and saved.is_file():
         return regenerated_file.read_into(rows, saved)
     if cfg.regenerate_with == "endpoint" and not (cfg.regenerate_endpoint and cfg.regenerate_model):
-        raise DraftsmithError(
-            f"data.regenerated_path {saved} does not exist: regenerate first, e.g. draftsmith train RECIPE "
-            "--data-only --data.regenerate_endpoint=http://127.0.0.1:8000/v1 --data.regenerate_model=NAME"
-        )
+        from draftsmith.train.preflight import regenerate_first
+
+        raise DraftsmithError(regenerate_first("", saved))
     rows, counts = regenerate(rows, cfg, tokenizer, target, progress)
     if saved is not None:
         regenerated_file.write(rows, saved)

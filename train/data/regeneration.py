@@ -8,8 +8,9 @@ ways to run the target (`data.regenerate_with`), one cache:
     batched   in-process: the next assistant turn of up to `regenerate_batch_size` chats decoded
               together (transformers `generate`, left padding); the default
     engine    in-process: our batch-1 runtime, one turn at a time (the reference: slow)
-    endpoint  an OpenAI-compatible server (`vllm serve`, SGLang, llama.cpp's server...):
-              POST {base}/chat/completions with the history as messages, chats in parallel
+    endpoint  an OpenAI-compatible server (`vllm serve`, SGLang, llama.cpp's server, a gateway...):
+              POST {base}/chat/completions with the history as messages, chats in parallel, through
+              the openai client with an API key from the environment (endpoint_client.py)
 
 The cache, ~/.cache/draftsmith/regenerated/<key>.jsonl, holds one line {"index", "messages"} per
 finished chat, keyed by the chat's row index and fsynced as it is written (in completion order,
@@ -31,18 +32,13 @@ import collections
 import concurrent.futures
 import fcntl  # POSIX file lock on the cache (draftsmith runs on Linux/macOS)
 import hashlib
-import http.client
 import json
 import logging
 import os
 import pathlib
-import random
-import socket
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import torch
 from tqdm.auto import tqdm
@@ -52,12 +48,12 @@ from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.models.cache_folder import cache_dir
 from draftsmith.train.config import DataConfig
 
+from .endpoint_client import Endpoint, Stopped
+
 log = logging.getLogger(__name__)
 
 REGEN_FORMAT = 1  # bump when regeneration changes, so old cache files are not reused
 POOL_FACTOR = 4  # batched: chats in progress per batch slot (the shortest prompts go first)
-BACKOFF_S = 1.0  # endpoint: first retry after this, doubling, capped at MAX_BACKOFF_S
-MAX_BACKOFF_S = 30.0
 EMPTY_SAMPLE = 10  # chats asked before "most replies are empty" may stop a run (all of them if fewer)
 EMPTY = object()  # what a chat whose target wrote an empty reply ends as (never cached)
 
@@ -402,153 +398,12 @@ def _generate(
 # --- An OpenAI-compatible endpoint -----------------------------------------------------------------
 
 
-class _Transient(Exception):
-    """A failure worth retrying (connection refused/reset, timeout, HTTP 429 or 5xx)."""
-
-
-class _Endpoint:
-    """POST /chat/completions (OpenAI's chat completions API, as `vllm serve` and
-    `python -m vllm.entrypoints.openai.api_server` answer it), with a timeout per request and
-    bounded retries with exponential backoff for transient failures only."""
-
-    def __init__(self, cfg: DataConfig, stop: threading.Event):
-        base = cfg.regenerate_endpoint.rstrip("/")
-        self.url = (base if base.endswith("/v1") else base + "/v1") + "/chat/completions"
-        self.cfg, self.stop = cfg, stop
-
-    def served_context(self) -> int | None:
-        """The served model's context length from GET /models (vLLM lists `max_model_len`), so
-        that chats are cut before the server would refuse them; a server that does not list the
-        model is one clear error before any chat is sent. None when the server does not say."""
-        url = self.url.rsplit("/chat/completions", 1)[0] + "/models"
-        try:
-            with urllib.request.urlopen(url, timeout=self.cfg.regenerate_timeout_s) as response:
-                listed = json.loads(response.read()).get("data") or []
-        except (OSError, ValueError, AttributeError):  # no such route, not JSON: the first chat will tell
-            return None
-        ids = [m.get("id") for m in listed if isinstance(m, dict)]
-        entry = next((m for m in listed if isinstance(m, dict) and m.get("id") == self.cfg.regenerate_model), None)
-        if entry is None and ids:
-            raise DraftsmithError(
-                f"endpoint {url} serves {', '.join(map(str, ids))}, not data.regenerate_model="
-                f"{self.cfg.regenerate_model!r}"
-            )
-        value = (entry or {}).get("max_model_len")
-        return int(value) if isinstance(value, int) and value > 0 else None
-
-    def chat(self, messages: list[dict], seed: int) -> tuple[str, int]:
-        """The reply's text and its token count (as the server's usage reports it)."""
-        cfg = self.cfg
-        body = {
-            "model": cfg.regenerate_model,
-            "messages": messages,
-            "max_tokens": cfg.max_new_tokens(),
-            "temperature": cfg.regenerate_temperature,
-            "top_p": 1.0,
-            "seed": seed,
-            "stream": False,
-        }
-        if cfg.chat_template_kwargs:  # vLLM and SGLang pass these to the chat template
-            body["chat_template_kwargs"] = cfg.chat_template_kwargs
-        answer = self._post(body)
-        try:
-            text = answer["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            raise DraftsmithError(
-                f"endpoint {self.url} answered without choices[0].message.content: {json.dumps(answer)[:160]}"
-            ) from None
-        if text is None:  # a reply that is all reasoning (under a reasoning parser) or a tool call
-            text = ""
-        if not isinstance(text, str):
-            raise DraftsmithError(
-                f"endpoint {self.url} answered a bad reply: choices[0].message.content is "
-                f"{json.dumps(text)[:80]}, not text (data.regenerate_model={self.cfg.regenerate_model!r})"
-            )
-        usage = answer.get("usage")
-        try:
-            tokens = int(usage.get("completion_tokens") or 0) if isinstance(usage, dict) else 0
-        except (TypeError, ValueError):
-            tokens = 0
-        return text.strip(), tokens
-
-    def _post(self, body: dict) -> dict:
-        data, tries = json.dumps(body).encode(), self.cfg.regenerate_retries + 1
-        for attempt in range(tries):
-            if self.stop.is_set():
-                raise _Stopped
-            try:
-                return self._once(data)
-            except _Transient as e:
-                if attempt + 1 == tries:
-                    hint = (
-                        "the server failed"
-                        if str(e).startswith("HTTP")
-                        else "is the server up and data.regenerate_endpoint right?"
-                    )
-                    raise DraftsmithError(f"endpoint {self.url}: {e} (after {tries} tries); {hint}") from None
-                delay = min(MAX_BACKOFF_S, BACKOFF_S * 2**attempt) * (1 + random.random() / 4)
-                log.info("endpoint %s: %s; retrying in %.1f s", self.url, e, delay)
-                self.stop.wait(delay)
-        raise AssertionError("unreachable")
-
-    def _once(self, data: bytes) -> dict:
-        request = urllib.request.Request(self.url, data, {"Content-Type": "application/json"}, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self.cfg.regenerate_timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as e:
-            detail = _error_detail(e)
-            if e.code == 429 or e.code >= 500:
-                raise _Transient(f"HTTP {e.code}{detail}") from None
-            raise DraftsmithError(
-                f"endpoint {self.url} answered HTTP {e.code}{detail} "
-                f"(data.regenerate_model={self.cfg.regenerate_model!r})"
-            ) from None
-        except urllib.error.URLError as e:
-            if isinstance(e.reason, (ConnectionError, TimeoutError)):
-                raise _Transient(f"{_reason(e.reason)}") from None
-            raise DraftsmithError(
-                f"endpoint {self.url} cannot be reached: {_reason(e.reason)}; check data.regenerate_endpoint"
-            ) from None
-        except (ConnectionError, TimeoutError, http.client.HTTPException) as e:
-            raise _Transient(_reason(e)) from None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise DraftsmithError(f"endpoint {self.url} answered something that is not JSON: {raw[:120]!r}") from None
-
-
-class _Stopped(Exception):
-    """Another request failed for good: this one is not sent."""
-
-
-def _reason(e) -> str:
-    if isinstance(e, (TimeoutError, socket.timeout)):
-        return "timed out (data.regenerate_timeout_s)"
-    return f"{type(e).__name__}: {e}" if not isinstance(e, str) else e
-
-
-def _error_detail(e: urllib.error.HTTPError) -> str:
-    """The server's own words, e.g. vLLM's {"message": "The model `x` does not exist."}."""
-    try:
-        body = e.read()[:2000].decode("utf-8", "replace")
-        parsed = json.loads(body)
-        message = (
-            parsed.get("message") or (parsed.get("error") or {}).get("message") if isinstance(parsed, dict) else None
-        )
-        text = message if isinstance(message, str) else body
-    except Exception:
-        text = str(e.reason or "")
-    text = " ".join(str(text).split())[:200]
-    return f": {text}" if text else ""
-
-
 def _endpoint(todo, cfg, tokenizer, target, limit, write, bar) -> None:
     """Chats in parallel (`regenerate_concurrency` threads; a chat's own turns in order). Each is
     written as it completes; on a failure that is final, the chats already finished are written,
     nothing new is sent, and one DraftsmithError is raised."""
     stop, lock = threading.Event(), threading.Lock()  # lock: fast tokenizers are not thread-safe
-    client = _Endpoint(cfg, stop)
+    client = Endpoint(cfg, stop)
     served = client.served_context()
     if served is not None and (limit is None or served < limit):
         log.info(
@@ -598,7 +453,7 @@ def _endpoint(todo, cfg, tokenizer, target, limit, write, bar) -> None:
         for future in concurrent.futures.as_completed(futures):
             try:
                 record(future)
-            except (_Stopped, concurrent.futures.CancelledError):
+            except (Stopped, concurrent.futures.CancelledError):
                 continue
             except Exception as e:  # the first final failure stops the rest
                 if error is None:

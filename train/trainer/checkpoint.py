@@ -106,6 +106,7 @@ class RunFolder:
         self._acc = self._lock = self._plan = None
         self._wrote = False  # until resume's first write: closing then removes a folder this run created
         self._damaged: set[str] = set()  # damaged checkpoints already named in a warning
+        self.meta: dict = {}  # recorded in every checkpoint's drafter.json (the chat template's switches)
 
     def lock(self, accelerator) -> None:
         """Take the folder for this run (one run per output dir, see _RunLock), then check its
@@ -165,7 +166,7 @@ class RunFolder:
         replaces a better best/ with a worse one); then the older ones pruned to keep_last. With
         `final` (the end of the run: the measured τ and its prompts, or {}), final/ too.
         -> the folder written last."""
-        extra = {"step": position["step"], "eval": eval_metrics}
+        extra = {"step": position["step"], "eval": eval_metrics, **self.meta}
         trainer_state = {**position, "best": self.best}
         written = save(
             self._acc, task, model, self.root, _step_dir(self.root, position["step"]).name, trainer_state, extra

@@ -38,10 +38,11 @@ from draftsmith.train.distributed import (
     shutdown,
 )
 from draftsmith.train.losses import expected_acceptance_length
+from draftsmith.train.preflight import check_before_loading
 from draftsmith.train.tasks.base import TrainingTask
 from draftsmith.train.trainer import checkpoint, faults
 from draftsmith.train.trainer.curves import CURVES, plot_curves
-from draftsmith.train.trainer.schedule import EpochShuffle, lr_lambda, param_groups
+from draftsmith.train.trainer.schedule import EpochShuffle, lr_lambda, param_groups, run_length
 
 log = logging.getLogger("draftsmith.train")
 
@@ -57,7 +58,10 @@ class Trainer:
         self.resume = r.checkpoint.resume if resume is None else resume
         # Every check that needs no model runs first, on every rank alike, and writes nothing:
         # a refused run (a read-only or busy folder, another kind's checkpoints) leaves it as it was.
+        check_before_loading(r)  # the data and feature files, before the target loads on every GPU
         self.folder = checkpoint.RunFolder(self.out, r.drafter.kind, self.resume, r.checkpoint.keep_last)
+        # the prompts' template switches (Qwen3's enable_thinking): eval, bench and crosscheck render with them
+        self.folder.meta = {"chat_template_kwargs": dict(r.data.chat_template_kwargs)}
         self.acc = acc = make_accelerator(r)
         self.main = acc.is_main_process
         self.folder.lock(acc)  # one run per output dir; its checkpoints checked again under the lock
@@ -96,6 +100,21 @@ class Trainer:
                 f"{len(self.data.train)} training rows < batch_size {bs} x {world} processes: use more data or a "
                 "smaller batch"
             )
+        o = r.optim
+        o.max_steps, o.warmup_steps, epochs = run_length(o, len(self.data.train), world)
+        self.epochs_per_step = epochs / o.max_steps  # the summary's epochs for the steps taken
+        if self.main:
+            log.info(
+                "%d optimizer steps (%d warm-up): %.2f epochs of %d training rows at %d process(es) x %d rows x %d "
+                "accumulated",
+                o.max_steps,
+                o.warmup_steps,
+                epochs,
+                len(self.data.train),
+                world,
+                bs,
+                o.grad_accum,
+            )
         self.sampler = EpochShuffle(len(self.data.train), r.data.seed)
         loader = torch.utils.data.DataLoader(
             self.data.train, batch_size=bs, sampler=self.sampler, collate_fn=collate, drop_last=True
@@ -108,7 +127,6 @@ class Trainer:
         optimizer = torch.optim.AdamW(
             params, lr=r.optim.lr, betas=tuple(r.optim.betas), weight_decay=r.optim.weight_decay
         )
-        o = r.optim
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.warmup_steps, o.max_steps, o.min_lr_ratio))
         self.model, self.optimizer, self.loader, self.eval_loader, self.scheduler = acc.prepare(
             self.task.model, optimizer, loader, eval_loader, scheduler
@@ -459,6 +477,7 @@ class Trainer:
         summary = {
             "final_checkpoint": str(final),
             "steps": self.step,
+            "epochs": round(self.step * self.epochs_per_step, 3),
             "tokens": self.tokens,
             "train_seconds": round(self.train_seconds + time.monotonic() - self._t_start, 1),
             "world_size": acc.num_processes,

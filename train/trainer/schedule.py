@@ -37,6 +37,27 @@ class EpochShuffle(torch.utils.data.Sampler):
         return self.n
 
 
+def steps_per_epoch(train_rows: int, batch_size: int, processes: int, grad_accum: int) -> int:
+    """Optimizer steps in one pass over the rows: each process takes batch_size rows per micro-batch
+    (a last partial batch dropped), and an epoch's last accumulation window steps too (accelerate
+    syncs at the end of the loader)."""
+    micro_batches = train_rows // (batch_size * processes)
+    return max(1, math.ceil(micro_batches / grad_accum))
+
+
+def run_length(optim, train_rows: int, processes: int) -> tuple[int, int, float]:
+    """(max_steps, warmup_steps, epochs the run covers) for the recipe's optim section on this data:
+    optim.epochs gives the steps (optim.max_steps, when also set, caps them); optim.warmup_ratio,
+    when set, is that share of them."""
+    per_epoch = steps_per_epoch(train_rows, optim.batch_size, processes, optim.grad_accum)
+    steps = optim.max_steps
+    if optim.epochs is not None:
+        from_epochs = max(1, math.ceil(optim.epochs * per_epoch))
+        steps = from_epochs if steps is None else min(steps, from_epochs)
+    warmup = optim.warmup_steps if optim.warmup_ratio is None else round(optim.warmup_ratio * steps)
+    return steps, warmup, steps / per_epoch
+
+
 def lr_lambda(warmup: int, total: int, min_ratio: float):
     """Linear warm-up then cosine decay to `min_ratio` (Loshchilov & Hutter 2017)."""
 
@@ -60,4 +81,4 @@ def param_groups(params, lr: float):
     return out
 
 
-__all__ = ["EpochShuffle", "lr_lambda", "param_groups"]
+__all__ = ["EpochShuffle", "lr_lambda", "param_groups", "run_length", "steps_per_epoch"]

@@ -39,7 +39,8 @@ class VLLMEngine:
         parallel: dict | None = None,
     ):
         # speculative_extra: further speculative_config keys (PARD: {"parallel_drafting": true}).
-        # parallel: {"tensor_parallel_size": N, "pipeline_parallel_size": M}, vLLM's own arguments.
+        # parallel: {"tensor_parallel_size": N, "pipeline_parallel_size": M, "gpu_memory_utilization": F},
+        # vLLM's own arguments.
         folder = require("vllm")
         python = folder / "bin" / "python"
         spec = None
@@ -58,7 +59,7 @@ class VLLMEngine:
             "speculative_config": spec,
             "max_model_len": int(max_model_len),
             "seed": 0,
-            **{k: int(v) for k, v in (parallel or {}).items() if v},
+            **{k: (float(v) if k == "gpu_memory_utilization" else int(v)) for k, v in (parallel or {}).items() if v},
         }
         label = f"vLLM ({method or 'plain'})"
         self.process = RunnerProcess(label, [str(python), "-I", str(RUNNER)], config, log_path, env)

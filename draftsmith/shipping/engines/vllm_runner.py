@@ -87,6 +87,8 @@ def llm_kwargs(config: dict) -> dict:
     if config.get("speculative_config"):
         kwargs["speculative_config"] = config["speculative_config"]
     kwargs.update({k: int(config[k]) for k in PARALLEL if config.get(k)})
+    if config.get("gpu_memory_utilization"):  # its share of the GPU beside the other engines and ours
+        kwargs["gpu_memory_utilization"] = float(config["gpu_memory_utilization"])
     return kwargs
 
 
