@@ -185,6 +185,10 @@ def check_capacity(
     if recipe.drafter.kind != kind:
         raise DraftsmithError(f"recipe {recipe_path} trains a {recipe.drafter.kind} drafter, not {kind}")
     summary = train(recipe, data=data)
+    if summary.get("interrupted"):
+        raise DraftsmithError(
+            f"the capacity check's training of {kind} was stopped (SIGTERM) at step {summary['steps']}"
+        )
     drafter = load_drafter(summary["final_checkpoint"], target)
     got = decode_with(target, drafter, ids, replies)
     losses = [h["train/loss"] for h in summary.get("history", []) if "train/loss" in h]
