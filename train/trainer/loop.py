@@ -52,8 +52,11 @@ class Trainer:
     builds the run (and resumes a killed one), train() runs the loop. Every write to the output
     dir is one event of its checkpoint.RunFolder: resume, save, keep_if_best."""
 
-    def __init__(self, recipe: Recipe, resume: bool | None = None):
+    def __init__(self, recipe: Recipe, resume: bool | None = None, data=None):
+        """`data`: training rows built by the caller (a train/data TrainData) in place of the
+        recipe's data section, e.g. exact token sequences a text round trip would not keep."""
         self.recipe = r = recipe
+        self._given_data = data
         self.out = pathlib.Path(r.checkpoint.output_dir)
         self.resume = r.checkpoint.resume if resume is None else resume
         # Every check that needs no model runs first, on every rank alike, and writes nothing:
@@ -88,10 +91,13 @@ class Trainer:
         with outside_zero_init(acc):
             self.target = load_target(r, acc)
             self.task: TrainingTask = KINDS[r.drafter.kind].task(r.drafter, self.target, seed=r.optim.seed)
-        with acc.main_process_first():  # regeneration/tokenising caches are written once
-            self.data = build_data(
-                r.data, self.target.tokenizer, target=self.target, progress=self.main and r.logging.progress
-            )
+        if self._given_data is not None:
+            self.data = self._given_data
+        else:
+            with acc.main_process_first():  # regeneration/tokenising caches are written once
+                self.data = build_data(
+                    r.data, self.target.tokenizer, target=self.target, progress=self.main and r.logging.progress
+                )
         self.task.bind_data(self.data, r.data)  # e.g. an offline feature cache, EAGLE-3's draft vocabulary
         self.task.acceptance_k = r.logging.acceptance_k  # the chain length its evaluation simulates
         world, bs = acc.num_processes, r.optim.batch_size
@@ -526,7 +532,8 @@ def _new_window() -> dict:
     return {"sums": {}, "n": 0, "tokens": 0, "t0": time.perf_counter()}
 
 
-def train(recipe: Recipe, resume: bool | None = None) -> dict:
+def train(recipe: Recipe, resume: bool | None = None, data=None) -> dict:
+    """Run `recipe` to the end -> the run's summary; `data`: see Trainer."""
     import tqdm as tqdm_module
 
     # tqdm's monitor is a daemon thread that nothing joins (a disabled bar starts it too): none at
@@ -535,7 +542,7 @@ def train(recipe: Recipe, resume: bool | None = None) -> dict:
     beat = faults.Heartbeat.from_env()  # multi-process runs: names a lost process (train/trainer/faults.py)
     trainer = None
     try:
-        trainer = Trainer(recipe, resume=resume)
+        trainer = Trainer(recipe, resume=resume, data=data)
         try:
             summary = trainer.train()
         finally:
