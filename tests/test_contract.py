@@ -25,7 +25,7 @@ from lawtest import chisquare_pvalue, engine_samples, exact_law
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine, SamplingConfig
-from draftsmith.infer.proposal import speculative_cap
+from draftsmith.infer.proposal import WrappedDrafter, speculative_cap
 from draftsmith.kinds import KINDS
 from draftsmith.testing import Forced
 
@@ -74,11 +74,12 @@ def test_sampled_output_follows_the_target_law(name, tiny_target, tiny, law):
     assert chisquare_pvalue(counts, law) > 1e-3, f"{name}: sampled output departs from the target's law"
 
 
-class Recording:
+class Recording(WrappedDrafter):
     """A drafter's proposals, as the engine asked for them."""
 
     def __init__(self, inner):
-        self.inner, self.seen = inner, []
+        super().__init__(inner)
+        self.seen = []
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
