@@ -8,6 +8,8 @@
               (a chain crops, a tree's path is gathered down: KVCache.compact)
             → feed tokens to the stop rule in order
 
+Each step is a call of infer/step.py's named step functions (propose, verify, commit), which
+`measure_step_costs` times too; the adaptive policy (infer/adaptive.py) chooses each step's K.
 A chain is the one-branch tree: both go through the same verification functions. Plain decoding
 is the same loop with no drafter (k = 0), so a comparison between the two shares every cost
 except drafting and verifying. The target's cache always holds every emitted token but the

@@ -28,23 +28,19 @@ import tempfile
 from draftsmith.evaluation.benchkit import machine_line, markdown_table, parser, run_main, save
 
 PROMPT = "Explain in a few sentences why the sky is blue, then give one everyday example of the same effect."
-# Recipe overrides where the smoke recipe names ids of the tiny target's vocabulary.
-OVERRIDES = {"pard": {"mask_token": "auto"}}
 
 
 def build_drafters(target, kinds: list[str], specs: dict[str, str], folder: pathlib.Path) -> dict:
-    """kind -> drafter: --draft KIND=SPEC where given, else the kind's untrained smoke-recipe instance."""
+    """kind -> drafter: --draft KIND=SPEC where given, else the kind's untrained instance built by
+    its registry entry's `tiny_ref` for this target (its smoke recipe's drafter section)."""
     from draftsmith.kinds import KINDS, resolve
     from draftsmith.models import load_drafter
-    from draftsmith.testing import save_task, tiny_task
 
     out = {}
     for name in kinds:
         kind = KINDS[name]
         if name in specs:
             out[name] = load_drafter(specs[name], target)
-        elif name in OVERRIDES:
-            out[name] = save_task(tiny_task(kind, target, **OVERRIDES[name]), folder / name)[0]
         else:
             out[name] = resolve(kind.tiny_ref)(kind, target, folder / name)[0]
     return out
