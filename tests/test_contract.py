@@ -214,10 +214,13 @@ def test_plain_steps_run_no_draft_forward_and_the_next_draft_catches_up_in_one(n
     k = k_for(drafter)
     script = (k, k, 0, 0, 0, k, k, 0, k)
     calls, at_choose = [0], []
-    own = {id(m) for m in tiny_target.model.modules()}  # the target's forwards are the step's own
+    target_modules = {id(m) for m in tiny_target.model.modules()}  # a borrowed embedding or LM head
+    mine = {  # the modules the drafter holds (prompt lookup: none)
+        id(m) for v in vars(drafter).values() if isinstance(v, torch.nn.Module) for m in v.modules()
+    } - target_modules
 
     def count(module, args):
-        calls[0] += id(module) not in own
+        calls[0] += id(module) in mine
 
     class Scripted(AdaptiveK):
         def choose(self) -> int:
@@ -239,7 +242,7 @@ def test_plain_steps_run_no_draft_forward_and_the_next_draft_catches_up_in_one(n
     chosen = spec.extra["adaptive_k"]["k_per_step"]
     for i, (k_step, n) in enumerate(zip(chosen, per_step)):
         if k_step == 0:
-            assert n == 0, f"{name}: plain step {i} called the drafter's modules {n} times"
+            assert n == 0, f"{name}: plain step {i} called the drafter's modules {n} times: {per_step} {chosen}"
     after_draft, after_plain = per_step[1], [per_step[5], per_step[8]]
     assert after_plain == [after_draft] * 2, f"{name}: catch-up is not batched: {per_step[:9]}"
     assert (after_draft > 0) == KINDS[name].trainable, f"{name}: {after_draft} module calls per drafted step"
