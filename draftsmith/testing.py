@@ -77,31 +77,40 @@ def tiny_prompt_lookup(kind, target, folder):
     return kind.drafter(max_ngram=3), spec
 
 
-class Forced:
-    """A drafter whose first n tokens are the target's own continuation (`reference`), n cycling
-    0..k: the engine then keeps 0..k drafts, so the real drafter underneath (whose propose() runs
-    in full every step) catches up on every row count it can meet. Chains only."""
+def __getattr__(name: str):
+    """`Forced`, built on first use: it subclasses the runtime's drafter contract, and importing
+    the runtime here would make importing this module cost torch."""
+    if name != "Forced":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import itertools
 
-    def __init__(self, inner, reference: list[int], prompt_len: int, k: int):
-        import itertools
+    import torch
 
-        self.inner, self.reference, self.prompt_len = inner, reference, prompt_len
-        self.counts = itertools.cycle(range(k + 1))
+    from draftsmith.infer.proposal import Proposal, WrappedDrafter
 
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+    class Forced(WrappedDrafter):
+        """A drafter whose first n tokens are the target's own continuation (`reference`), n
+        cycling 0..k: the engine then keeps 0..k drafts, so the real drafter underneath (whose
+        propose() runs in full every step) catches up on every row count it can meet. Chains only."""
 
-    def propose(self, seq, k, sampling, generator=None, tree=None):
-        import torch
+        def __init__(self, inner, reference: list[int], prompt_len: int, k: int):
+            super().__init__(inner)
+            self.reference, self.prompt_len = reference, prompt_len
+            self.counts = itertools.cycle(range(k + 1))
 
-        from draftsmith.infer.proposal import Proposal
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
 
-        p = self.inner.propose(seq, k, sampling, generator, tree)
-        at = seq.shape[1] - self.prompt_len
-        n = min(next(self.counts), len(p.tokens))
-        tokens = p.tokens.clone()
-        tokens[:n] = torch.tensor(self.reference[at : at + n], device=tokens.device)
-        return Proposal(tokens, p.probs, tree=p.tree)
+        def propose(self, seq, k, sampling, generator=None, tree=None):
+            p = self.inner.propose(seq, k, sampling, generator, tree)
+            at = seq.shape[1] - self.prompt_len
+            n = min(next(self.counts), len(p.tokens))
+            tokens = p.tokens.clone()
+            tokens[:n] = torch.tensor(self.reference[at : at + n], device=tokens.device)
+            return Proposal(tokens, p.probs, tree=p.tree)
+
+    globals()["Forced"] = Forced
+    return Forced
 
 
 def stub_vllm(ckpt, target, *, off_by_one: bool = False):
@@ -141,8 +150,7 @@ def tiny_drafter(kind, target, folder):
     return resolve(kind.tiny_ref)(kind, target, folder)
 
 
-__all__ = [
-    "Forced",
+__all__ = [  # and Forced, built on first use (module __getattr__)
     "configs_dir",
     "from_tiny_recipe",
     "save_task",

@@ -49,6 +49,7 @@ context-dependent draft trees (Li et al. 2024).
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -113,12 +114,13 @@ class AdaptiveK:
             out.append(prior)
         return out
 
-    def expected_tokens(self, k: int) -> float:
-        """E(k): tokens a step drafting k emits, the target's own token included."""
+    def expected_tokens(self, k: int, rates: list[float] | None = None) -> float:
+        """E(k): tokens a step drafting k emits, the target's own token included (`rates`: the
+        rates() of this moment, computed once by a caller that asks for every k)."""
         if k == TREE:
             return 1.0 if self._tree_tokens is None else self._tree_tokens
         total, run = 1.0, 1.0
-        for a in self.rates()[:k]:
+        for a in (self.rates() if rates is None else rates)[:k]:
             run *= a
             total += run
         return total
@@ -141,8 +143,8 @@ class AdaptiveK:
         known = sorted(x for x in self._cost if x != TREE)
         if not known:
             return None
-        below = [x for x in known if x < k]
-        above = [x for x in known if x > k]
+        at = bisect.bisect_left(known, k)  # k itself is not among them
+        below, above = known[:at], known[at:]
         if below and above:
             a, b = below[-1], above[0]
         elif len(known) >= 2:
@@ -152,10 +154,10 @@ class AdaptiveK:
         ca, cb = self._cost[a], self._cost[b]
         return max(ca + (cb - ca) * (k - a) / (b - a), 1e-9)
 
-    def rate(self, k: int) -> float | None:
+    def rate(self, k: int, rates: list[float] | None = None) -> float | None:
         """Expected tokens per second drafting k (None: its cost is unknown)."""
         c = self.cost(k)
-        return None if c is None else self.expected_tokens(k) / c
+        return None if c is None else self.expected_tokens(k, rates) / c
 
     # --- the loop's two calls ------------------------------------------------------------------
 
@@ -250,9 +252,13 @@ class AdaptiveK:
         options = list(range(1, self.k_max + 1))
         if self.tree:  # chains join a tree drafter's choice once one was timed (else their cost is a guess)
             options = [TREE] + (options if self._chain_timed() else [])
-        best = max(options, key=lambda x: self.rate(x) or 0.0)
-        plain = self.rate(0)
-        if plain is not None and (self.rate(best) or 0.0) < (1 + self.min_gain) * plain:
+        # The rates once, not once per K: this runs at every step, plain ones included, and a plain
+        # step inside the speculative engine must cost what plain decoding's step costs.
+        alphas = self.rates()
+        rate = {x: self.rate(x, alphas) or 0.0 for x in options}
+        best = max(options, key=rate.__getitem__)
+        plain = self.rate(0, alphas)
+        if plain is not None and rate[best] < (1 + self.min_gain) * plain:
             return 0
         return best
 

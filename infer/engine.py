@@ -8,6 +8,8 @@
               (a chain crops, a tree's path is gathered down: KVCache.compact)
             → feed tokens to the stop rule in order
 
+Each step is a call of infer/step.py's named step functions (propose, verify, commit), which
+`measure_step_costs` times too; the adaptive policy (infer/adaptive.py) chooses each step's K.
 A chain is the one-branch tree: both go through the same verification functions. Plain decoding
 is the same loop with no drafter (k = 0), so a comparison between the two shares every cost
 except drafting and verifying. The target's cache always holds every emitted token but the
@@ -20,15 +22,11 @@ runs eagerly.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
 import numbers
-import operator
 import os
 import statistics
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -37,17 +35,20 @@ from draftsmith.errors import DraftsmithError
 
 from .adaptive import TREE, AdaptiveK, EventClock
 from .context import ContextFit
+from .inputs import VERIFICATIONS, checked_seed, prompt_tensor, validated_engine_args
 from .metrics import SpecMetrics
-from .proposal import Drafter, check_num_speculative_tokens, default_num_speculative_tokens, speculative_cap
+from .proposal import (
+    Drafter,
+    Proposal,
+    adaptive_ceiling,
+    default_num_speculative_tokens,
+    resolve_num_speculative_tokens,
+)
 from .sampling import GREEDY, SamplingConfig, logits_to_probs, sample
+from .step import Decoding
 from .stopping import StopCriteria
-from .tree import Tree, TreeConfig
-from .verify import greedy_tree, tree_speculative_sampling, typical_acceptance
+from .tree import TreeConfig
 
-# "lossless": greedy verification at temperature 0, speculative sampling above (the output
-# follows the target's distribution exactly). "typical-lossy": Medusa's typical acceptance,
-# which changes the output distribution; its name says so and it is never a default.
-VERIFICATIONS = ("lossless", "typical-lossy")
 CACHE_BUCKET = 256  # compiled targets: static cache sizes are multiples of this
 
 
@@ -71,71 +72,6 @@ class GenerationResult:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-@functools.lru_cache(maxsize=64)
-def _chain(k: int) -> Tree:
-    return Tree.chain(k)
-
-
-def _validated_engine_args(target, drafter, k, tree, verification, adaptive):
-    """Engine's arguments checked at the boundary, each refused in one line naming the argument,
-    the value and what is accepted (instead of a TypeError from deep in the loop); -> (k as an
-    int or None, tree as a TreeConfig or None). A mapping for `tree` builds TreeConfig(**mapping)."""
-    if target is None or not callable(getattr(target, "forward_hidden", None)):
-        raise DraftsmithError(
-            f"Engine: target must be a loaded target (Target.load(name)), got {type(target).__name__} {target!r:.60}"
-        )
-    if drafter is not None and not all(callable(getattr(drafter, m, None)) for m in ("start", "propose", "accept")):
-        raise DraftsmithError(
-            f"Engine: drafter must be a loaded drafter (load_drafter(spec, target)) or None, "
-            f"got {type(drafter).__name__} {drafter!r:.60}"
-        )
-    if k is not None:
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-            raise DraftsmithError(
-                f"Engine: num_speculative_tokens must be an int >= 1 (or None: the drafter's default), "
-                f"got {type(k).__name__} {k!r}"
-            )
-        k = int(k)
-        if drafter is not None and k < 1:
-            raise DraftsmithError(f"Engine: num_speculative_tokens must be >= 1 with a drafter, got {k}")
-    if isinstance(tree, Mapping):
-        try:
-            tree = TreeConfig(**tree)
-        except TypeError:
-            fields = ", ".join(f.name for f in dataclasses.fields(TreeConfig))
-            raise DraftsmithError(
-                f"Engine: tree {dict(tree)!r} is not a TreeConfig: its keys must be among {fields}"
-            ) from None
-    elif tree is not None and not isinstance(tree, TreeConfig):
-        raise DraftsmithError(
-            f"Engine: tree must be a TreeConfig (or a mapping of its fields) or None, "
-            f"got {type(tree).__name__} {tree!r}"
-        )
-    if not isinstance(verification, str):
-        raise DraftsmithError(
-            f"Engine: verification must be one of {', '.join(VERIFICATIONS)}, got {type(verification).__name__} "
-            f"{verification!r}"
-        )
-    if not isinstance(adaptive, bool):
-        raise DraftsmithError(f"Engine: adaptive must be True or False, got {type(adaptive).__name__} {adaptive!r}")
-    return k, tree
-
-
-def _checked_seed(sampling, seed) -> int | None:
-    """generate's sampling and seed, refused in one line before any work; -> the seed as an int
-    (a numpy integer too), or None."""
-    if not isinstance(sampling, SamplingConfig):
-        hint = "SamplingConfig(**...)" if isinstance(sampling, Mapping) else "SamplingConfig(temperature=...)"
-        raise DraftsmithError(
-            f"generate: sampling must be a SamplingConfig (e.g. {hint}), got {type(sampling).__name__} {sampling!r}"
-        )
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**64):
-        raise DraftsmithError(
-            f"generate: seed must be an int in 0..2**64-1 (or None), got {type(seed).__name__} {seed!r}"
-        )
-    return None if seed is None else int(seed)
 
 
 class Engine:
@@ -168,7 +104,7 @@ class Engine:
                 f"Engine: the drafter must be a loaded drafter (load_drafter({os.fspath(drafter)!r}, target)), "
                 f"not its name {drafter!r}"
             )
-        num_speculative_tokens, tree = _validated_engine_args(
+        num_speculative_tokens, tree = validated_engine_args(
             target, drafter, num_speculative_tokens, tree, verification, adaptive
         )
         if adaptive and drafter is not None and verification != "lossless":
@@ -180,25 +116,20 @@ class Engine:
         self._policy_shape: tuple | None = None  # (K, k_start, tree?) it was built for
         # The K the first adaptive step drafts: the drafter's default.
         self.k_start = default_num_speculative_tokens(drafter) if drafter is not None else 0
-        if num_speculative_tokens is None:  # the drafter's kind's default K, within its cap
-            if drafter is None:
-                num_speculative_tokens = 0
-            else:
-                num_speculative_tokens = adaptive_ceiling(drafter) if self.adaptive else self.k_start
-        if drafter is not None and num_speculative_tokens < 1:
-            raise ValueError("num_speculative_tokens must be >= 1 with a drafter")
         if verification not in VERIFICATIONS:
             hint = " (typical acceptance is lossy: ask for it as 'typical-lossy')" if "typical" in verification else ""
             raise DraftsmithError(
                 f"unknown verification {verification!r}: choose one of {', '.join(VERIFICATIONS)}{hint}"
             )
-        if drafter is not None and tree is None:  # a chain: the drafter must draft all K (a tree ignores K)
-            what = f"this {getattr(drafter, 'kind', '')} drafter".replace("  ", " ")
-            check_num_speculative_tokens(num_speculative_tokens, speculative_cap(drafter), what)
-        if tree is not None and drafter is not None and not getattr(drafter, "supports_trees", False):
+        if tree is not None and drafter is not None and not drafter.supports_trees:
             raise DraftsmithError(
-                f"a {getattr(drafter, 'kind', 'this')} drafter proposes chains only; trees need a medusa or eagle "
-                "drafter"
+                f"a {drafter.kind or 'this'} drafter proposes chains only; trees need a medusa or eagle drafter"
+            )
+        # The drafter's kind's default K (an adaptive engine's: its ceiling), within its cap; a
+        # chain must draft all K (a tree ignores K).
+        if drafter is not None:
+            num_speculative_tokens = resolve_num_speculative_tokens(
+                drafter, num_speculative_tokens, adaptive=self.adaptive, chain=tree is None
             )
         self.target = target
         self.drafter = drafter
@@ -211,19 +142,14 @@ class Engine:
         self.draft_first = draft_first and drafter is not None
         self.time_steps = False  # CUDA: time every step inside the loop too (synchronises each step)
         self.hidden_layers = (
-            tuple(drafter.hidden_layers)
-            if drafter is not None and getattr(drafter, "needs_hidden_states", False)
-            else None
+            tuple(drafter.hidden_layers) if drafter is not None and drafter.needs_hidden_states else None
         )
 
     @property
     def max_draft_tokens(self) -> int:
         """Nodes one step may verify: k for a chain; for a tree the drafter's own bound when it
         has one (a Medusa tree's depth defaults to its number of heads), else the config's."""
-        if self.tree is None:
-            return self.k
-        bound = getattr(self.drafter, "max_tree_nodes", None)
-        return bound(self.tree) if bound is not None else self.tree.max_nodes
+        return self.k if self.tree is None else self.drafter.max_tree_nodes(self.tree)
 
     def cache_length(self, prompt_tokens: int, max_new_tokens: int, drafting: bool = True) -> int:
         """Positions the caches of one request hold: +n+1, as a last verify may write n+1
@@ -258,8 +184,38 @@ class Engine:
         eos_token_ids=None,
         speculative: bool = True,
     ) -> GenerationResult:
-        """Decode one prompt. `speculative=False` runs plain decoding even if a drafter is set."""
-        seed = _checked_seed(sampling, seed)
+        """Decode one prompt. `speculative=False` runs plain decoding even if a drafter is set.
+
+        Each step: choose K (fixed, or the adaptive policy's; 0 is a plain step), then the step
+        functions of infer/step.py: propose, verify, commit; then observe its times and acceptance."""
+        run, stop, policy = self._request(
+            prompt_ids, max_new_tokens, sampling, seed, stop_strings, eos_token_ids, speculative
+        )
+        clock, out = _StepClock(self.target.device, self.time_steps, policy), _Record(run)
+        new_ids, num_accepted = self._prefill(run), 0
+        while not out.emit(new_ids, num_accepted, stop):
+            clock.start()
+            k_step = policy.choose() if policy is not None else self.k  # TREE: the configured tree
+            proposal = run.propose(*self._step_shape(k_step, policy is not None))
+            clock.mark()
+            verdict = run.verify(proposal)
+            clock.mark()
+            new_ids, num_accepted = run.commit(verdict), verdict.num_accepted
+            clock.stop(k_step, num_accepted)
+            out.step(verdict)
+        return out.result(clock, policy)
+
+    def _step_shape(self, k_step: int, adaptive: bool) -> tuple[int, TreeConfig | None]:
+        """What a step that chose `k_step` drafts: (K, tree). TREE: the configured tree (a tree
+        drafter ignores K); an adaptive engine's other choices are chains (a probe, a try)."""
+        if k_step == TREE:
+            return self.k, self.tree
+        return k_step, None if adaptive else self.tree
+
+    def _request(self, prompt_ids, max_new_tokens, sampling, seed, stop_strings, eos_token_ids, speculative):
+        """One request's arguments checked and its state built -> (Decoding, StopCriteria, the
+        adaptive policy or None)."""
+        seed = checked_seed(sampling, seed)
         target, device = self.target, self.target.device
         prompt = prompt_tensor(prompt_ids, getattr(target, "vocab_size", None), device)
         if prompt.shape[1] == 0:
@@ -270,8 +226,6 @@ class Engine:
             raise DraftsmithError("typical-lossy verification needs a draft: it accepts drafted tokens (pass --draft)")
         drafter = self.drafter if speculative else None
         self._check_positions(prompt.shape[1], max_new_tokens, drafter is not None)
-        k = self.k if drafter is not None else 0
-        layers = self.hidden_layers if drafter is not None else None
         policy = None
         if drafter is not None and self.adaptive:
             shape = (self.k, self.k_start, self.tree is not None)  # K or the tree may be set anew
@@ -282,145 +236,57 @@ class Engine:
         typical = self.verification == "typical-lossy" and drafter is not None
         if typical and sampling.greedy:
             raise DraftsmithError("typical-lossy verification needs --temperature > 0 (at 0 it is greedy verification)")
-        stop = StopCriteria(
-            max_new_tokens,
-            target.eos_token_ids if eos_token_ids is None else eos_token_ids,
-            stop_strings,
-            target.tokenizer,
-        )
+        eos = target.eos_token_ids if eos_token_ids is None else eos_token_ids
+        stop = StopCriteria(max_new_tokens, eos, stop_strings, target.tokenizer)
         generator = torch.Generator(device=device)
         generator.manual_seed(0 if seed is None else seed)
         max_length = self.cache_length(prompt.shape[1], max_new_tokens, drafter is not None)
         cache = target.new_cache(max_length)
         seq = torch.empty(1, max_length, dtype=torch.long, device=device)  # prompt + emitted ids
         seq[:, : prompt.shape[1]] = prompt
-        n_seq = prompt.shape[1]
-        metrics, tokens, from_draft, steps = SpecMetrics(), [], [], []
-        forwards = 0
-        # Where each step's time goes, measured inside this loop (not in isolation as
-        # measure_step_costs does): drafting (propose + accept) and verifying (the target forward
-        # + verification). On CUDA only with `time_steps`, which synchronises every step.
-        timed = device.type != "cuda" or self.time_steps
-        # CUDA, untimed: the adaptive policy's step costs come from CUDA events read a step late.
-        clock = EventClock() if policy is not None and not timed else None
-        t_draft, t_verify = [], []
+        layers = self.hidden_layers if drafter is not None else None
+        run = Decoding(target, drafter, cache, seq, prompt.shape[1], sampling, generator, layers, typical)
+        return run, stop, policy
 
-        _sync(device)
-        t_start = time.perf_counter()
+    def _prefill(self, run: Decoding) -> list[int]:
+        """The target takes the prompt in and the drafter starts on it -> the first token (none
+        with draft_first: the prompt's last token is then the pending one, and the first step
+        drafts after it)."""
+        target, drafter, prompt = run.target, run.drafter, run.seq[:, : run.n_seq]
+        max_length = run.seq.shape[1]
         if drafter is not None and self.draft_first and prompt.shape[1] > 1:
-            # The prompt's last token is the pending one: the first step drafts after it.
-            _, hidden = target.forward_hidden(prompt[:, :-1], cache, logits_to_keep=1, hidden_layers=layers)
+            _, hidden = target.forward_hidden(prompt[:, :-1], run.cache, logits_to_keep=1, hidden_layers=run.layers)
             drafter.start(prompt[:, :-1], max_length, hidden=hidden)
-            new_ids, new_src = [], []
+            return []
+        logits, hidden = target.forward_hidden(prompt, run.cache, logits_to_keep=1, hidden_layers=run.layers)
+        logits = logits[-1]
+        if run.sampling.greedy:
+            pending = logits.argmax(-1)
         else:
-            logits, hidden = target.forward_hidden(prompt, cache, logits_to_keep=1, hidden_layers=layers)
-            logits = logits[-1]
-            pending = sample(logits_to_probs(logits, sampling), generator) if not sampling.greedy else logits.argmax(-1)
-            if drafter is not None:
-                drafter.start(prompt, max_length, hidden=hidden)
-            new_ids, new_src = [int(pending)], [False]
-            seq[0, n_seq] = pending
-            n_seq += 1
-        reason = None
-        while True:
-            for tok, src in zip(new_ids, new_src):  # the stop rule sees tokens one by one
-                tokens.append(tok)
-                from_draft.append(src)
-                reason = stop.check(tokens)
-                if reason:
-                    break
-            if reason:
-                break
-            if timed:
-                _sync(device)
-                t0 = time.perf_counter()
-            elif clock is not None:
-                clock.start()
-            k_step = policy.choose() if policy is not None else k  # TREE: the configured tree
-            if drafter is not None and k_step != 0:
-                k_draft = k if k_step == TREE else k_step  # a tree drafter ignores K
-                shape = self.tree if policy is None or k_step == TREE else None  # an adaptive probe: a chain
-                proposal = drafter.propose(seq[:, :n_seq], k_draft, sampling, generator, tree=shape)
-            else:  # plain decoding, or a plain step the adaptive policy chose
-                proposal = None
-            if timed:
-                _sync(device)
-                t1 = time.perf_counter()
-            n = len(proposal) if proposal is not None else 0
-            tree = (proposal.tree or _chain(n)) if n else _chain(0)
-            drafted = proposal.tokens if n else seq[0, :0]
-            step_input = torch.cat([seq[0, n_seq - 1 : n_seq], drafted]).unsqueeze(0)
-            valid = cache.length  # everything before the pending token
-            positions = mask = None
-            if not tree.is_chain:
-                positions = tree.position_ids(valid, device)
-                mask = tree.attention_mask(valid, cache.kv_length(n + 1), target.dtype, device)
-            logits, hidden = target.forward_hidden(step_input, cache, positions, mask, hidden_layers=layers)
-            forwards += 1
-            if typical:
-                path, nxt = typical_acceptance(tree, drafted, logits, sampling.temperature, generator=generator)
-            elif sampling.greedy:
-                path, nxt = greedy_tree(tree, drafted, logits)
-            else:
-                q = proposal.probs if n else None
-                path, nxt = tree_speculative_sampling(tree, drafted, q, logits_to_probs(logits, sampling), generator)
-            n_acc = len(path)
-            if timed:
-                _sync(device)
-                t2 = time.perf_counter()
-            if tree.is_chain:  # pending + accepted drafts stay; rejected ones go
-                cache.crop(valid + 1 + n_acc)
-                kept = slice(0, n_acc + 1)  # rows of the root and the accepted nodes
-                accepted = drafted[:n_acc]
-            else:  # gather the root and the accepted path down to valid, valid+1, ...
-                kept = torch.tensor([0] + path, device=device)
-                cache.compact(valid, kept + valid)
-                accepted = drafted[kept[1:] - 1]
-            if drafter is not None:
-                drafter.accept(n_acc, hidden=None if hidden is None else hidden[kept])
-            if timed:
-                _sync(device)
-                t3 = time.perf_counter()
-                t_draft.append(t1 - t0 + t3 - t2)  # the cache roll-back sits with accept: bookkeeping of a step
-                t_verify.append(t2 - t1)
-            if policy is not None:
-                policy.observe(k_step, n_acc, t3 - t0 if timed else None, t1 - t0 if timed else None)
-                for k_done, seconds in clock.stop(k_step) if clock is not None else ():
-                    policy.observe_cost(k_done, seconds)
-            metrics.update(n, n_acc, tree.depth if n else None)
-            if n:
-                steps.append((valid + 1, n_acc))
-            seq[0, n_seq : n_seq + n_acc] = accepted
-            seq[0, n_seq + n_acc] = nxt
-            n_seq += n_acc + 1
-            new_ids = accepted.tolist() + [int(nxt)]
-            new_src = [True] * n_acc + [False]
-        _sync(device)
-        elapsed = time.perf_counter() - t_start
-        extra = {"step_times_s": {"draft": t_draft, "verify": t_verify}} if timed else {}
-        if policy is not None:
-            extra["adaptive_k"] = policy.summary()
-        return GenerationResult(
-            tokens, from_draft, reason, metrics, elapsed, forwards, prompt.shape[1], extra=extra, steps=steps
-        )
+            pending = sample(logits_to_probs(logits, run.sampling), run.generator)
+        if drafter is not None:
+            drafter.start(prompt, max_length, hidden=hidden)
+        run.seq[0, run.n_seq] = pending
+        run.n_seq += 1
+        return [int(pending)]
 
     @torch.inference_mode()
     def measure_step_costs(
         self, prompt_ids, repeats: int = 7, per_position_acceptance=None, max_new_tokens: int = 0
     ) -> dict:
-        """Median seconds of: one plain target step (t_step), one verify of the drafted tokens
+        """Median seconds of: one plain step (t_step), one verify of the drafted tokens
         (t_verify: k+1, or the tree's n+1 with its mask) and one drafting step in steady state
         for every number n of drafts the previous step kept (t_draft_by_accepted[n]: accept(n),
         then propose() after the n tokens and the target's own; the drafter's prefill excluded).
 
-        Measured as the loop runs them: caches sized as generate(prompt, max_new_tokens) sizes
-        them (a static cache's attention spans all its positions), step and verify timed in
-        alternation (drift hits both alike). What a drafting step costs depends on n: a draft LM
-        catches up on 1 token, or on 2 when every draft was kept; EAGLE and DFlash take n+1 rows
-        of the target's features. Timing n = 0 only hid a shape-dependent slow path that made the
-        loop's drafting 2x dearer (issue 17). t_draft_k is the mean over the acceptance
-        histogram that `per_position_acceptance` (a run's, as SpecMetrics reports it) implies,
-        uniform without it.
+        Measured with the loop's own step functions (infer/step.py: propose, verify), caches
+        sized as generate(prompt, max_new_tokens) sizes them (a static cache's attention spans
+        all its positions), step and verify timed in alternation (drift hits both alike). What a
+        drafting step costs depends on n: a draft LM catches up on 1 token, or on 2 when every
+        draft was kept; EAGLE and DFlash take n+1 rows of the target's features. Timing n = 0
+        only hid a shape-dependent slow path that made the loop's drafting 2x dearer. t_draft_k
+        is the mean over the acceptance histogram that `per_position_acceptance` (a run's, as
+        SpecMetrics reports it) implies, uniform without it.
 
         Inputs to predicted_speedup = τ·t_step / (t_draft_k + t_verify); measured at the
         prompt's context length.
@@ -432,7 +298,7 @@ class Engine:
         )
         cache = target.new_cache(max_length)
         _, hidden = target.forward_hidden(prompt[:, :-1], cache, logits_to_keep=1, hidden_layers=self.hidden_layers)
-        base = cache.length
+        base, n0 = cache.length, prompt.shape[1]
 
         def timed(*fns) -> list[float]:
             """Median seconds of each fn, called in turn `repeats` times after a warm-up round."""
@@ -446,21 +312,15 @@ class Engine:
                     spent.append(time.perf_counter() - t)
             return [statistics.median(spent[1:]) for spent in times]
 
-        def step(tree: Tree, layers=None):
-            q = tree.num_nodes + 1
-            ids = prompt[:, -1:].expand(1, q).contiguous()
-            positions = None if tree.is_chain else tree.position_ids(base, device)
-            mask = None if tree.is_chain else tree.attention_mask(base, cache.kv_length(q), target.dtype, device)
+        def verify(proposal: Proposal | None, layers):
+            """The loop's verify step after the prompt (its last token pending), cache restored."""
+            run = Decoding(target, None, cache, prompt, n0, GREEDY, None, layers)
+            return lambda: (run.verify(proposal), cache.crop(base))
 
-            def run():
-                target.forward_hidden(ids, cache, positions, mask, hidden_layers=layers)
-                cache.crop(base)
-
-            return run
-
+        plain = verify(None, None)
         if self.drafter is None:
-            return {"t_step": timed(step(_chain(0)))[0]}
-        d, n0 = self.drafter, prompt.shape[1]
+            return {"t_step": timed(plain)[0]}
+        d = self.drafter
         # Steady state, as inside the loop: start() and a first propose() take the prompt in (a
         # drafter may prefill lazily, at its first propose); each timed call is then one step
         # that kept n drafts: accept(n) with the n+1 rows of features the engine hands over,
@@ -470,20 +330,22 @@ class Engine:
         for n in range(self.max_draft_tokens + 1):
             longer = torch.cat([prompt, prompt[:, -1:].expand(1, (repeats + 1) * (n + 1))], 1)
             d.start(prompt[:, :-1], max(max_length, longer.shape[1] + self.max_draft_tokens + 2), hidden=hidden)
-            proposal = d.propose(prompt, self.k, GREEDY, None, tree=self.tree)
+            run = Decoding(target, d, None, longer, n0, GREEDY, None, self.hidden_layers)
+            proposal = run.propose(self.k, self.tree)
             depth = proposal.tree.depth if proposal.tree is not None else len(proposal)
             if n > depth:  # a path cannot keep more drafts than the proposal is deep
                 break
             rows = None if hidden is None else hidden[-1:].expand(n + 1, -1)
-            grown = [n0]
 
-            def draft(n=n, rows=rows, longer=longer, grown=grown):
-                d.accept(n, hidden=rows)
-                grown[0] += n + 1
-                d.propose(longer[:, : grown[0]], self.k, GREEDY, None, tree=self.tree)
+            def draft(n=n, rows=rows, run=run):
+                run.tell_drafter(n, rows)
+                run.n_seq += n + 1
+                run.propose(self.k, self.tree)
 
             by_accepted += timed(draft)
-        t_step, t_verify = timed(step(_chain(0)), step(proposal.tree or _chain(len(proposal)), self.hidden_layers))
+        # What the timed verify checks: the prompt's last token at every node of the proposal.
+        repeated = Proposal(prompt[0, -1:].expand(len(proposal)).contiguous(), None, proposal.tree)
+        t_step, t_verify = timed(plain, verify(repeated, self.hidden_layers))
         return {
             "t_step": t_step,
             "t_verify": t_verify,
@@ -492,44 +354,92 @@ class Engine:
         }
 
 
-def adaptive_ceiling(drafter) -> int:
-    """The most tokens an adaptive engine drafts per step when none is given: the drafter's cap,
-    else twice its default K (a strong draft's best K often lies above the default)."""
-    cap = speculative_cap(drafter)
-    return cap if cap is not None else 2 * default_num_speculative_tokens(drafter)
+class _StepClock:
+    """Where each step's time goes, measured inside the loop (not in isolation as
+    measure_step_costs does): drafting (propose + commit: the cache roll-back sits with the
+    drafter's accept, bookkeeping of a step) and verifying (the target forward + verification).
+    On CUDA only with `time_steps`, which synchronises every step; untimed CUDA steps give the
+    adaptive policy its costs through CUDA events read a step late (EventClock). The policy
+    observes each step here."""
+
+    def __init__(self, device: torch.device, time_steps: bool, policy: AdaptiveK | None):
+        self.device, self.policy = device, policy
+        self.timed = device.type != "cuda" or time_steps
+        self.events = EventClock() if policy is not None and not self.timed else None
+        self.draft, self.verify, self.marks = [], [], []
+
+    def start(self) -> None:
+        if self.timed:
+            self.marks = []
+            self.mark()
+        elif self.events is not None:
+            self.events.start()
+
+    def mark(self) -> None:
+        if self.timed:
+            _sync(self.device)
+            self.marks.append(time.perf_counter())
+
+    def stop(self, k_step: int, num_accepted: int) -> None:
+        seconds = draft_seconds = None
+        if self.timed:
+            self.mark()
+            t0, t1, t2, t3 = self.marks
+            self.draft.append(t1 - t0 + t3 - t2)
+            self.verify.append(t2 - t1)
+            seconds, draft_seconds = t3 - t0, t1 - t0
+        if self.policy is not None:
+            self.policy.observe(k_step, num_accepted, seconds, draft_seconds)
+            for k_done, spent in self.events.stop(k_step) if self.events is not None else ():
+                self.policy.observe_cost(k_done, spent)
 
 
-def prompt_tensor(prompt_ids, vocab_size: int | None, device) -> torch.Tensor:
-    """A prompt as the [1, n] LongTensor the loop decodes, or one line naming what is wrong with
-    it: text instead of ids, a wrong shape or dtype, an id outside the target's vocabulary."""
-    usage = "a list of ints or a 1-D/1xN LongTensor; encode text with the target's tokenizer"
-    if isinstance(prompt_ids, (str, bytes)):
-        raise DraftsmithError(f"generate takes token ids ({usage}), not text")
-    if isinstance(prompt_ids, torch.Tensor):
-        if prompt_ids.dtype.is_floating_point or prompt_ids.dtype.is_complex or prompt_ids.dtype == torch.bool:
-            raise DraftsmithError(f"generate takes token ids ({usage}), got a {prompt_ids.dtype} tensor")
-        if prompt_ids.dim() > 2 or (prompt_ids.dim() == 2 and prompt_ids.shape[0] != 1):
-            raise DraftsmithError(
-                f"generate takes one prompt ({usage}), got a tensor of shape {list(prompt_ids.shape)}"
-            )
-        ids = prompt_ids.reshape(-1).tolist()
-    else:
-        try:
-            ids = list(prompt_ids)
-        except TypeError:
-            raise DraftsmithError(f"generate takes token ids ({usage}), got {type(prompt_ids).__name__}") from None
-        bad = [i for i in ids if isinstance(i, bool) or not hasattr(type(i), "__index__")]  # ints, numpy ints
-        if bad:
-            raise DraftsmithError(f"generate takes token ids ({usage}), got an element {bad[0]!r}")
-        ids = [operator.index(i) for i in ids]
-    if vocab_size:
-        i = next((i for i, t in enumerate(ids) if not 0 <= t < vocab_size), None)
-        if i is not None:
-            raise DraftsmithError(
-                f"prompt token id {ids[i]} (position {i}) is outside the target's vocabulary "
-                f"of {vocab_size:,} ids (0..{vocab_size - 1})"
-            )
-    return torch.tensor(ids, dtype=torch.long, device=device).reshape(1, -1)
+class _Record:
+    """What a generation emitted and measured: tokens in order (the stop rule sees them one by
+    one), which were accepted drafts, acceptance metrics, (context length, accepted) per
+    drafted step, and the wall time from the prefill on (device synchronised)."""
+
+    def __init__(self, run: Decoding):
+        self.prompt_tokens, self.device = run.n_seq, run.seq.device
+        self.tokens, self.from_draft, self.steps = [], [], []
+        self.metrics, self.forwards, self.reason = SpecMetrics(), 0, None
+        _sync(self.device)
+        self.t_start = time.perf_counter()
+
+    def emit(self, ids: list[int], num_accepted: int, stop: StopCriteria) -> bool:
+        """Feed a step's ids (its first `num_accepted` were accepted drafts) -> whether to stop."""
+        for i, tok in enumerate(ids):
+            self.tokens.append(tok)
+            self.from_draft.append(i < num_accepted)
+            self.reason = stop.check(self.tokens)
+            if self.reason:
+                return True
+        return False
+
+    def step(self, verdict) -> None:
+        n = verdict.num_drafted
+        self.forwards += 1
+        self.metrics.update(n, verdict.num_accepted, verdict.tree.depth if n else None)
+        if n:
+            self.steps.append((verdict.valid + 1, verdict.num_accepted))
+
+    def result(self, clock: _StepClock, policy: AdaptiveK | None) -> GenerationResult:
+        _sync(self.device)
+        elapsed = time.perf_counter() - self.t_start
+        extra = {"step_times_s": {"draft": clock.draft, "verify": clock.verify}} if clock.timed else {}
+        if policy is not None:
+            extra["adaptive_k"] = policy.summary()
+        return GenerationResult(
+            self.tokens,
+            self.from_draft,
+            self.reason,
+            self.metrics,
+            elapsed,
+            self.forwards,
+            self.prompt_tokens,
+            extra=extra,
+            steps=self.steps,
+        )
 
 
 def expected_draft_cost(by_accepted: list[float], per_position_acceptance=None) -> float:

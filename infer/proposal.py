@@ -6,7 +6,6 @@ Lives in infer/ (the lower layer) so that models/ can import it without infer/ i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -40,9 +39,11 @@ class Proposal:
         return int(self.tokens.shape[0])
 
 
-@runtime_checkable
-class Drafter(Protocol):
-    """The small interface the engine drives.
+class Drafter:
+    """The runtime's contract with a drafter: every member the engine, the adaptive policy and
+    the bench read, declared once with its default (as train/tasks/base.py's `TrainingTask` is
+    for training). A drafter subclasses it and answers the three calls; callers read members
+    directly, never probing a drafter for one.
 
     start(prompt, max_length, hidden): reset per-request state (caches) for a new prompt [1, L].
     propose(seq, k, sampling, generator, tree): draft continuing `seq` ([1, n]: prompt plus every
@@ -50,7 +51,9 @@ class Drafter(Protocol):
         to k tokens, or a tree shaped by `tree` (only drafters with `supports_trees`).
     accept(num_accepted, hidden): told after verification how many drafted tokens were kept
         (for a tree: the accepted path's length), so the drafter can roll its own state back in
-        step with the target's.
+        step with the target's. After a plain step (the adaptive policy's K = 0: no propose in
+        between) it is called with 0 and must not run its model: whatever it has to catch up on
+        (features, tokens) waits for its next propose(), which takes it in one batched forward.
 
     Drafters that read the target's hidden states set `needs_hidden_states = True` and
     `hidden_layers` (indices into transformers' `hidden_states` tuple; -1 is the last layer
@@ -58,19 +61,35 @@ class Drafter(Protocol):
     layers concatenated on the last dim: to start() one row per prompt token, to accept() one
     row for the root and each accepted token, in order (the last row produced the new pending
     token). Others get hidden=None.
-
-    A drafter that cannot draft any number of tokens per step sets `max_speculative_tokens`, the
-    most it drafts (Medusa: its heads; DFlash: its block minus the pending token; PARD: the K it
-    was trained for); `check_num_speculative_tokens` refuses a K above it.
-
-    A tree drafter may define `max_tree_nodes(tree_config) -> int`, the most nodes it drafts per
-    step for that config; the engine sizes its caches by it (else by TreeConfig.max_nodes).
     """
 
-    kind: str
-    needs_hidden_states: bool
+    kind: str = ""  # the registry name (draftsmith/kinds.py)
+    name: str = ""  # what it was loaded from: a --draft value or a checkpoint folder
+    needs_hidden_states: bool = False
+    hidden_layers: tuple[int, ...] = ()
+    supports_trees: bool = False  # propose() takes a TreeConfig
+    # The most tokens it drafts per step (Medusa: its heads; DFlash: its block minus the pending
+    # token; PARD: the K it was trained for); None: any. `check_num_speculative_tokens` holds every
+    # command to it.
+    max_speculative_tokens: int | None = None
+    # A draft vocabulary (FR-Spec): the target ids it proposes from; None: the whole vocabulary.
+    draft_ids: torch.Tensor | None = None
 
-    def start(self, prompt: torch.Tensor, max_length: int, hidden: torch.Tensor | None = None) -> None: ...
+    @property
+    def default_num_speculative_tokens(self) -> int:
+        """The K drafted per step when none is given: its kind's `default_k` within its cap."""
+        return kind_default_k(self.kind, speculative_cap(self))
+
+    def max_tree_nodes(self, tree: TreeConfig) -> int:
+        """The most nodes it drafts per step for `tree`: what the engine sizes its caches by."""
+        return tree.max_nodes
+
+    def as_assistant_model(self):
+        """A transformers model for `generate(assistant_model=...)` baselines, or None."""
+        return None
+
+    def start(self, prompt: torch.Tensor, max_length: int, hidden: torch.Tensor | None = None) -> None:
+        raise NotImplementedError(f"{type(self).__name__}.start")
 
     def propose(
         self,
@@ -79,28 +98,89 @@ class Drafter(Protocol):
         sampling: SamplingConfig,
         generator: torch.Generator | None,
         tree: TreeConfig | None = None,
-    ) -> Proposal: ...
+    ) -> Proposal:
+        raise NotImplementedError(f"{type(self).__name__}.propose")
 
-    def accept(self, num_accepted: int, hidden: torch.Tensor | None = None) -> None: ...
+    def accept(self, num_accepted: int, hidden: torch.Tensor | None = None) -> None:
+        raise NotImplementedError(f"{type(self).__name__}.accept")
 
 
-def speculative_cap(drafter) -> int | None:
+class WrappedDrafter(Drafter):
+    """A drafter that changes how another drafts (a test's forced acceptance, a recorder, argmax
+    drafting): every member of the contract is the inner drafter's unless a subclass overrides it."""
+
+    def __init__(self, inner: Drafter):
+        self.inner = inner
+
+    kind = property(lambda self: self.inner.kind)
+    name = property(lambda self: self.inner.name)
+    needs_hidden_states = property(lambda self: self.inner.needs_hidden_states)
+    hidden_layers = property(lambda self: self.inner.hidden_layers)
+    supports_trees = property(lambda self: self.inner.supports_trees)
+    max_speculative_tokens = property(lambda self: self.inner.max_speculative_tokens)
+    draft_ids = property(lambda self: self.inner.draft_ids)
+    default_num_speculative_tokens = property(lambda self: self.inner.default_num_speculative_tokens)
+
+    def max_tree_nodes(self, tree: TreeConfig) -> int:
+        return self.inner.max_tree_nodes(tree)
+
+    def as_assistant_model(self):
+        return self.inner.as_assistant_model()
+
+    def start(self, prompt, max_length, hidden=None) -> None:
+        self.inner.start(prompt, max_length, hidden)
+
+    def propose(self, seq, k, sampling, generator, tree=None) -> Proposal:
+        return self.inner.propose(seq, k, sampling, generator, tree)
+
+    def accept(self, num_accepted, hidden=None) -> None:
+        self.inner.accept(num_accepted, hidden)
+
+
+def kind_default_k(kind: str, cap: int | None) -> int:
+    """The K a drafter of `kind` drafts when none is given: its registry entry's `default_k`, at
+    most `cap` (Medusa: its heads; a block drafter: its block)."""
+    from draftsmith.kinds import KINDS, Kind
+
+    k = KINDS[kind].default_k if kind in KINDS else Kind.default_k
+    return k if cap is None else max(1, min(k, int(cap)))
+
+
+def speculative_cap(drafter: Drafter | None) -> int | None:
     """The most tokens `drafter` drafts per step (`max_speculative_tokens`), None: no limit."""
-    cap = getattr(drafter, "max_speculative_tokens", None)
+    cap = None if drafter is None else drafter.max_speculative_tokens
     return int(cap) if cap else None
 
 
-def default_num_speculative_tokens(drafter) -> int:
-    """The K drafted per step when none is given: the drafter's own default (a trained drafter's
-    kind's `default_k` in draftsmith/kinds.py, within its cap), else the registry's default
-    within `speculative_cap`."""
-    k = getattr(drafter, "default_num_speculative_tokens", None)
-    if k is None:
-        from draftsmith.kinds import Kind
+def default_num_speculative_tokens(drafter: Drafter | None) -> int:
+    """The K drafted per step when none is given: the drafter's own default (its kind's
+    `default_k` in draftsmith/kinds.py, within its cap); the registry's default without one."""
+    return kind_default_k("", None) if drafter is None else int(drafter.default_num_speculative_tokens)
 
-        cap = speculative_cap(drafter)
-        k = Kind.default_k if cap is None else min(Kind.default_k, cap)
-    return int(k)
+
+def adaptive_ceiling(drafter: Drafter) -> int:
+    """The most tokens an adaptive engine drafts per step when none is given: the drafter's cap,
+    else twice its default K (a strong draft's best K often lies above the default)."""
+    cap = speculative_cap(drafter)
+    return cap if cap is not None else 2 * default_num_speculative_tokens(drafter)
+
+
+def resolve_num_speculative_tokens(
+    drafter: Drafter | None, k: int | None, *, adaptive: bool = False, chain: bool = True, what: str | None = None
+) -> int:
+    """The one place K is settled (the command line and the Engine both call it): a given K
+    checked against the drafter's cap where it drafts chains (a tree's size comes from its
+    config); None: the drafter's default, or for an adaptive engine its ceiling
+    (`adaptive_ceiling`). Without a drafter: the given K, else the registry's default."""
+    if drafter is None:
+        return default_num_speculative_tokens(None) if k is None else k
+    if k is None:
+        return adaptive_ceiling(drafter) if adaptive else default_num_speculative_tokens(drafter)
+    if chain:
+        check_num_speculative_tokens(
+            k, speculative_cap(drafter), what or f"this {drafter.kind} drafter".replace("  ", " ")
+        )
+    return k
 
 
 def check_num_speculative_tokens(k: int, cap: int | None, what: str = "this drafter") -> int:

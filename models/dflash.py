@@ -293,7 +293,7 @@ class DFlash(TrainedDrafter):
         self.hidden_layers = tuple(model.config.hidden_layers)
         self.max_speculative_tokens = model.config.num_speculative_tokens  # its block: a larger K is refused
         self._cache: ContextCache | None = None
-        self._pending: torch.Tensor | None = None  # target features not yet in the cache
+        self._pending: list[torch.Tensor] = []  # target features not yet in the cache
         # A compiled target (CUDA): the one draft forward is compiled too, one graph per
         # (new context rows, block) shape: 1..k+1 rows for a fixed k.
         self._compiled = self.compiled(self._draft)
@@ -314,20 +314,21 @@ class DFlash(TrainedDrafter):
             self._cache = ContextCache(self.model.config, max_length + 1, p.dtype, p.device)
             if self._compiled is not None:
                 self._cache.mark_static()
-        self._pending = hidden
+        self._pending = [hidden]
 
     def accept(self, num_accepted: int, hidden: torch.Tensor | None = None) -> None:
         # The root and the accepted tokens, with the target's real features; after a plain step
         # they join the rows the next block has not read yet.
-        self._pending = _join_rows(self._pending, hidden)
+        if hidden is not None:
+            self._pending.append(hidden)
 
     def propose(
         self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None, tree: TreeConfig | None = None
     ) -> Proposal:
         if tree is not None:
             raise DraftsmithError("dflash drafts one block per step, a chain: it defines no token trees")
-        cache, n = self._cache, seq.shape[1]
-        m = 0 if self._pending is None else self._pending.shape[0]
+        cache, n, pending = self._cache, seq.shape[1], _join_rows(self._pending)
+        m = 0 if pending is None else pending.shape[0]
         if cache is None or cache.length + m != n - 1 or m == 0:
             raise DraftsmithError(
                 f"dflash drafter out of step with the engine ({0 if cache is None else cache.length} "
@@ -347,8 +348,8 @@ class DFlash(TrainedDrafter):
         mask = cache.mask(k + 1, self.model.config.causal)
         forward = self._draft if self._compiled is None or prefill else self._compiled
         with torch.no_grad():
-            logits = forward(block, positions, self._pending.to(device).unsqueeze(0), feature_positions, mask)
-        self._pending = None
+            logits = forward(block, positions, pending.to(device).unsqueeze(0), feature_positions, mask)
+        self._pending = []
         if sampling.greedy:
             return Proposal(logits.argmax(-1).to(self.target.device))
         probs = logits_to_probs(logits, sampling)  # the same processing as the target's

@@ -252,7 +252,7 @@ class EagleDrafter(TrainedDrafter):
         # count (catch-up 1..k+1 rows, a chain's 1, a tree level's frontier).
         self._compiled = self.compiled(self._step)
         self._rows = 0  # slots holding real rows
-        self._pending: torch.Tensor | None = None  # target features of rows not yet in the cache
+        self._pending: list[torch.Tensor] = []  # target features of rows not yet in the cache
 
     @classmethod
     def from_pretrained(cls, folder, target) -> EagleDrafter:
@@ -268,7 +268,7 @@ class EagleDrafter(TrainedDrafter):
                 f"{self.kind} drafts read the target's hidden states: run them through draftsmith's Engine"
             )
         self._allocate(max_length + 64)  # + room for one step's tree nodes (grown if a tree needs more)
-        self._rows, self._pending = 0, hidden
+        self._rows, self._pending = 0, [hidden]
 
     def _allocate(self, slots: int, growing: bool = False) -> None:
         """The draft's KV cache: `slots` positions, kept whole. Every forward attends over all of
@@ -291,8 +291,10 @@ class EagleDrafter(TrainedDrafter):
 
     def accept(self, num_accepted: int, hidden: torch.Tensor | None = None) -> None:
         # The root and accepted rows, now with the target's real features; after a plain step
-        # (no propose in between) they join the rows still waiting for the next catch-up.
-        self._pending = _join_rows(self._pending, hidden)
+        # (no propose in between) they queue behind the rows still waiting: no draft forward
+        # until the next propose, whose catch-up takes them all in one batched forward.
+        if hidden is not None:
+            self._pending.append(hidden)
 
     def propose(
         self, seq: torch.Tensor, k: int, sampling: SamplingConfig, generator=None, tree: TreeConfig | None = None
@@ -334,21 +336,21 @@ class EagleDrafter(TrainedDrafter):
     def _catch_up(self, seq: torch.Tensor) -> torch.Tensor:
         """Run the rows whose target features arrived since the last step; the output of the
         last one (the pending token's row) is where drafting starts. -> [1, d]"""
-        n, c = seq.shape[1], self._rows
-        m = 0 if self._pending is None else self._pending.shape[0]
+        n, c, pending = seq.shape[1], self._rows, _join_rows(self._pending)
+        m = 0 if pending is None else pending.shape[0]
         if c + m != n - 1 or m == 0:
             raise DraftsmithError(
                 f"{self.kind} drafter out of step with the engine ({c} rows + {m} features for {n} tokens)"
             )
         device = self._k.device
-        h = self.model.fuse(self._pending.to(device=device, dtype=self._k.dtype))
+        h = self.model.fuse(pending.to(device=device, dtype=self._k.dtype))
         rows = torch.arange(c, n - 1, device=device)
         self._reserve(n - 1)
         mask = self._span[None] <= rows[:, None]  # causal over the real rows; later slots are stale
         # Positions and slots coincide here; distinct tensors keep one compiled graph per shape
         # (dynamo guards on aliasing between inputs).
         out = self._run(seq[0, c + 1 : n].to(device), h, rows, rows.clone(), mask, prefill=c == 0)
-        self._rows, self._pending = n - 1, None
+        self._rows, self._pending = n - 1, []
         return out[-1:]
 
     def _chain(self, last, n: int, k: int, sampling: SamplingConfig, generator) -> Proposal:
@@ -486,8 +488,9 @@ __all__ = [
 ]
 
 
-def _join_rows(pending: torch.Tensor | None, hidden: torch.Tensor | None) -> torch.Tensor | None:
-    """Feature rows waiting for a drafter's next step: earlier ones first."""
-    if pending is None or hidden is None:
-        return hidden if pending is None else pending
-    return torch.cat([pending, hidden.to(pending.device)])
+def _join_rows(rows: list[torch.Tensor]) -> torch.Tensor | None:
+    """Feature rows waiting for a drafter's next step, earlier ones first, as one tensor (None:
+    none). Joined once, at that step, not at every plain step before it."""
+    if len(rows) <= 1:
+        return rows[0] if rows else None
+    return torch.cat([r.to(rows[0].device) for r in rows])

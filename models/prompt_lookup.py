@@ -12,13 +12,12 @@ from __future__ import annotations
 import torch
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.infer.proposal import Proposal
+from draftsmith.infer.proposal import Drafter, Proposal
 from draftsmith.infer.sampling import SamplingConfig
 
 
-class PromptLookup:
+class PromptLookup(Drafter):
     kind = "prompt_lookup"
-    needs_hidden_states = False
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         if not 1 <= min_ngram <= max_ngram:
@@ -35,12 +34,6 @@ class PromptLookup:
         if arg and int(arg) < 1:
             raise DraftsmithError(f"--draft {spec!r}: N, the longest n-gram looked up, must be >= 1")
         return cls(max_ngram=int(arg) if arg else 3)
-
-    @property
-    def default_num_speculative_tokens(self) -> int:
-        from .base import default_num_speculative_tokens
-
-        return default_num_speculative_tokens(self.kind, None)
 
     def start(self, prompt: torch.Tensor, max_length: int, hidden=None) -> None:
         pass  # stateless

@@ -59,7 +59,7 @@ def build(target, specs: list[str], k: int, tree: TreeConfig | None) -> tuple[di
         for mode in ("eager", "compiled"):
             with compiled_flag(target, mode == "compiled"):
                 d = load_drafter(spec, target)
-            shape = tree if tree is not None and getattr(d, "supports_trees", False) else None
+            shape = tree if tree is not None and d.supports_trees else None
             name = f"{d.kind}{' tree' if shape else ''} {mode}"
             engines[name] = Engine(target, d, capped_k(d, k), tree=shape)
             compiled[name] = mode == "compiled"

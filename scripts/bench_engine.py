@@ -43,18 +43,17 @@ from draftsmith.errors import DraftsmithError  # noqa: E402
 from draftsmith.evaluation.benchkit import add_flags, parser, run_main, save  # noqa: E402
 from draftsmith.evaluation.graph_health import counting  # noqa: E402
 from draftsmith.infer import Engine  # noqa: E402
-from draftsmith.infer.proposal import Proposal  # noqa: E402
+from draftsmith.infer.proposal import Drafter, Proposal  # noqa: E402
 from draftsmith.infer.tree import Tree, TreeConfig, full_choices  # noqa: E402
 from draftsmith.models import DraftLM, Target  # noqa: E402
 
 METHODS = ("oracle", "self", "tree")  # besides plain, always measured
 
 
-class Oracle:
+class Oracle(Drafter):
     """A drafter that proposes the target's known greedy continuation `full` (prompt + tokens)."""
 
     kind = "oracle"
-    needs_hidden_states = False
     supports_trees = True
 
     def __init__(self, full: torch.Tensor, vocab_size: int):

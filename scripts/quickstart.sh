@@ -40,6 +40,14 @@ if fixed["speedup"] < 1:
     print(f"Drafting every step does not beat plain decoding after this short run: on this machine {cost}, "
           "so a draft must accept far more than a few minutes of training give (docs/results.md). "
           "Train longer (--minutes 60, or a GPU), then rerun.")
+if "fixed_k" in r and speedup < 1:  # the default runtime below plain decoding: say where the time went
+    counts = r["adaptive_k"]["k_counts"]
+    total, drafted = sum(counts.values()), sum(n for k, n in counts.items() if k != "0")
+    print(f"The adaptive runtime ran at {speedup:.2f}x of plain decoding: {drafted} of its {total} steps drafted "
+          "(each run's first step, and probes and tries that test whether drafting pays), each dearer than a "
+          "plain step while this draft accepts little; the other steps were plain ones. Over "
+          f"{r['num_prompts']} short prompts those tries weigh more than over a long run, and a gap of a few "
+          "percent is within one short run's timing noise.")
 if r.get("first_divergence"):
     from draftsmith.evaluation.divergence import divergence_line
     print(divergence_line(r["first_divergence"]))

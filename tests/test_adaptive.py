@@ -18,7 +18,7 @@ from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine, SamplingConfig
 from draftsmith.infer.adaptive import TREE, AdaptiveK
 from draftsmith.infer.engine import adaptive_ceiling
-from draftsmith.infer.proposal import Proposal, speculative_cap
+from draftsmith.infer.proposal import Drafter, Proposal, speculative_cap
 from draftsmith.kinds import KINDS
 
 PROMPT = [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 30, 31, 7, 8, 9]
@@ -284,10 +284,10 @@ def clock(monkeypatch, tiny_target):
     return clock
 
 
-class Useless:
+class Useless(Drafter):
     """Drafts a token the target never picks, and takes 20 ms to do it: no K pays."""
 
-    kind, needs_hidden_states = "stub", False
+    kind = "stub"
 
     def __init__(self, bad: int, clock: VirtualClock):
         self.bad, self.clock = bad, clock

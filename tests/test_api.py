@@ -113,7 +113,7 @@ def test_the_page_example_runs(tmp_path, tiny_cache):
 
 def test_one_default_k_read_from_each_kind():
     """A K left out is the drafter's kind's `default_k`, at most what a capped drafter drafts."""
-    from draftsmith.infer.proposal import default_num_speculative_tokens
+    from draftsmith.infer.proposal import Drafter, default_num_speculative_tokens
     from draftsmith.kinds import KINDS, Kind
     from draftsmith.models.base import default_num_speculative_tokens as for_kind
 
@@ -121,15 +121,15 @@ def test_one_default_k_read_from_each_kind():
         assert for_kind(name, None) == kind.default_k
         assert for_kind(name, 2) == min(kind.default_k, 2)
 
-    class Stub:
+    class Stub(Drafter):  # the contract's default: its kind's default_k within its cap
         kind, max_speculative_tokens = "medusa", 3
 
-    stub = Stub()
-    stub.default_num_speculative_tokens = for_kind(stub.kind, stub.max_speculative_tokens)
-    assert default_num_speculative_tokens(stub) == min(KINDS["medusa"].default_k, 3)
+    assert default_num_speculative_tokens(Stub()) == min(KINDS["medusa"].default_k, 3)
     # a drafter that says nothing: the registry's default, within its cap
-    assert default_num_speculative_tokens(object()) == Kind.default_k
-    assert default_num_speculative_tokens(type("Capped", (), {"max_speculative_tokens": 2})()) == min(2, Kind.default_k)
+    assert default_num_speculative_tokens(Drafter()) == Kind.default_k
+    assert default_num_speculative_tokens(type("Capped", (Drafter,), {"max_speculative_tokens": 2})()) == min(
+        2, Kind.default_k
+    )
 
 
 def test_the_page_signatures_match_the_code():

@@ -203,3 +203,14 @@ def test_removed_module_paths_say_so_in_one_line(old):
 
     r = subprocess.run([sys.executable, "-m", old], capture_output=True, text=True, timeout=600)
     assert r.returncode != 0 and f"No module named {old}" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_engine_refuses_an_object_outside_the_contract_in_one_line(tiny_target):
+    class Duck:  # start/propose/accept, but not a Drafter: its other members are unknown
+        def start(self, *a, **k): ...
+        def propose(self, *a, **k): ...
+        def accept(self, *a, **k): ...
+
+    with pytest.raises(DraftsmithError, match=r"subclass of draftsmith.infer.Drafter.*Duck") as err:
+        Engine(tiny_target, Duck(), 2)
+    assert "\n" not in str(err.value)

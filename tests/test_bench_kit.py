@@ -74,10 +74,12 @@ def test_comparison_pools_acceptance_and_checks_outputs():
 
 
 def test_capped_k_follows_the_drafter_s_limit():
-    class Block:
+    from draftsmith.infer.proposal import Drafter
+
+    class Block(Drafter):
         max_speculative_tokens = 3
 
-    assert benchkit.capped_k(Block(), 8) == 3 and benchkit.capped_k(object(), 8) == 8
+    assert benchkit.capped_k(Block(), 8) == 3 and benchkit.capped_k(Drafter(), 8) == 8
 
 
 def test_importing_it_loads_no_torch():

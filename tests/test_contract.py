@@ -25,7 +25,7 @@ from lawtest import chisquare_pvalue, engine_samples, exact_law
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine, SamplingConfig
-from draftsmith.infer.proposal import speculative_cap
+from draftsmith.infer.proposal import WrappedDrafter, speculative_cap
 from draftsmith.kinds import KINDS
 from draftsmith.testing import Forced
 
@@ -74,11 +74,12 @@ def test_sampled_output_follows_the_target_law(name, tiny_target, tiny, law):
     assert chisquare_pvalue(counts, law) > 1e-3, f"{name}: sampled output departs from the target's law"
 
 
-class Recording:
+class Recording(WrappedDrafter):
     """A drafter's proposals, as the engine asked for them."""
 
     def __init__(self, inner):
-        self.inner, self.seen = inner, []
+        super().__init__(inner)
+        self.seen = []
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -163,3 +164,74 @@ def test_compiled_drafting_meets_fixed_shapes_and_drafts_what_eager_drafts(
     assert len(first) <= k + 1, f"{name}: {len(first)} graphs {first}"
     assert len(first) >= isinstance(eager, TrainedDrafter), f"{name}: nothing compiled"
     assert graphs == first, f"{name}: a longer prompt compiled new graphs {graphs[len(first) :]}"
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_it_answers_the_drafter_contract(name, tiny_target, tiny):
+    """Every member the engine, the adaptive policy and the bench read (infer/proposal.py's
+    `Drafter`), present with a value of its declared type: callers read them without probing."""
+    from draftsmith.infer.proposal import Drafter
+    from draftsmith.infer.tree import TreeConfig
+
+    _, _, drafter = tiny(name)
+    assert isinstance(drafter, Drafter)
+    assert drafter.kind == name and isinstance(drafter.name, str) and drafter.name
+    assert isinstance(drafter.needs_hidden_states, bool) and isinstance(drafter.supports_trees, bool)
+    assert bool(drafter.hidden_layers) == drafter.needs_hidden_states  # the layers it reads, if any
+    cap = drafter.max_speculative_tokens
+    assert cap is None or (isinstance(cap, int) and cap >= 1)
+    default = drafter.default_num_speculative_tokens
+    assert isinstance(default, int) and 1 <= default <= (cap or default)
+    assert drafter.draft_ids is None or drafter.draft_ids.dim() == 1
+    if drafter.supports_trees:
+        assert drafter.max_tree_nodes(TreeConfig(topk=2, depth=2)) >= 2
+    assistant = drafter.as_assistant_model()
+    assert assistant is None or isinstance(assistant, torch.nn.Module)
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_plain_steps_run_no_draft_forward_and_the_next_draft_catches_up_in_one(name, tiny_target, tiny, monkeypatch):
+    """A plain step inside the speculative engine (the adaptive policy's K = 0) does a plain
+    step's work: the drafter's modules are not called at all. What it skipped (an EAGLE head's
+    rows, a draft LM's tokens) it takes in at its next propose, batched: a drafted step after
+    plain steps calls its modules as often as a drafted step after a drafted one, and the output
+    stays plain decoding's."""
+    import draftsmith.infer.engine as engine_module
+    from draftsmith.infer.adaptive import AdaptiveK
+
+    _, _, drafter = tiny(name)
+    k = k_for(drafter)
+    script = (k, k, 0, 0, 0, k, k, 0, k)
+    calls, at_choose = [0], []
+    target_modules = {id(m) for m in tiny_target.model.modules()}  # a borrowed embedding or LM head
+    mine = {  # the modules the drafter holds (prompt lookup: none)
+        id(m) for v in vars(drafter).values() if isinstance(v, torch.nn.Module) for m in v.modules()
+    } - target_modules
+
+    def count(module, args):
+        calls[0] += id(module) in mine
+
+    class Scripted(AdaptiveK):
+        def choose(self) -> int:
+            at_choose.append(calls[0])
+            self.history.append(script[len(self.history) % len(script)])
+            return self.history[-1]
+
+    monkeypatch.setattr(engine_module, "AdaptiveK", Scripted)
+    engine = Engine(tiny_target, drafter, k, adaptive=True)
+    plain = engine.generate(PROMPTS[1], 40, speculative=False, eos_token_ids=())
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(count)
+    try:
+        spec = engine.generate(PROMPTS[1], 40, eos_token_ids=())
+    finally:
+        handle.remove()
+    assert spec.tokens == plain.tokens
+    per_step = [b - a for a, b in zip(at_choose, at_choose[1:])]  # the drafter's module calls, step by step
+    assert len(per_step) >= len(script), f"{name}: too few steps {per_step}"
+    chosen = spec.extra["adaptive_k"]["k_per_step"]
+    for i, (k_step, n) in enumerate(zip(chosen, per_step)):
+        if k_step == 0:
+            assert n == 0, f"{name}: plain step {i} called the drafter's modules {n} times: {per_step} {chosen}"
+    after_draft, after_plain = per_step[1], [per_step[5], per_step[8]]
+    assert after_plain == [after_draft] * 2, f"{name}: catch-up is not batched: {per_step[:9]}"
+    assert (after_draft > 0) == KINDS[name].trainable, f"{name}: {after_draft} module calls per drafted step"

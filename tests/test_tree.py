@@ -11,7 +11,7 @@ from lawtest import chisquare_pvalue, engine_samples, exact_law
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.infer import Engine, SamplingConfig
-from draftsmith.infer.proposal import Proposal
+from draftsmith.infer.proposal import Drafter, Proposal
 from draftsmith.infer.sampling import logits_to_probs
 from draftsmith.infer.tree import (
     Tree,
@@ -273,13 +273,12 @@ def test_typical_acceptance_is_lossy_and_opt_in(tiny_target):
 # --- the engine ------------------------------------------------------------------------------------
 
 
-class _TreeDraft:
+class _TreeDraft(Drafter):
     """A Medusa-shaped test drafter: the truncated draft's greedy chain gives one distribution
     per depth, and every node at depth d draws its children from that depth's distribution
     (deterministic top ranks, or sampled without replacement)."""
 
     kind = "tree_test"
-    needs_hidden_states = False
     supports_trees = True
 
     def __init__(self, target, layers=2):

@@ -52,14 +52,14 @@ def environment(target, drafter, engine=None) -> dict:
     return {
         "target": target.name,
         "target_note": getattr(target, "note", None),
-        "draft": getattr(drafter, "name", None),
+        "draft": None if drafter is None else drafter.name,
         "tree": None if tree is None else {k: v for k, v in dataclasses.asdict(tree).items() if v is not None},
         "verification": engine.verification if engine is not None else "lossless",
-        "drafter_kind": getattr(drafter, "kind", None),
+        "drafter_kind": None if drafter is None else drafter.kind,
         # A draft LM drafting over a draft vocabulary (FR-Spec): how many target ids it proposes from.
-        "draft_vocab_size": None if getattr(drafter, "draft_ids", None) is None else int(drafter.draft_ids.numel()),
+        "draft_vocab_size": None if drafter is None or drafter.draft_ids is None else int(drafter.draft_ids.numel()),
         # Which checkpoint exactly (path, kind, target, sha256): `publish --results` checks it.
-        "draft_checkpoint": checkpoint_identity(getattr(drafter, "name", None)),
+        "draft_checkpoint": checkpoint_identity(None if drafter is None else drafter.name),
         "dtype": str(target.dtype).replace("torch.", ""),
         "dtype_reason": getattr(target, "dtype_reason", None),
         "device": str(dev),
@@ -194,7 +194,7 @@ def run_bench(
         if adaptive_k and drafter is not None
         else None
     )
-    assistant = drafter.as_assistant_model() if hasattr(drafter, "as_assistant_model") else None
+    assistant = drafter.as_assistant_model() if drafter is not None else None
     if assistant is not None:
         configure_hf_assistant(assistant, k)
     eos, pad = target.eos_token_ids, target.tokenizer.pad_token_id

@@ -125,7 +125,10 @@ def operator_times(prof) -> tuple[list, float]:
 
 def capped_k(drafter, k: int) -> int:
     """`k`, or fewer where the drafter proposes at most that many tokens a step (DFlash's block)."""
-    return min(k, getattr(drafter, "max_speculative_tokens", None) or k)
+    from draftsmith.infer.proposal import speculative_cap
+
+    cap = speculative_cap(drafter)
+    return k if cap is None else min(k, cap)
 
 
 def comparison(outputs: dict[str, list], baseline: str = "plain") -> dict[str, dict]:

@@ -318,26 +318,23 @@ def _setup(args):
         sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     except ValueError as e:
         raise DraftsmithError(str(e)) from None
-    from draftsmith.infer.proposal import check_num_speculative_tokens, default_num_speculative_tokens, speculative_cap
+    from draftsmith.infer.proposal import resolve_num_speculative_tokens
 
-    cap = speculative_cap(drafter)
     # Adaptive K: generate and bench default to it when no -k pins K (eval and crosscheck count
     # acceptance at one K, so they stay fixed); the ceiling is -k, else the drafter's.
     adaptive = getattr(args, "adaptive_k", False)
     if adaptive is None:
         adaptive = args.num_speculative_tokens is None and args.verification == "lossless"
     args.adaptive_k = bool(adaptive) and drafter is not None
-    args.k_ceiling = args.num_speculative_tokens
-    if args.num_speculative_tokens is None:  # the drafter's kind's default_k (draftsmith/kinds.py), within its cap
-        args.num_speculative_tokens = default_num_speculative_tokens(drafter)
-    elif drafter is not None and args.tree is None:  # a tree's size comes from the tree flags, not -k
-        kind = getattr(drafter, "kind", "draft")  # "an eagle", "a medusa"
-        what = f"{args.draft} ({'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind} drafter)"
-        check_num_speculative_tokens(args.num_speculative_tokens, cap, what)
-    if args.adaptive_k and args.k_ceiling is None:
-        from draftsmith.infer.engine import adaptive_ceiling
-
-        args.k_ceiling = adaptive_ceiling(drafter)
+    given = args.num_speculative_tokens
+    kind = (drafter.kind if drafter is not None else "") or "draft"  # "an eagle", "a medusa"
+    what = f"{args.draft} ({'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind} drafter)"
+    # -k checked against the drafter's cap (a tree's size comes from the tree flags), else the
+    # drafter's kind's default_k (draftsmith/kinds.py) within that cap.
+    args.num_speculative_tokens = resolve_num_speculative_tokens(drafter, given, chain=args.tree is None, what=what)
+    args.k_ceiling = given
+    if args.adaptive_k:
+        args.k_ceiling = resolve_num_speculative_tokens(drafter, given, adaptive=True, chain=False)
     if drafter is not None:  # plain decoding runs one row at a time: the default GEMV
         rows = args.num_speculative_tokens + 1
         target.use_cpu_matmul(args.cpu_matmul, rows, drafter, args.draft_dtype)

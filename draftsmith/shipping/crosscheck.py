@@ -315,7 +315,7 @@ def engine_runtimes(name: str, setup: Setup, stop_ids, max_model_len: int, token
 def full_vocabulary(drafter):
     """`drafter` drafting over the whole vocabulary: engines load a draft LM's folder without its
     draft vocabulary (draft_vocab.json), so ours must draft as they do for equal acceptance."""
-    if getattr(drafter, "draft_ids", None) is not None:
+    if drafter is not None and drafter.draft_ids is not None:
         log.info(
             "draft vocabulary of %d ids set aside: the engines draft over the whole vocabulary",
             drafter.draft_ids.numel(),

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from draftsmith.infer.metrics import pooled_ratio
-from draftsmith.infer.proposal import Proposal
+from draftsmith.infer.proposal import Proposal, WrappedDrafter
 from draftsmith.infer.sampling import SamplingConfig
 
 GREEDY = SamplingConfig()
@@ -36,11 +36,8 @@ POWER = 0.8
 MIN_DRAFTED = 1000  # drafted tokens a side, by default
 
 
-class ArgmaxDrafts:
+class ArgmaxDrafts(WrappedDrafter):
     """`inner` drafting by argmax, each token scored one-hot: vLLM's default draft rule."""
-
-    def __init__(self, inner):
-        self.inner = inner
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
