@@ -1328,7 +1328,7 @@ def test_disk_full_in_a_shard_leaves_no_shard_and_one_line(tiny_target, tmp_path
     from draftsmith.train.features import extract
 
     rows = build_data(
-        DataConfig(path="chitchat", eval_rows=2, max_rows=3, max_length=64), tiny_target.tokenizer, progress=False
+        DataConfig(path="stdlib", eval_rows=2, max_rows=6, max_length=64), tiny_target.tokenizer, progress=False
     ).train
     real, written = safetensors.torch.save_file, []
 
