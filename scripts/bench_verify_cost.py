@@ -158,7 +158,7 @@ def measure(shape: str, compile: bool, context: int, chains, trees, repeats: int
 
     def eagle_propose(cfg):
         def run():  # one new row to catch up, as after a step that accepted nothing
-            eagle._rows, eagle._pending = context - 2, aux_hidden[-1:]
+            eagle._rows, eagle._pending = context - 2, [aux_hidden[-1:]]
             eagle.propose(prompt, 4, GREEDY, None, tree=cfg)
 
         return run

@@ -26,9 +26,12 @@ LOST_RANK_BOUND_S = 30.0
 
 STEPS = 8
 ARGS = [
+    # stdlib files: each a whole conversation of one row, so the evaluation spans several batches
+    # (the SIGTERM lands inside it) and every row has a reply to train on
+    "--data.path=stdlib",
     "--data.max_rows=60",
     "--data.max_length=64",
-    "--data.eval_rows=4",
+    "--data.eval_rows=12",
     "--optim.batch_size=4",
     "--logging.progress=false",
     f"--optim.max_steps={STEPS}",
@@ -457,7 +460,7 @@ def test_train_stops_with_one_line_when_a_process_is_lost_at_the_end(monkeypatch
     class Finished:  # a run whose training returned on this process
         step = 6
 
-        def __init__(self, recipe, resume=None):
+        def __init__(self, recipe, resume=None, data=None):
             pass
 
         def train(self):

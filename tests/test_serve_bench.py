@@ -396,8 +396,8 @@ def test_a_checkpoint_is_exported_and_both_servers_started(tmp_path, tiny_cache,
     from draftsmith.train.config import load_recipe
     from draftsmith.train.trainer.loop import train
 
-    quick = ["--optim.max_steps=1", "--optim.batch_size=2", "--data.max_rows=8", "--data.max_length=32",
-             "--data.eval_rows=2", "--logging.eval_every=1000", "--logging.eval_batches=1",
+    quick = ["--data.path=stdlib", "--optim.max_steps=1", "--optim.batch_size=2", "--data.max_rows=8",
+             "--data.max_length=32", "--data.eval_rows=2", "--logging.eval_every=1000", "--logging.eval_batches=1",
              "--logging.acceptance_prompts=0", "--logging.progress=false", "--checkpoint.save_every=100"]  # fmt: skip
     recipe = load_recipe("configs/tiny/eagle3.yaml", quick)
     recipe.checkpoint.output_dir = str(tmp_path / "run")

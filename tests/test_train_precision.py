@@ -192,3 +192,25 @@ def test_dflash_reads_target_logits_only_where_its_loss_does_and_the_loss_is_unc
         # never a prompt or padding position; and the target's head ran on those rows alone.
         assert 0 < int(rows.sum()) <= 3 * 4 * 3 and not rows[:, :11].any() and not rows[2, 29:].any()
         assert head_rows == [int(rows.sum())] and head_rows[0] < ids.numel()
+
+
+def test_one_process_trains_a_bf16_recipe_then_an_fp32_one(tiny_cache, tmp_path, fresh_accelerate):
+    """accelerate keeps one state per process and refuses a second Accelerator with another mixed
+    precision: a notebook training bf16 then fp32 stopped inside accelerate. The trainer resets a
+    finished single-process state."""
+    from draftsmith.train.trainer.loop import train
+
+    summaries = []
+    for precision in ("bf16", "no"):
+        recipe = load_recipe(
+            ROOT / "configs" / "tiny" / "eagle3.yaml",
+            [
+                *QUICK,
+                f"--optim.mixed_precision={precision}",
+                "--optim.max_steps=1",
+                "--logging.eval_batches=1",
+                f"--checkpoint.output_dir={tmp_path / precision}",
+            ],
+        )
+        summaries.append(train(recipe))
+    assert [s["mixed_precision"] for s in summaries] == ["bf16", "no"]

@@ -399,6 +399,8 @@ def _convert(value, hint, where: str):
     elif hint is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
+        if isinstance(value, bool) and ("no" if value is False else "yes") in _CHOICES.get(where, ()):
+            return "no" if value is False else "yes"  # YAML 1.1 reads a bare `no` (`yes`) as a bool
     if value is None:
         raise DraftsmithError(f"config key '{where}' must not be null")
     raise DraftsmithError(f"config key '{where}': expected {getattr(hint, '__name__', hint)}, got {value!r}")

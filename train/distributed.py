@@ -69,6 +69,7 @@ def make_accelerator(recipe: Recipe):
     if "wandb" in trackers:
         _wandb_offline_unless_logged_in()
     mixed, why = resolve_mixed_precision(recipe.optim.mixed_precision)
+    _forget_a_finished_single_process_state(mixed)
     acc = Accelerator(
         mixed_precision=mixed,
         gradient_accumulation_steps=recipe.optim.grad_accum,
@@ -86,6 +87,24 @@ def make_accelerator(recipe: Recipe):
     acc.mixed_precision_reason = why  # the run's summary and log record the choice with its reason
     log.info("mixed precision %s (%s)", acc.mixed_precision, why)
     return acc
+
+
+def _forget_a_finished_single_process_state(mixed: str) -> None:
+    """accelerate keeps one AcceleratorState per Python process and refuses a second Accelerator
+    with another mixed precision: a notebook or script that trains a bf16 recipe and then an fp32
+    one would stop inside accelerate. A single process's state holds nothing a new run needs, so
+    it is reset; a launched (distributed) state is the launcher's and stays."""
+    from accelerate.state import AcceleratorState, GradientState
+    from accelerate.utils import DistributedType
+
+    state = AcceleratorState._shared_state
+    if not state or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return
+    if state.get("distributed_type", DistributedType.NO) != DistributedType.NO:
+        return
+    if str(state.get("_mixed_precision", mixed)) != mixed:
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
 
 
 def _wandb_offline_unless_logged_in() -> None:
