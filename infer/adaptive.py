@@ -28,7 +28,10 @@ loop decodes plainly and probes with one drafted token now and then (every 8 pla
 backing off to 64, or to as many as keep the probes within 1% of the time where a probe is dear,
 while the probes do not bring drafting back: a probe whose token was accepted but whose rate
 still loses to plain decoding backs off too): a useless draft then costs about a percent of the
-plain speed, not the drafting of every step. A tree drafter chooses among its tree,
+plain speed, not the drafting of every step. A probe also catches the drafter up on the plain
+steps before it, so its time is dearer than a step drafting every step: such times stand for a
+K only until a steady one exists, and a probe that hits but loses is followed by one more drafted
+token, timed steadily, before the back-off. A tree drafter chooses among its tree,
 chains of 1..k_max (the tree's top-1 path, cheaper where the tree's side branches are seldom
 taken) and a plain step the same way; chains join the choice once one has been timed (a probe,
 or a try beside the tree), its probes draft a chain of one token, and every third try beside a
@@ -91,6 +94,15 @@ class AdaptiveK:
         self._times: dict[int, list[float]] = {}  # k -> its last `cost_samples` step times
         self._draft: dict[int, float] = {}  # k -> drafting's share of a step (lower median), where timed
         self._draft_times: dict[int, list[float]] = {}
+        # A drafting step after several plain ones also catches the drafter up on them (an EAGLE
+        # head's feature rows, a draft LM's cache): its time is not what drafting every step costs.
+        # Such steps' timings count only for a K with no steady timing yet (see _observe_time).
+        self._steady: set[int] = set()  # K with a timing from a step that did not catch up
+        self._caught_up_times: dict[int, list[float]] = {}
+        self._caught_up_draft_times: dict[int, list[float]] = {}
+        self._steady_draft: set[int] = set()
+        self._confirm = False  # a probe hit: the next step drafts one token again, timed steady
+        self._confirming = False
         self._plain_run = 0  # plain steps since the last drafted one
         self._probe_gap = self.probe_every
         self._retry_tree = False
@@ -173,11 +185,14 @@ class AdaptiveK:
             k = best = self._best()
             if self._retry_tree:  # a probe hit, or a try of the tree beat the best choice: the tree again
                 k, self._retry_tree = TREE, False
+            elif k == 0 and self._confirm:
+                k = 1  # after a probe that hit: one token again, this time without catching up
             elif k == 0 and self._plain_run >= self._probe_gap:
                 k = 1  # a probe, one drafted token (a tree drafter too: a whole tree is a dear probe)
             elif k != 0 and self._since_explore >= self.explore_every:
                 k = self._beside(k)
         self._tree_try = k == TREE and best != TREE
+        self._confirming, self._confirm = self._confirm and k == 1, False
         self.history.append(k)
         return k
 
@@ -197,10 +212,22 @@ class AdaptiveK:
         self._explore_up = not up
         return k + 1 if up else k - 1  # from K = 1 down is a plain step: plain's cost is re-timed too
 
-    def observe_cost(self, k: int, seconds: float) -> None:
-        """A step that drafted k took `seconds` (drafting, verifying and the roll-back)."""
+    def observe_cost(self, k: int, seconds: float, caught_up: bool = False) -> None:
+        """A step that drafted k took `seconds` (drafting, verifying and the roll-back);
+        `caught_up`: the drafter also caught up on several plain steps in it."""
         if seconds > 0:
-            self._cost[k] = self._recent(self._times, k, seconds)
+            self._observe_time(self._cost, self._steady, self._times, self._caught_up_times, k, seconds, caught_up)
+
+    def _observe_time(self, into, steady, times, caught_up_times, k, seconds, caught_up) -> None:
+        """A K's time: the lower median of its steady timings; of the caught-up ones (dearer: the
+        catching up is work a step that drafts after a drafted step does not do) only while no
+        steady one exists, else a draft whose probes catch up on 64 plain steps looks too dear
+        ever to be drafted, and is never timed drafting steadily."""
+        if not caught_up:
+            steady.add(k)
+            into[k] = self._recent(times, k, seconds)
+        elif k not in steady:
+            into[k] = self._recent(caught_up_times, k, seconds)
 
     def _recent(self, samples: dict[int, list[float]], k: int, seconds: float) -> float:
         """Add a timing of k to `samples`; -> the lower median of its last `cost_samples`."""
@@ -214,10 +241,13 @@ class AdaptiveK:
     ) -> None:
         """The step that drafted k kept num_accepted drafts and took `seconds` (None: its time
         comes later through observe_cost, or never), `draft_seconds` of them drafting."""
+        caught_up = k != 0 and self._plain_run > 1
         if seconds is not None:
-            self.observe_cost(k, seconds)
+            self.observe_cost(k, seconds, caught_up)
         if draft_seconds is not None and k not in (0, TREE) and draft_seconds > 0:
-            self._draft[k] = self._recent(self._draft_times, k, draft_seconds)
+            self._observe_time(
+                self._draft, self._steady_draft, self._draft_times, self._caught_up_draft_times, k, draft_seconds, caught_up
+            )
         if k == 0:
             self._plain_run += 1
             return
@@ -234,16 +264,26 @@ class AdaptiveK:
         if probe:  # back off while probes do not make drafting pay; one that does resets the gap
             self._retry_tree = self.tree and num_accepted > 0
             pays = self._retry_tree or (num_accepted > 0 and self._best() != 0)
+            # A hit whose rate still loses may lose only by its catching up: where one drafted token
+            # was never timed steadily, the next step times it (a tree drafter's next step is its
+            # tree, timed steadily anyway).
+            self._confirm = not self.tree and num_accepted > 0 and not pays and 1 not in self._steady
             self._probe_gap = self.probe_every if pays else min(2 * self._probe_gap, self._probe_cap())
+        elif self._confirming and self._best() != 0:  # the steady timing made drafting pay
+            self._probe_gap = self.probe_every
 
     def _probe_cap(self) -> int:
         """The longest gap between failing probes: `probe_max` plain steps, or more where a probe
         (its drafting, catching the draft up on the plain steps since the last one, a longer
         verify) costs so much over a plain step that 1 in `probe_max` steps would exceed the budget."""
-        probe, plain = self._cost.get(1), self._cost.get(0)
+        probe, plain = self._recent_low(self._caught_up_times.get(1)) or self._cost.get(1), self._cost.get(0)
         if probe is None or not plain:
             return self.probe_max
         return max(self.probe_max, min(16 * self.probe_max, math.ceil((probe - plain) / (self.probe_budget * plain))))
+
+    @staticmethod
+    def _recent_low(times: list[float] | None) -> float | None:
+        return statistics.median_low(times) if times else None
 
     def _best(self) -> int:
         """The K with the highest expected rate from what is known now; 0 (plain decoding) unless
