@@ -246,7 +246,13 @@ class AdaptiveK:
             self.observe_cost(k, seconds, caught_up)
         if draft_seconds is not None and k not in (0, TREE) and draft_seconds > 0:
             self._observe_time(
-                self._draft, self._steady_draft, self._draft_times, self._caught_up_draft_times, k, draft_seconds, caught_up
+                self._draft,
+                self._steady_draft,
+                self._draft_times,
+                self._caught_up_draft_times,
+                k,
+                draft_seconds,
+                caught_up,
             )
         if k == 0:
             self._plain_run += 1
