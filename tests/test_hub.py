@@ -446,7 +446,7 @@ def test_the_repo_root_is_what_vllm_loads_by_id(kind, request, tmp_path, monkeyp
     info = publish(ckpt, repo, dry_run=True, stage_dir=staged)
     assert set(info["files"]) == _expected_files(ckpt, tmp_path, ["eval.json"], kind)
     assert check(staged, "vllm", kind) == []  # the root passes vLLM's layout check
-    fresh = export(ckpt, "vllm", tmp_path / "fresh")
+    fresh = export(ckpt, "vllm", tmp_path / "fresh", num_speculative_tokens=3)  # the K the eval measured
     for p in (p for p in fresh.rglob("*") if p.is_file() and p.name != EXPORT_META):
         assert (staged / p.relative_to(fresh)).read_bytes() == p.read_bytes(), p.name
     assert Checkpoint.of(staged / "draftsmith").kind == kind  # draftsmith's own checkpoint, whole

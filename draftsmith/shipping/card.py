@@ -282,7 +282,7 @@ def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None, prove
         if e.get("root"):  # its line is above; the other spelling, where there is one
             if e.get("serve_explicit"):
                 lines += [
-                    "or, with the target read from the draft's config.json:",
+                    "The draft's config.json names the target too, so this serves the pair as well:",
                     "",
                     "```bash",
                     e["serve"],
