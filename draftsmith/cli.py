@@ -80,8 +80,8 @@ COMMANDS: dict[str, Command] = {
     ),
     "plan": Command(
         "before a run: what fits on which GPUs and how long it takes",
-        "draftsmith.plan:add_arguments",
-        "draftsmith.plan:run",
+        "draftsmith.plan_cli:add_arguments",
+        "draftsmith.plan_cli:run",
         recipe=True,
     ),
     "crosscheck": Command(

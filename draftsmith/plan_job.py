@@ -7,11 +7,9 @@ their total wall-clock, for the recipe's data on the planned GPUs.
 - feature extraction (a drafter that reads a feature cache: `drafter.features DIR`): one forward of
   the target over one epoch of tokens, at the same peak x utilisation;
 - regeneration (`data.source: regenerated` without its file yet): the replies (the scored share of
-  an epoch's tokens) decoded by the target served on the same GPUs. Decoding reads every weight once
-  per step for `data.regenerate_concurrency` chats at once, so a step takes at least the weights'
-  bytes over the memory bandwidth, and the step's tokens at least their FLOPs at peak x utilisation:
-  the slower of the two. Prefill is left out (prompts are a small share of the work), so this is
-  a lower bound on the time.
+  an epoch's tokens) decoded by the target on the server the page starts, or the layout the
+  `--regen-*` flags give (replicas, tensor-parallel size, requests in flight per replica):
+  draftsmith/plan_regen.py.
 
 No torch at import.
 """
@@ -19,6 +17,8 @@ No torch at import.
 from __future__ import annotations
 
 import pathlib
+
+from draftsmith import plan_regen
 
 UTILISATION_SOURCE = (
     "near the model FLOPs utilisation reported for bf16 LLM training on H100s (Llama 3 "
@@ -28,8 +28,10 @@ UTILISATION_SOURCE = (
 DEFAULT_BANDWIDTH = 3.35e12  # bytes/s: H100 SXM's HBM3 (NVIDIA's datasheet); --gpu-bandwidth for others
 
 
-def job_times(plan, recipe, built, bandwidth: float = DEFAULT_BANDWIDTH) -> dict:
-    """Hours per phase (None where the phase does not run or its size is unknown) and their total."""
+def job_times(plan, recipe, built, bandwidth: float = DEFAULT_BANDWIDTH, server: dict | None = None) -> dict:
+    """Hours per phase (None where the phase does not run or its size is unknown) and their total.
+    `server`: the regeneration server's layout (plan_regen.layout's keywords: replicas, tp,
+    concurrency, gpus per node); default the page's."""
     peak = plan.world * plan.gpu_tflops * 1e12 * plan.utilisation
     tokens = plan.epoch_tokens
     # the run's steps: optim.max_steps, or optim.epochs of the data (unknown when its size is)
@@ -41,14 +43,22 @@ def job_times(plan, recipe, built, bandwidth: float = DEFAULT_BANDWIDTH) -> dict
     data = recipe.data
     saved = data.regenerated_path and pathlib.Path(data.regenerated_path).expanduser().is_file()
     if data.source == "regenerated" and not saved and tokens:
-        replies = tokens * plan.flops_per_token["scored_fraction"]
+        server = dict(server or {})
         weight_bytes = built.target_params * built.target_bytes
-        chats = data.regenerate_concurrency
-        step_s = max(weight_bytes / (plan.world * bandwidth), chats * 2 * built.target_params / peak)
-        regeneration = replies / (chats / step_s) / 3600
-    total = None if training is None else training + (features or 0) + (regeneration or 0)
+        lay = plan_regen.layout(
+            weight_bytes, plan.gpu_memory, server.pop("gpus", plan.world), plan.world, data.regenerate_concurrency,
+            **server,
+        )  # fmt: skip
+        per_gpu = plan.gpu_tflops * 1e12 * plan.utilisation
+        replies = tokens * plan.flops_per_token["scored_fraction"]
+        regeneration = plan_regen.estimate(
+            recipe, lay, replies, built.target_params, weight_bytes, bandwidth, per_gpu, plan.recipe
+        )
+    hours = regeneration["hours"] if regeneration else None
+    total = None if training is None else training + (features or 0) + (hours or 0)
     return {
-        "regeneration_hours": regeneration,
+        "regeneration_hours": hours,
+        "regeneration": regeneration,  # the server's layout, its tokens/s and the lines that start it
         "feature_extraction_hours": features,
         "training_hours": training,
         "total_hours": total,
@@ -63,12 +73,8 @@ def render_job(plan) -> list[str]:
     if not j:
         return []
     lines = [f"  utilisation {plan.utilisation:g}: {j['utilisation_source']}"]
-    if j["regeneration_hours"] is not None:
-        lines.append(
-            f"  regeneration (the target serving the replies on {plan.world} device(s), "
-            f"{j['gpu_bandwidth'] / 1e12:g} TB/s each, {j['regenerate_concurrency']} chats in flight: "
-            f"data.regenerate_concurrency): ~{j['regeneration_hours']:.2f} h at least"
-        )
+    if j["regeneration"] is not None:
+        lines += plan_regen.render(j["regeneration"], j["gpu_bandwidth"])
     if j["feature_extraction_hours"] is not None:
         lines.append(
             f"  feature extraction (one target forward per epoch token): ~{j['feature_extraction_hours']:.2f} h"

@@ -1181,6 +1181,9 @@ PLAN_PARSE = [
     (("--gpus", "0"), "argument --gpus: must be >= 1, got 0"),
     (("--nodes", "two"), "argument --nodes: 'two' is not a whole number"),
     (("--utilisation", "1.5"), "argument --utilisation: must be in (0, 1], got 1.5"),
+    (("--regen-concurrency", "0"), "argument --regen-concurrency: must be >= 1, got 0"),
+    (("--regen-replicas", "two"), "argument --regen-replicas: 'two' is not a whole number"),
+    (("--regen-tp", "-1"), "argument --regen-tp: must be >= 1, got -1"),
 ]
 
 

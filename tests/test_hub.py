@@ -86,14 +86,17 @@ def _metadata(card: str) -> dict:
     return yaml.safe_load(card.split("---\n")[1])
 
 
-def _expected_files(ckpt, tmp_path, results: list[str]) -> set[str]:
+def _expected_files(ckpt, tmp_path, results: list[str], kind: str = "eagle3") -> set[str]:
+    """The repo as published: the vLLM export at the root (its id is what vLLM loads), the
+    checkpoint under draftsmith/, every other engine's export in its folder."""
     from draftsmith.shipping.export import export, formats_for
 
-    files = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file()}
-    for fmt in formats_for("eagle3"):
+    files = {f"draftsmith/{p.relative_to(ckpt).as_posix()}" for p in ckpt.rglob("*") if p.is_file()}
+    for fmt in formats_for(kind):
         if fmt not in ("hf", "gguf"):  # gguf: only where llama.cpp's converter is installed
             d = export(ckpt, fmt, tmp_path / "exports" / fmt)
-            files |= {f"{fmt}/{p.relative_to(d).as_posix()}" for p in d.rglob("*") if p.is_file()}
+            where = "" if fmt == "vllm" else f"{fmt}/"
+            files |= {f"{where}{p.relative_to(d).as_posix()}" for p in d.rglob("*") if p.is_file()}
     return files | {"README.md", "recipe.yaml", "train_summary.json"} | {f"results/{r}" for r in results}
 
 
@@ -109,7 +112,7 @@ def test_dry_run_without_results_lists_files_and_says_nothing_was_measured(ckpt,
     staged = {p.relative_to(stage_dir).as_posix() for p in stage_dir.rglob("*") if p.is_file()}
     assert staged == _expected_files(ckpt, tmp_path, [])
     assert all(f in out for f in staged)
-    assert "vllm/config.json" in staged and "model.safetensors" in staged and "drafter.json" in staged
+    assert {"config.json", "model.safetensors", "draftsmith/drafter.json", "sglang/config.json"} <= staged
     card = (stage_dir / "README.md").read_text()
     assert "### llama.cpp" in card and "No GGUF in this repo: llama.cpp's converter is not installed" in card
     assert "Not run: SGLang's CPU path" in card
@@ -351,7 +354,14 @@ def test_the_card_claims_an_engine_only_from_a_passing_crosscheck_of_this_checkp
     assert f"draftsmith's runtime on {record['hardware']}, cpu, float32)" in section
     assert "outputs equal plain decoding on 2/2" in section and "not decoded by an engine" not in section
     assert "Proven with" not in card.split("### SGLang")[1].split("###")[0]  # SGLang: never decoded here
-    assert (tmp_path / "s1" / "crosscheck.json").is_file()  # the evidence is uploaded with the card
+    assert (tmp_path / "s1" / "draftsmith" / "crosscheck.json").is_file()  # the evidence is uploaded with the card
+    # ... and is in the card's metadata: the share of prompts whose outputs equal plain decoding
+    import huggingface_hub
+
+    (agreement,) = [
+        e for e in huggingface_hub.ModelCard(card).data.eval_results if e.metric_type == "outputs_equal_plain"
+    ]
+    assert agreement.metric_value == 1.0 and agreement.metric_args["num_prompts"] == 2
 
     # A record of other weights (the checkpoint retrained in place) proves nothing about these.
     meta = mine / "drafter.json"  # hashed with the weights: a changed byte is another checkpoint
@@ -382,3 +392,101 @@ def test_the_card_names_the_gpu_and_dtype_agreement_was_shown_on():
     assert "draftsmith's runtime on NVIDIA H200, cuda, bfloat16)" in line and "AMD EPYC" not in line
     old = {k: v for k, v in record.items() if k not in ("device", "hardware")} | {"dtype": "float32"}
     assert "draftsmith's runtime on AMD EPYC, cpu, float32)" in _proven_line(get_format("vllm"), old, "eagle3")
+
+
+# --- the repo vLLM loads by id: its root is the vLLM export ----------------------------------------
+
+
+def _eval(ckpt, out):
+    from draftsmith.cli import main as cli
+
+    argv = ["eval", "--target", "tiny-random", "--quiet", "--draft", str(ckpt), "--num-prompts", "2"]
+    assert cli([*argv, "--max-new-tokens", "8", "-k", "3", "--json", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def draft_lm_ckpt(tmp_path_factory, tiny_cache):
+    """A tiny draft LM (2 layers of tiny-random) trained 2 steps, its eval JSON in the run folder."""
+    from draftsmith.train.config import load_recipe
+    from draftsmith.train.trainer.loop import train
+
+    run = tmp_path_factory.mktemp("run-draft-lm")
+    quick = ["--optim.max_steps=2", "--data.max_rows=40", "--data.max_length=64", "--logging.eval_every=1000"]
+    r = load_recipe(
+        "configs/tiny/draft_lm.yaml", [*quick, "--logging.acceptance_prompts=0", "--logging.progress=false"]
+    )
+    r.checkpoint.output_dir = str(run)
+    train(r)
+    _eval(run / "final", run / "eval.json")
+    return run / "final"
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "draft_lm"])
+def test_the_repo_root_is_what_vllm_loads_by_id(kind, request, tmp_path, monkeypatch):
+    """`--speculative-config '{"model": "ORG/REPO"}'` names the repo's root: there lies the vLLM
+    export (the same files `draftsmith export --format vllm` writes, passing its contract check),
+    draftsmith's checkpoint in draftsmith/; the card leads with that one line, and its metadata
+    (as huggingface_hub parses it) carries the tags and τ from the eval JSON beside the checkpoint."""
+    import huggingface_hub
+
+    from draftsmith.kinds import KINDS
+    from draftsmith.models.checkpoint import Checkpoint
+    from draftsmith.shipping.export import EXPORT_META, check, export
+
+    ckpt = request.getfixturevalue("ckpt") if kind == "eagle3" else request.getfixturevalue("draft_lm_ckpt")
+    if kind == "eagle3":
+        request.getfixturevalue("eval_json")
+
+    def no_network(*args):
+        raise AssertionError(f"a dry run opened a connection: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    repo, staged = f"test-org/tiny-{kind.replace('_', '-')}", tmp_path / "staged"
+    info = publish(ckpt, repo, dry_run=True, stage_dir=staged)
+    assert set(info["files"]) == _expected_files(ckpt, tmp_path, ["eval.json"], kind)
+    assert check(staged, "vllm", kind) == []  # the root passes vLLM's layout check
+    fresh = export(ckpt, "vllm", tmp_path / "fresh", num_speculative_tokens=3)  # the K the eval measured
+    for p in (p for p in fresh.rglob("*") if p.is_file() and p.name != EXPORT_META):
+        assert (staged / p.relative_to(fresh)).read_bytes() == p.read_bytes(), p.name
+    assert Checkpoint.of(staged / "draftsmith").kind == kind  # draftsmith's own checkpoint, whole
+    published = json.loads((staged / EXPORT_META).read_text())
+    assert published["source_checkpoint"] == "draftsmith" and str(tmp_path) not in json.dumps(published)
+
+    card = info["card"]
+    (line,) = [ln for ln in card.splitlines() if ln.startswith("vllm serve") and "--speculative-config" in ln]
+    spec = json.loads(line.split("--speculative-config ", 1)[1].strip("'"))
+    assert spec["model"] == repo and spec["method"] == published["method"]
+    assert card.index(line) < card.index(f"hf download {repo}")  # the id first; downloads for the others
+    assert "drafter/vllm" not in card and "--draft drafter/draftsmith" in card
+
+    data = huggingface_hub.ModelCard(card).data
+    speculators = ["speculators"] if kind == "eagle3" else []
+    assert data.tags == ["speculative-decoding", KINDS[kind].tag, *speculators, "vllm", "draftsmith"]
+    assert data.base_model is None  # tiny-random is not on the Hub (a built-in with a Hub id: below)
+    measured = json.loads((ckpt.parent / "eval.json").read_text())
+    (tau,) = data.eval_results
+    assert tau.metric_type == "mean_acceptance_length" and tau.metric_value == measured["mean_acceptance_length"]
+    assert tau.dataset_type == measured["prompts"] and tau.metric_args["num_prompts"] == measured["num_prompts"] == 2
+    assert tau.metric_args["drafts"] == measured["drafts"] and tau.metric_args["num_speculative_tokens"] == 3
+
+
+def test_the_card_metadata_names_the_base_model_and_each_prompt_sets_tau(ckpt, eval_json, tmp_path):
+    """A target with a Hub id is the base_model; a bench over two prompt sets gives one τ per set
+    (its `by_set` split, each with its own number of prompts)."""
+    import huggingface_hub
+
+    run = tmp_path / "run"
+    shutil.copytree(ckpt, run / "final")
+    meta = json.loads((run / "final" / "drafter.json").read_text())
+    (run / "final" / "drafter.json").write_text(json.dumps(meta | {"target": "smollm2-135m-instruct"}))
+    r = json.loads(eval_json.read_text())
+    split = {
+        "mt-bench": {**r, "mean_acceptance_length": 2.5, "num_prompts": 80},
+        "humaneval": {**r, "num_prompts": 164},
+    }
+    mixed = r | {"prompts": "mt-bench,humaneval", "by_set": split, "_source": "bench.json"}
+    data = huggingface_hub.ModelCard(build_card(run / "final", [mixed], "me/smol-eagle3")).data
+    assert data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    got = {e.dataset_type: (e.metric_value, e.metric_args["num_prompts"]) for e in data.eval_results}
+    assert got == {"mt-bench": (2.5, 80), "humaneval": (r["mean_acceptance_length"], 164)}

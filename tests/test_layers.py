@@ -29,7 +29,7 @@ LAYERS = [
     {"draftsmith.evaluation"},
     {"draftsmith.train"},
     # the contract suite's tiny instances (draftsmith/testing.py) are built through the trainer's tasks
-    {"draftsmith.shipping", "draftsmith.plan", "draftsmith.plan_job"},
+    {"draftsmith.shipping", "draftsmith.plan", "draftsmith.plan_job", "draftsmith.plan_regen", "draftsmith.plan_cli"},
     {"draftsmith.testing"},
     # entry points: `python -m draftsmith.train` is the training command (it prints the plan first)
     {"draftsmith.cli", "draftsmith.__main__", "draftsmith.train.__main__"},

@@ -236,3 +236,93 @@ def test_cli_plan_prints_each_phase_and_the_utilisation_source(capsys):
     assert code == 0
     for words in ("regeneration (", "4.8 TB/s", "feature extraction (", "training (", "whole job: ~", "38-43%"):
         assert words in out, words
+
+
+# --- regeneration: the server's layout (draftsmith/plan_regen.py) ----------------------------------
+
+PAGE = ROOT / "docs" / "your-target.md"
+
+
+def _regen_rate(replicas=1, tp=1, concurrency=8, params=P8, gpu_memory=80e9, flops=989e12 * 0.4):
+    from draftsmith import plan_regen
+
+    lay = plan_regen.layout(2 * params, gpu_memory, 8, 8, 8, replicas=replicas, tp=tp, concurrency=concurrency)
+    return plan_regen.tokens_per_s(lay, params, 2 * params, 3.35e12, flops)
+
+
+def test_regeneration_scales_with_replicas_and_requests_while_the_weights_bound_it():
+    base, bound = _regen_rate()
+    assert bound == "bandwidth"
+    assert base == pytest.approx(8 / (2 * P8 / 3.35e12), rel=1e-12)  # 8 tokens per read of the 16 GB
+    for replicas in (2, 4, 8):
+        rate, bound = _regen_rate(replicas=replicas)
+        assert bound == "bandwidth" and rate == pytest.approx(replicas * base, rel=1e-12)
+    for concurrency in (1, 16, 64):
+        rate, bound = _regen_rate(concurrency=concurrency)
+        assert bound == "bandwidth" and rate == pytest.approx(concurrency / 8 * base, rel=1e-12)
+    # tensor parallelism splits the read: 2 GPUs per replica, each step half as long
+    assert _regen_rate(tp=2)[0] == pytest.approx(2 * base, rel=1e-12)
+
+
+def test_regeneration_reaches_the_compute_cap():
+    flops = 989e12 * 0.4
+    cap = flops / (2 * P8)  # tokens/s one GPU's usable FLOP/s allow
+    rate, bound = _regen_rate(concurrency=4096, flops=flops)
+    assert bound == "compute" and rate == pytest.approx(cap, rel=1e-12)
+    rate, bound = _regen_rate(replicas=4, tp=2, concurrency=4096, flops=flops)
+    assert bound == "compute" and rate == pytest.approx(8 * cap, rel=1e-12)
+    # the crossing: where c tokens' FLOPs take as long as one read of the weights
+    crossing = (2 * P8 / 3.35e12) * flops / (2 * P8)
+    assert _regen_rate(concurrency=math.floor(crossing))[1] == "bandwidth"
+    assert _regen_rate(concurrency=math.ceil(crossing))[1] == "compute"
+
+
+def test_the_default_regeneration_server_is_the_pages():
+    """8B: one replica on one GPU with the recipe's 8 requests in flight, started and fed by the
+    page's own two lines; 70B: split over the node (the page's tensor-parallel line). The hours by
+    hand: 12.8M reply tokens (half of ShareGPT's 25.6M) at 8 tokens per read of the weights."""
+    text = PAGE.read_text()
+    path = "configs/llama-3.1-8b-instruct/eagle3.yaml"
+    plan = make_plan(load_recipe(ROOT / path), recipe_path=path, gpus=8)
+    r = plan.job["regeneration"]
+    assert (r["replicas"], r["tensor_parallel_size"], r["concurrency"], r["requests_in_flight"]) == (1, 1, 8, 8)
+    assert r["serve"] == "vllm serve meta-llama/Llama-3.1-8B-Instruct --port 8000" and f"\n{r['serve']}\n" in text
+    assert f"\n{r['client']}\n" in text and "--data.regenerate_concurrency" not in r["client"]
+    step_s = 2 * P8 / 3.35e12
+    assert r["hours"] == pytest.approx(25.6e6 * 0.5 / (8 / step_s) / 3600, rel=1e-9)
+    assert 2.0 < r["hours"] < 2.3  # "about 2 hours", as the page says
+    big = make_plan(load_recipe(L70 / "eagle3.yaml"), gpus=8).job["regeneration"]
+    assert (big["replicas"], big["tensor_parallel_size"]) == (1, 8) and big["fits"]
+    assert big["serve"] + "\n" in text  # vllm serve ... --tensor-parallel-size 8 --port 8000
+
+
+def test_the_pages_data_parallel_lines_are_what_plan_prints_for_them(capsys):
+    """The page's plan line for a node of 8 GPUs: its flags give 8 replicas x 64 requests, and the
+    serve and regeneration lines the plan prints for that layout are the page's."""
+    from draftsmith.cli import build_parser
+
+    (line,) = [ln for ln in PAGE.read_text().splitlines() if ln.startswith("draftsmith plan") and "--regen-" in ln]
+    args = build_parser().parse_known_args(line.split()[1:])[0]
+    assert (args.regen_replicas, args.regen_tp, args.regen_concurrency) == (8, None, 64)
+    code, out, err = _plan_cli(ROOT / args.recipe, "--regen-replicas", "8", "--regen-concurrency", "64", capsys=capsys)
+    assert code == 0
+    serve = next(ln.split("serve:", 1)[1].strip() for ln in out.splitlines() if ln.strip().startswith("serve:"))
+    client = next(ln.split("regenerate:", 1)[1].strip() for ln in out.splitlines() if "regenerate: " in ln)
+    assert serve == "vllm serve meta-llama/Llama-3.1-8B-Instruct --data-parallel-size 8 --port 8000"
+    text = PAGE.read_text()
+    assert f"\n{serve}\n" in text
+    assert f"\n{client.replace(str(ROOT) + '/', '')}\n" in text and "--data.regenerate_concurrency 512" in client
+    assert "8 replica(s) x 1 GPU(s)" in out and "64 request(s) in flight per replica (512 in all" in out
+    assert "prediction" in out
+    # 64x the one-GPU rate: 8 replicas, 8x the requests each, still bound by the weights' read
+    one = make_plan(load_recipe(L8 / "eagle3.yaml"), gpus=8).job["regeneration"]
+    node = make_plan(load_recipe(L8 / "eagle3.yaml"), gpus=8, regen_replicas=8, regen_concurrency=64).job
+    assert node["regeneration"]["bound"] == "bandwidth"
+    assert node["regeneration_hours"] == pytest.approx(one["hours"] / 64, rel=1e-9)
+
+
+def test_a_regeneration_server_larger_than_the_plan_is_refused(capsys):
+    code, out, err = _plan_cli(L8 / "eagle3.yaml", "--gpus", "4", "--regen-replicas", "4", "--regen-tp", "2",
+                               capsys=capsys)  # fmt: skip
+    assert code == 2 and "--regen-replicas 4 x --regen-tp 2 = 8 GPUs, more than the plan's 4" in err
+    assert err.count("\n") == 1 and "Traceback" not in err

@@ -91,7 +91,8 @@ def test_the_page_walked_on_the_tiny_target(tmp_path, tiny_cache, monkeypatch, c
     # 3. Regenerate the replies with the (stand-in) served target, and stop.
     server = StandIn()
     try:
-        line = page_line("draftsmith train", RECIPE, "--data-only")
+        # the node's line: 8 data-parallel replicas fed 512 requests (the one-GPU line is the same without it)
+        line = page_line("draftsmith train", RECIPE, "--data-only", "--data.regenerate_concurrency")
         assert train_main(swapped(line[2:], {RECIPE: recipe, "http://127.0.0.1:8000/v1": server.url})) == 0
     finally:
         server.close()

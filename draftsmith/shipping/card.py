@@ -4,8 +4,9 @@ how to serve each export, what an engine was proven to decode, and the training 
 `build_card(checkpoint, results, repo_id, exports=...)` writes it from the checkpoint (opened once:
 `opened`), the bench/eval results, the run's recipe.yaml and train_summary.json, and each staged
 export's draftsmith_export.json. An engine is claimed only from a passing `draftsmith crosscheck`
-record for this very checkpoint (`proofs`). The publishing itself (staging, the upload) is
-draftsmith/shipping/hub.py.
+record for this very checkpoint (`proofs`). The YAML metadata and the repo's layout (the vLLM
+export at the root, draftsmith's checkpoint in draftsmith/) are draftsmith/shipping/repo_meta.py;
+the publishing itself (staging, the upload) is draftsmith/shipping/hub.py.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import yaml
 from draftsmith.errors import DraftsmithError
 from draftsmith.fileio import read_json
 from draftsmith.kinds import KINDS
+from draftsmith.shipping.repo_meta import CHECKPOINT_DIR, card_yaml
 
 if TYPE_CHECKING:
     from draftsmith.models.checkpoint import Checkpoint
@@ -233,11 +235,27 @@ def _table(results: list[dict], target: dict) -> list[str]:
 
 
 def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None, proven: dict | None = None) -> list[str]:
-    """Serving commands from each export's draftsmith_export.json (its `serve` lines, with the
-    export folder as downloaded: drafter/<format>); `proven`: format -> its cross-check record."""
+    """Serving commands from each export's draftsmith_export.json (its `serve` lines: the repo id
+    for the export at the root, else the export folder as downloaded: drafter/<format>);
+    `proven`: format -> its cross-check record."""
     kind, base = meta["kind"], target["hub_id"] or target["name"]
-    lines = [
-        "Engines load local folders (a subfolder of a Hub repo is not a model id), so download once:",
+    root = next((f for f in _staged_formats() if (exports or {}).get(f.name, {}).get("root")), None)
+    local = f"drafter/{CHECKPOINT_DIR}" if root else "drafter"  # draftsmith's checkpoint, once downloaded
+    lines = []
+    if root is not None:  # the engine that loads this repo by its id: one line, no download
+        e = exports[root.name]
+        lines += [
+            f"{root.engine} loads this repo by its id (its root is {root.engine}'s layout; draftsmith's own checkpoint "
+            f"is in `{CHECKPOINT_DIR}/`):",
+            "",
+            "```bash",
+            e.get("serve_explicit") or e["serve"],
+            "```",
+            "",
+        ]
+    lines += [
+        ("Other engines and draftsmith" if root else "Engines")
+        + " load local folders (a subfolder of a Hub repo is not a model id), so download once:",
         "",
         "```bash",
         f"hf download {repo_id} --local-dir drafter",
@@ -261,12 +279,25 @@ def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None, prove
         if e.get("missing"):
             lines += [e["missing"], ""]
             continue
-        lines += ["```bash", e["serve"], "```", ""]
-        if e.get("serve_explicit"):
-            lines += ["or, naming the method:", "", "```bash", e["serve_explicit"], "```", ""]
+        if e.get("root"):  # its line is above; the other spelling, where there is one
+            if e.get("serve_explicit"):
+                lines += [
+                    "The draft's config.json names the target too, so this serves the pair as well:",
+                    "",
+                    "```bash",
+                    e["serve"],
+                    "```",
+                    "",
+                ]
+            where = "this repo's root"
+        else:
+            lines += ["```bash", e["serve"], "```", ""]
+            if e.get("serve_explicit"):
+                lines += ["or, naming the method:", "", "```bash", e["serve_explicit"], "```", ""]
+            where = f"`drafter/{fmt}/`"
         if e.get("note"):
             lines += [f"Note: {e['note']}.", ""]
-        lines += [f"The engine sources `drafter/{fmt}/` was checked against are in its draftsmith_export.json.", ""]
+        lines += [f"The engine sources {where} was checked against are in its draftsmith_export.json.", ""]
         lines += [_proven_line(f, (proven or {}).get(fmt), kind), ""]
     k = next(
         (e["num_speculative_tokens"] for e in (exports or {}).values() if e.get("num_speculative_tokens")),
@@ -303,8 +334,8 @@ def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None, prove
         ]
     return lines + [
         "```bash",
-        f'draftsmith generate --draft drafter --chat --show-draft -k {k} "Hello!"   # the target named in drafter.json',
-        f"draftsmith bench --draft drafter --target {base} --json bench.json   # measure it yourself",
+        f'draftsmith generate --draft {local} --chat --show-draft -k {k} "Hello!"   # the target named in drafter.json',
+        f"draftsmith bench --draft {local} --target {base} --json bench.json   # measure it yourself",
         "```",
     ]
 
@@ -349,14 +380,13 @@ def build_card(
     datasets, data_line = _dataset(recipe.get("data") or {})
     repo_id = repo_id or default_repo_name(opened_ckpt)
 
-    card_meta = {"base_model": target["hub_id"]} if target["hub_id"] else {}
-    card_meta["library_name"] = "transformers" if KINDS[kind].causal_lm else "draftsmith"
-    card_meta["license"] = license or LICENSES.get(target["name"], "other")
-    card_meta["tags"] = ["speculative-decoding", tag, "draftsmith"]
-    if datasets:
-        card_meta["datasets"] = datasets
-    if KINDS[kind].causal_lm:
-        card_meta["pipeline_tag"] = "text-generation"
+    lic = license or LICENSES.get(target["name"], "other")
+    proven = proofs(opened_ckpt) if exports is not None else None
+    root = next((e for e in (exports or {}).values() if e.get("root")), None)
+    metadata = card_yaml(
+        kind_tag=tag, causal_lm=KINDS[kind].causal_lm, base_model=target["hub_id"], license=lic,
+        datasets=datasets, repo_id=repo_id, results=results, kind=kind, proven=proven, root=root,
+    )  # fmt: skip
 
     base = (
         f"[{target['hub_id']}](https://huggingface.co/{target['hub_id']})"
@@ -365,7 +395,7 @@ def build_card(
     )
     out = [
         "---",
-        yaml.safe_dump(card_meta, sort_keys=False).strip(),
+        metadata.strip(),
         "---",
         "",
         f"# {repo_id.split('/')[-1]}",
@@ -384,7 +414,7 @@ def build_card(
         ]
     elif target["note"]:
         out += [f"> **Target.** `{target['name']}`: {target['note']}.", ""]
-    if license is None and card_meta["license"] == "other":
+    if license is None and lic == "other":
         out += ["> **License**: not set; the base model's license applies (publish with `--license`).", ""]
     if meta.get("target_path"):
         out += [
@@ -397,7 +427,7 @@ def build_card(
     if served:
         out += ["## Served at load", ""] + served + [""]
     out += ["## How to serve it", ""]
-    out += _serving(repo_id, meta, target, exports, proofs(opened_ckpt) if exports is not None else None)
+    out += _serving(repo_id, meta, target, exports, proven)
     out += ["", "## Training", ""]
     opt, dr, data = recipe.get("optim") or {}, recipe.get("drafter") or {}, recipe.get("data") or {}
     out += [

@@ -3,11 +3,14 @@
 The card is written by draftsmith/shipping/card.py (`build_card`, importable from here too); this
 module stages the folder and uploads it. The checkpoint is opened once and handed on.
 
-What is uploaded (``stage`` builds exactly this folder; ``--dry-run`` lists it and prints the card):
+What is uploaded (``stage`` builds exactly this folder; ``--dry-run`` lists it and prints the card;
+the layout's reasons: draftsmith/shipping/repo_meta.py):
 
-    README.md            the model card: YAML metadata, measured table, how to serve, the recipe
-    <checkpoint files>   config, weights, tokenizer, drafter.json (Medusa-2: also target/)
-    vllm/ sglang/        ``draftsmith.shipping.export`` of each engine format the method has
+    README.md            the model card: YAML metadata (eval results), measured table, how to serve, the recipe
+    config.json, weights the vLLM export at the root: ``--speculative-config '{"model": "ORG/REPO"}'``
+    draftsmith/          draftsmith's checkpoint: config, weights, tokenizer, drafter.json (Medusa-2: also
+                         target/), crosscheck.json; at the root for a kind without a vLLM export
+    sglang/ gguf/        ``draftsmith.shipping.export`` of each other engine format the method has
     recipe.yaml          the training recipe (from the run folder), and train_summary.json
     results/*.json       the bench/eval results the card's table is built from
 
@@ -49,6 +52,7 @@ from draftsmith.shipping.card import (  # noqa: F401 (the card's names, where th
     target_facts,
 )
 from draftsmith.shipping.export.common import article
+from draftsmith.shipping.repo_meta import CHECKPOINT_DIR, root_format
 
 log = logging.getLogger(__name__)
 
@@ -148,12 +152,46 @@ def _place(src: pathlib.Path, dst: pathlib.Path) -> None:
         shutil.copy2(src, dst)
 
 
+def _published(folder: pathlib.Path, fmt: str, repo_id: str | None, moved: bool) -> dict:
+    """The export's draftsmith_export.json as the Hub holds it (no local paths): its folder is the
+    repo id where it is the root (`repo_id`), else drafter/<format> as the card's `hf download ...
+    --local-dir drafter` puts it; `moved`: the checkpoint is in draftsmith/, not the root."""
+    from draftsmith.shipping.export import EXPORT_META
+
+    info = read_json_file(folder / EXPORT_META)
+    here = str(folder)
+
+    def public(v):
+        if not isinstance(v, str):
+            return v
+        if repo_id is None:
+            return v.replace(here, f"drafter/{fmt}")
+        return v.replace(here + "/", "drafter/").replace(here, repo_id)  # Medusa-2's target/: downloaded
+
+    info = {key: public(v) for key, v in info.items()}
+    info["source_checkpoint"] = CHECKPOINT_DIR if repo_id else f"../{CHECKPOINT_DIR}" if moved else ".."
+    write_json(folder / EXPORT_META, info)
+    if repo_id is not None:  # the card's metadata: which layout the root is
+        config = read_json_file(folder / "config.json")
+        info = {**info, "root": True, "speculators_model_type": config.get("speculators_model_type")}
+    return info
+
+
+def _lift(folder: pathlib.Path, out: pathlib.Path) -> None:
+    """Move an export's files up to the repo root (the staging folder) and remove its folder."""
+    for p in sorted(folder.iterdir()):
+        if (out / p.name).exists():  # the checkpoint went to draftsmith/: nothing else is at the root yet
+            raise DraftsmithError(f"internal error: {p.name} of the {folder.name} export is already at the repo root")
+        os.replace(p, out / p.name)
+    folder.rmdir()
+
+
 def stage(
     checkpoint, repo_id: str, results: list[dict], staging_dir, *, license: str | None = None
 ) -> list[pathlib.Path]:
     """Write exactly what `publish` uploads into `staging_dir` (new or empty); its files, sorted.
     `checkpoint`: a folder, or a Checkpoint opened once and handed on to each export and the card."""
-    from draftsmith.shipping.export import EXPORT_META, export, formats_for
+    from draftsmith.shipping.export import export, formats_for
 
     opened_ckpt = opened(checkpoint)
     ckpt, meta = opened_ckpt.path, opened_ckpt.meta
@@ -168,23 +206,24 @@ def stage(
         raise DraftsmithError(
             f"--stage-dir {out}: cannot write there ({e.strerror or e}); pass a writable new or empty folder"
         ) from None
+    applies = formats_for(meta["kind"])
+    root = root_format(applies)  # its export is the repo root; the checkpoint moves to draftsmith/
+    home = out / CHECKPOINT_DIR if root else out
     for src in sorted(ckpt.rglob("*")):
         rel = src.relative_to(ckpt)
         if src.is_file() and not (NOT_PUBLISHED & set(rel.parts)) and not any(p.startswith(".") for p in rel.parts):
-            _place(src, out / rel)
+            _place(src, home / rel)
     k = results[-1].get("num_speculative_tokens") if results else None  # the measured K, else export's default
     exports = {}
     from draftsmith.shipping.engines import installed
 
-    applies = formats_for(meta["kind"])
-    for f in (f for f in _staged_formats() if f.name in applies):  # "hf": the checkpoint itself, at the root
+    for f in (f for f in _staged_formats() if f.name in applies):  # "hf": the checkpoint itself
         fmt = f.name
+        dest = out / (f".{fmt}-root" if fmt == root else fmt)
         if f.requires:  # optional: written by an engine's own tool (llama.cpp's converter), which must be installed
             why, label = f.requires_note or f"{f.requires} is not installed here", f.label or f.engine
             try:
-                folder = (
-                    export(opened_ckpt, fmt, out / fmt, num_speculative_tokens=k) if installed(f.requires) else None
-                )
+                folder = export(opened_ckpt, fmt, dest, num_speculative_tokens=k) if installed(f.requires) else None
             except DraftsmithError as e:
                 folder, why = None, str(e)
             if folder is None:
@@ -194,13 +233,10 @@ def stage(
                 }
                 continue
         else:
-            folder = export(opened_ckpt, fmt, out / fmt, num_speculative_tokens=k)
-        info = read_json_file(folder / EXPORT_META)
-        # As downloaded by the card's `hf download ... --local-dir drafter`; no local paths on the Hub.
-        info = {key: v.replace(str(folder), f"drafter/{fmt}") if isinstance(v, str) else v for key, v in info.items()}
-        info["source_checkpoint"] = ".."  # this repo's root
-        write_json(folder / EXPORT_META, info)
-        exports[fmt] = info
+            folder = export(opened_ckpt, fmt, dest, num_speculative_tokens=k)
+        exports[fmt] = _published(folder, fmt, repo_id if fmt == root else None, bool(root))
+        if fmt == root:
+            _lift(folder, out)
     for name, src in (("recipe.yaml", ckpt.parent / "recipe.yaml"), ("train_summary.json", run_summary(ckpt, meta)[0])):
         if src is not None and src.is_file() and not (out / name).exists():
             _place(src, out / name)
