@@ -168,6 +168,9 @@ def _ccs(*pairs):
 
 
 TAU = "mean_acceptance_length"
+LONG_TREE = "results/long-run/smollm2-eagle3-90min-tree.json"
+LONG_TRUNC = "results/long-run/smollm2-truncated1.json"
+LONG_ONE = "results/long-run/smollm2-eagle3-one-step.json"
 README, RESULTS = "README.md", "docs/results.md"
 
 QUOTED = [
@@ -207,6 +210,8 @@ QUOTED = [
     (README, "| {} vs {} | {}× the training tokens/s ({} vs {}) |", RACE,
      [lambda j: _race(j, "ours", "tau_equal_time"), lambda j: _race(j, "peer", "tau_equal_time"), _race_ratio,
       lambda j: _race(j, "ours", "tokens_per_s"), lambda j: _race(j, "peer", "tokens_per_s")]),
+    (README, "| {} / {} | {}× / {}× | [smollm2-eagle3-90min-tree.json](" + LONG_TREE + ") |", LONG_TREE,
+     [lambda j: j[TAU], lambda j: j["fixed_k"][TAU], lambda j: j["speedup"], lambda j: j["fixed_k"]["speedup"]]),
     # docs/results.md: the summary rows and the corrected passages
     (RESULTS, "over the best plain decoding, target {}, draft {} | {} | {}× |", KINDS,
      [lambda j: _dtype(j["methods"]["qwen0.5b K=6"]["dtype"]),
@@ -237,6 +242,11 @@ QUOTED = [
     (RESULTS, "the tokens/s figures are its `tokens_per_s` ({} and {})", RACE,
      [lambda j: _race(j, "ours", "tokens_per_s"), lambda j: _race(j, "peer", "tokens_per_s")]),
     (RESULTS, "Ours trained {}× the tokens per second", RACE, [_race_ratio]),
+    (RESULTS, "drafting the tree every step | {} / {} | {}× / {}× |", LONG_TREE,
+     [lambda j: j[TAU], lambda j: j["fixed_k"][TAU], lambda j: j["speedup"], lambda j: j["fixed_k"]["speedup"]]),
+    (RESULTS, "EAGLE-3 after one step (drafting every step: {}× / {}×) | | {}× / {}× |", LONG_TRUNC,
+     [lambda j: j["fixed_k"]["speedup"], lambda j: json.loads((ROOT / LONG_ONE).read_text())["fixed_k"]["speedup"],
+      lambda j: j["speedup"], lambda j: json.loads((ROOT / LONG_ONE).read_text())["speedup"]]),
     (RESULTS, "built-in chat and code prompts (6 each), in {} as crosscheck runs it", SMOL_SERVED_FP32,
      [lambda j: j["stamp"]["dtype"]]),
     (RESULTS, "| SmolLM2 quickstart EAGLE-3 | {} | ours | {} |", SMOL_CC,
