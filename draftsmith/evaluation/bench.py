@@ -197,12 +197,7 @@ def run_bench(
     result = {
         **environment(target, drafter, engine),
         "num_speculative_tokens": k,
-        "temperature": sampling.temperature,
-        "top_k": sampling.top_k,
-        "top_p": sampling.top_p,
-        "seed": seed,
-        "max_new_tokens": max_new_tokens,
-        "num_prompts": len(prompts),
+        **_settings(sampling, seed, max_new_tokens, prompts),
         **metrics.as_dict(),
         "tokens_per_s": tps["speculative"],
         "speedup": ratio("speculative", "plain"),
@@ -240,6 +235,18 @@ def run_bench(
             **in_loop,
         }
     return result
+
+
+def _settings(sampling, seed, max_new_tokens, prompts) -> dict:
+    """What a timed run decoded under, as its result records it."""
+    return {
+        "temperature": sampling.temperature,
+        "top_k": sampling.top_k,
+        "top_p": sampling.top_p,
+        "seed": seed,
+        "max_new_tokens": max_new_tokens,
+        "num_prompts": len(prompts),
+    }
 
 
 class BenchInterrupted(KeyboardInterrupt):
@@ -358,12 +365,7 @@ def run_compare(
         env.pop(key)  # per method, in its row
     return {
         **env,
-        "temperature": sampling.temperature,
-        "top_k": sampling.top_k,
-        "top_p": sampling.top_p,
-        "seed": seed,
-        "max_new_tokens": max_new_tokens,
-        "num_prompts": len(prompts),
+        **_settings(sampling, seed, max_new_tokens, prompts),
         "graphs_after_warmup": graphs,
         "methods": rows,
     }
