@@ -1,6 +1,7 @@
 """vLLM's plain decoding, timed and profiled for scripts/bench_plain_vs_vllm.py: runs inside vLLM's
-own environment (.engines/vllm, `python -I`), never imports draftsmith (it loads the runners'
-protocol loop, draftsmith/shipping/engines/runner_protocol.py, by its path).
+own environment (.engines/vllm, `python -I`), never imports draftsmith: it loads crosscheck's
+runner (draftsmith/shipping/engines/vllm_runner.py) by its path, and starts vLLM and speaks the
+protocol as that runner does.
 
 Protocol (JSON lines, as draftsmith/shipping/engines/protocol.py speaks it):
   stdin  line 1  {"target": DIR, "dtype": "float32", "max_model_len": N, "seed": 0}
@@ -24,9 +25,8 @@ import runpy
 import sys
 import time
 
-# Under `python -I` draftsmith is not importable: the runners' protocol loop comes by its path.
 ENGINES = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "draftsmith", "shipping", "engines")
-serve = runpy.run_path(os.path.join(ENGINES, "runner_protocol.py"))["serve"]
+RUNNER = runpy.run_path(os.path.join(ENGINES, "vllm_runner.py"))  # its globals: start, serve, ...
 
 SCOPES = ("lm_head", "sampler")  # record_function ranges put around vLLM's calls when profiling
 # Every setting a variant of the host (bench_plain_vs_vllm.py) may set: the host clears them from
@@ -152,30 +152,18 @@ def scoped_ops(events, scopes=SCOPES):
 
 
 def start(config):
-    """Load vLLM: (the LLM, the ready message with the processes and settings it runs under)."""
-    t = time.perf_counter()
+    """vLLM loaded as crosscheck's runner loads it: (the LLM, the ready message, with the threads,
+    processes and settings it runs under)."""
     import torch
-    import vllm
-    from vllm import LLM
 
-    llm = LLM(
-        model=config["target"],
-        dtype=config.get("dtype", "float32"),
-        seed=config.get("seed", 0),
-        max_model_len=config.get("max_model_len", 2048),
-        enable_prefix_caching=False,  # every repeat prefills its prompt anew, as ours does
-        disable_log_stats=False,  # the per-request timestamps
-        max_num_seqs=1,
+    llm, ready = RUNNER["start"](config)
+    ready.update(
+        torch_threads=torch.get_num_threads(),
+        compilation_mode=str(llm.llm_engine.vllm_config.compilation_config.mode),
+        processes=_processes(),
+        env={k: os.environ.get(k) for k in SETTINGS},
     )
-    return llm, {
-        "ready": True,
-        "load_s": time.perf_counter() - t,
-        "versions": {"vllm": vllm.__version__, "torch": torch.__version__},
-        "torch_threads": torch.get_num_threads(),
-        "compilation_mode": str(llm.llm_engine.vllm_config.compilation_config.mode),
-        "processes": _processes(),
-        "env": {k: os.environ.get(k) for k in SETTINGS},
-    }
+    return llm, ready
 
 
 def answer(llm, req):
@@ -186,4 +174,4 @@ def answer(llm, req):
 
 
 if __name__ == "__main__":  # vLLM may start processes that re-import __main__
-    sys.exit(serve(start, answer))
+    sys.exit(RUNNER["serve"](start, answer))

@@ -74,8 +74,8 @@ def llm_kwargs(config: dict) -> dict:
         dtype=config.get("dtype", "float32"),
         seed=config.get("seed", 0),
         max_model_len=config.get("max_model_len", 2048),
-        enable_prefix_caching=False,
-        disable_log_stats=False,
+        enable_prefix_caching=False,  # every request prefills its prompt anew, as our runtime does
+        disable_log_stats=False,  # the metrics: speculative counters, per-request timestamps
         max_num_seqs=1,
     )
     if config.get("speculative_config"):
