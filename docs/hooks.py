@@ -6,7 +6,7 @@ A page asks for a part with a marker on a line of its own:
     <!-- generated: recipes -->            every recipe under configs/ (target, kind, data, what it is)
     <!-- generated: kinds -->              every drafter kind: exports, engines crosscheck runs, paper
 
-The config reference reads the dataclasses in train/config.py and each kind's dataclass from the
+The config reference reads the dataclasses in train/recipe.py and each kind's dataclass from the
 kind registry (draftsmith/kinds.py): names, types, defaults, ranges (each field's bounds), choices
 (`CHOICES`) and the comment beside each field in the source.
 """

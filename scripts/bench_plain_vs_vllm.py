@@ -42,6 +42,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from plain_vs_vllm_profile import breakdown, profile_lines, profile_ours  # noqa: E402
+from plain_vs_vllm_worker import SETTINGS  # noqa: E402 (the one list: the worker reports them back)
 
 from draftsmith.errors import DraftsmithError  # noqa: E402
 from draftsmith.evaluation.benchkit import add_flags, markdown_table, parser, run_main, save  # noqa: E402
@@ -51,18 +52,6 @@ MODELS = ("smollm2-135m-instruct", "qwen2.5-coder-1.5b-instruct")
 VARIANTS = ("documented", "defaults", "auto-bind", "crosscheck")
 GOAL = 0.8  # ours/vLLM decode tokens/s to reach
 ROOT_CAUSE = re.compile(r"\b[A-Z]\w*(Error|Exception): .+")
-# Every setting a variant may set: cleared from the inherited environment first, so a variant
-# runs under its own settings and vLLM's defaults for the rest.
-SETTINGS = (
-    "VLLM_ENABLE_V1_MULTIPROCESSING",
-    "VLLM_CPU_OMP_THREADS_BIND",
-    "VLLM_CPU_NUM_OF_RESERVED_CPU",
-    "VLLM_CPU_KVCACHE_SPACE",
-    "OMP_NUM_THREADS",
-    "KMP_AFFINITY",
-    "KMP_BLOCKTIME",
-    "LD_PRELOAD",
-)
 
 
 def cpu_list(cores) -> str:

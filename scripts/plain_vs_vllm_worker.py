@@ -1,5 +1,7 @@
 """vLLM's plain decoding, timed and profiled for scripts/bench_plain_vs_vllm.py: runs inside vLLM's
-own environment (.engines/vllm, `python -I`), never imports draftsmith.
+own environment (.engines/vllm, `python -I`), never imports draftsmith: it loads crosscheck's
+runner (draftsmith/shipping/engines/vllm_runner.py) by its path, and starts vLLM and speaks the
+protocol as that runner does.
 
 Protocol (JSON lines, as draftsmith/shipping/engines/protocol.py speaks it):
   stdin  line 1  {"target": DIR, "dtype": "float32", "max_model_len": N, "seed": 0}
@@ -18,30 +20,28 @@ VLLM_CPU_KVCACHE_SPACE, OMP_NUM_THREADS, LD_PRELOAD): the host's variants differ
 first token minus scheduled, then (last - first) / (n - 1)); the host also times whole requests.
 """
 
-import json
 import os
+import runpy
 import sys
 import time
-import traceback
+
+ENGINES = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "draftsmith", "shipping", "engines")
+RUNNER = runpy.run_path(os.path.join(ENGINES, "vllm_runner.py"))  # its globals: start, serve, ...
 
 SCOPES = ("lm_head", "sampler")  # record_function ranges put around vLLM's calls when profiling
-# What the host's variants set: reported back, so the JSON shows what vLLM really ran under.
+# Every setting a variant of the host (bench_plain_vs_vllm.py) may set: the host clears them from
+# the inherited environment first, so a variant runs under its own settings and vLLM's defaults
+# for the rest; the worker reports them back, so the JSON shows what vLLM really ran under.
 SETTINGS = (
     "VLLM_ENABLE_V1_MULTIPROCESSING",
     "VLLM_CPU_OMP_THREADS_BIND",
     "VLLM_CPU_NUM_OF_RESERVED_CPU",
     "VLLM_CPU_KVCACHE_SPACE",
     "OMP_NUM_THREADS",
+    "KMP_AFFINITY",
+    "KMP_BLOCKTIME",
     "LD_PRELOAD",
 )
-
-
-def _protocol_stream():
-    """Keep the real stdout for protocol lines; point fd 1 (vLLM's logs) at stderr."""
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return out
 
 
 def _processes():
@@ -151,61 +151,27 @@ def scoped_ops(events, scopes=SCOPES):
     return sorted(rows.values(), key=lambda r: -r["self_us"])
 
 
-def main():
-    out = _protocol_stream()
+def start(config):
+    """vLLM loaded as crosscheck's runner loads it: (the LLM, the ready message, with the threads,
+    processes and settings it runs under)."""
+    import torch
 
-    def send(obj):
-        out.write(json.dumps(obj) + "\n")
-        out.flush()
+    llm, ready = RUNNER["start"](config)
+    ready.update(
+        torch_threads=torch.get_num_threads(),
+        compilation_mode=str(llm.llm_engine.vllm_config.compilation_config.mode),
+        processes=_processes(),
+        env={k: os.environ.get(k) for k in SETTINGS},
+    )
+    return llm, ready
 
-    try:
-        config = json.loads(sys.stdin.readline())
-        t = time.perf_counter()
-        import torch
-        import vllm
-        from vllm import LLM
 
-        llm = LLM(
-            model=config["target"],
-            dtype=config.get("dtype", "float32"),
-            seed=config.get("seed", 0),
-            max_model_len=config.get("max_model_len", 2048),
-            enable_prefix_caching=False,  # every repeat prefills its prompt anew, as ours does
-            disable_log_stats=False,  # the per-request timestamps
-            max_num_seqs=1,
-        )
-        send(
-            {
-                "ready": True,
-                "load_s": time.perf_counter() - t,
-                "versions": {"vllm": vllm.__version__, "torch": torch.__version__},
-                "torch_threads": torch.get_num_threads(),
-                "compilation_mode": str(llm.llm_engine.vllm_config.compilation_config.mode),
-                "processes": _processes(),
-                "env": {k: os.environ.get(k) for k in SETTINGS},
-            }
-        )
-    except Exception as e:  # noqa: BLE001 - reported to the host as one line plus the log
-        traceback.print_exc()
-        send({"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"})
-        return 1
-
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        req = json.loads(line)
-        if req.get("quit"):
-            break
-        try:
-            op = req.get("op", "generate")
-            answer = {"generate": generate, "profile": profile}[op](llm, req)
-            answer["processes"] = _processes()
-            send(answer)
-        except Exception as e:  # noqa: BLE001
-            traceback.print_exc()
-            send({"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"})
-    return 0
+def answer(llm, req):
+    """A generate or profile request, with the processes' placement after it."""
+    out = {"generate": generate, "profile": profile}[req.get("op", "generate")](llm, req)
+    out["processes"] = _processes()
+    return out
 
 
 if __name__ == "__main__":  # vLLM may start processes that re-import __main__
-    sys.exit(main())
+    sys.exit(RUNNER["serve"](start, answer))

@@ -930,7 +930,7 @@ def test_refused_resume_keeps_recipe_and_card(trained_run, tmp_path, capsys, fre
 
 def _just_outside(spec: str, hint):
     """A value just outside a range spec (config.ranges), of the field's type (a list field gets a list)."""
-    from draftsmith.train.config import _leaf_types
+    from draftsmith.train.recipe_bounds import _leaf_types
 
     bounds = spec.split(" (")[0]
     if bounds.startswith(">="):

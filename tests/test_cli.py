@@ -292,16 +292,16 @@ def test_finished_results_survive_an_output_that_fails_at_the_end(tiny_cache, tm
     end (disk full, folder removed meanwhile), the results go to a temporary file named in the error."""
     import os
 
-    from draftsmith.evaluation import bench
+    from draftsmith.evaluation import bench_report  # save_outputs' module: where it looks its writers up
 
-    real, out, png = bench.write_json, tmp_path / "r.json", tmp_path / "r.png"
+    real, out, png = bench_report.write_json, tmp_path / "r.json", tmp_path / "r.png"
 
     def disk_full(result, path):
         if str(path) == str(out):
             raise OSError(28, "No space left on device")
         return real(result, path)
 
-    monkeypatch.setattr(bench, "write_json", disk_full)
+    monkeypatch.setattr(bench_report, "write_json", disk_full)
     assert (
         main(
             ["eval", *TINY, "--draft", "truncated:4", "--num-prompts", "1", "--max-new-tokens", "6", "--json", str(out)]
@@ -314,9 +314,11 @@ def test_finished_results_survive_an_output_that_fails_at_the_end(tiny_cache, tm
     assert json.loads(open(kept).read())["num_prompts"] == 1 and not out.exists()
     os.unlink(kept)
 
-    monkeypatch.setattr(bench, "write_json", real)  # the JSON is written, the plot fails: the error points at the JSON
     monkeypatch.setattr(
-        bench, "plot_acceptance", lambda *a: (_ for _ in ()).throw(ValueError("Format 'png' is not supported"))
+        bench_report, "write_json", real
+    )  # the JSON is written, the plot fails: the error points at the JSON
+    monkeypatch.setattr(
+        bench_report, "plot_acceptance", lambda *a: (_ for _ in ()).throw(ValueError("Format 'png' is not supported"))
     )
     assert (
         main(

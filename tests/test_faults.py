@@ -19,7 +19,7 @@ from test_multinode import _free_port, _launch, losses, two_machines
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny" / "draft_lm.yaml"
-# The stated bounds (train/config.py, CheckpointConfig): from SIGTERM to the process's exit, and
+# The stated bounds (train/recipe.py, CheckpointConfig): from SIGTERM to the process's exit, and
 # from a killed process to the others' exit, on a busy 2-core machine with the tiny recipe.
 SIGTERM_BOUND_S = 20.0
 LOST_RANK_BOUND_S = 30.0

@@ -111,7 +111,9 @@ def test_layers_import_only_downwards():
 # folder, each building on the ones before it; on top the package itself (its lazy `train`), its
 # command. Every module of train/ is placed: a new one must be too.
 TRAIN_LAYERS = [
-    {"config", "cli_options"},  # cli_options: the command options the parser declares without torch
+    # the recipe: its sections (recipe), their bounds (recipe_bounds), loading (config); cli_options: the
+    # command options the parser declares without torch
+    {"recipe_bounds", "recipe", "config", "cli_options"},
     {"lora", "distributed"},
     {"losses"},
     {"data", "preflight"},  # preflight: what a run needs on disk (the data's and features' files), checked first

@@ -1,5 +1,5 @@
 """The standard benchmarks (draftsmith/evaluation/prompts.py) and the per-category results
-(draftsmith/evaluation/bench.py):
+(draftsmith/evaluation/bench.py, bench_measures.py):
 MT-Bench's two-turn protocol on tiny-random, HumanEval as the user message, the category
 sampler, cached answers, pinned data files, and per-group metrics that pool to the overall τ.
 

@@ -16,23 +16,16 @@ term under speculators' own reduction (draftsmith logs KL + H(p)).
 import sys
 
 import torch
-from speculators.config import SpeculatorsConfig, VerifierConfig
 from speculators.losses import resolve_loss_config
 from speculators.models.dflash import core
 from speculators.models.dflash.config import DFlashSpeculatorConfig
 from speculators.models.dflash.core import DFlashDraftModel
-from speculators.proposals.greedy import GreedyTokenProposalConfig
+from speculators_common import build, entropy, load_case, save_result, speculators_config
 from transformers import Qwen3Config
 
 
-def entropy(logits, targets):  # per position H(p) of the target's law, a loss_fn of speculators' shape
-    logp = torch.log_softmax(targets.float(), -1)
-    return -(logp.exp() * logp).sum(-1)
-
-
 def main(case_path: str, out_path: str) -> None:
-    torch.manual_seed(0)
-    case = torch.load(case_path)
+    case = load_case(case_path)
     layer = Qwen3Config(**case["config"])
     layer._attn_implementation = "eager"
     bs = case["block_size"]
@@ -42,18 +35,9 @@ def main(case_path: str, out_path: str) -> None:
         block_size=bs,
         aux_hidden_state_layer_ids=case["aux_layers"],
         mask_token_id=case["mask_token_id"],
-        speculators_config=SpeculatorsConfig(
-            algorithm="dflash",
-            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=bs - 1)],
-            default_proposal_method="greedy",
-            verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]),
-        ),
+        speculators_config=speculators_config("dflash", bs - 1),
     )
-    model = DFlashDraftModel(config).float()
-    missing, unexpected = model.load_state_dict(case["weights"], strict=False)
-    if missing or unexpected:
-        raise SystemExit(f"weights do not match speculators' names: missing {missing}, unexpected {unexpected}")
-    model.train()
+    model = build(DFlashDraftModel, config, case["weights"])
 
     anchors = case["anchors"]
     core.select_anchors = lambda loss_mask, n, block_size: (anchors, torch.ones_like(anchors, dtype=torch.bool))
@@ -78,9 +62,7 @@ def main(case_path: str, out_path: str) -> None:
         gamma=case["gamma"],
         max_anchors=anchors.numel(),
     )
-    loss.backward()
-    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-    torch.save({"loss": loss.detach(), "entropy": torch.stack(entropy_terms).sum(), "grads": grads}, out_path)
+    save_result(loss, entropy_terms, model, out_path)
 
 
 if __name__ == "__main__":

@@ -15,24 +15,17 @@ logs the cross-entropy KL + H(p), whose gradient is the same).
 import sys
 
 import torch
-from speculators.config import SpeculatorsConfig, VerifierConfig
 from speculators.losses import resolve_loss_config
 from speculators.models.eagle3 import core
 from speculators.models.eagle3.config import Eagle3SpeculatorConfig
 from speculators.models.eagle3.core import Eagle3DraftModel
 from speculators.models.eagle3.data import shift_batch
-from speculators.proposals.greedy import GreedyTokenProposalConfig
+from speculators_common import build, entropy, load_case, save_result, speculators_config
 from transformers import LlamaConfig
 
 
-def entropy(logits, targets):  # per position H(p) of the target's law, a loss_fn of speculators' shape
-    logp = torch.log_softmax(targets.float(), -1)
-    return -(logp.exp() * logp).sum(-1)
-
-
 def main(case_path: str, out_path: str) -> None:
-    torch.manual_seed(0)
-    case = torch.load(case_path)
+    case = load_case(case_path)
     c = case["config"]
     layer = LlamaConfig(num_hidden_layers=1, **c)
     layer._attn_implementation = "eager"
@@ -41,18 +34,9 @@ def main(case_path: str, out_path: str) -> None:
         draft_vocab_size=case["draft_vocab_size"],
         norm_before_residual=case["norm_before_residual"],
         eagle_aux_hidden_state_layer_ids=case["aux_layers"],
-        speculators_config=SpeculatorsConfig(
-            algorithm="eagle3",
-            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=case["ttt_steps"])],
-            default_proposal_method="greedy",
-            verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]),
-        ),
+        speculators_config=speculators_config("eagle3", case["ttt_steps"]),
     )
-    model = Eagle3DraftModel(config).float()
-    missing, unexpected = model.load_state_dict(case["weights"], strict=False)
-    if missing or unexpected:
-        raise SystemExit(f"weights do not match speculators' names: missing {missing}, unexpected {unexpected}")
-    model.train()
+    model = build(Eagle3DraftModel, config, case["weights"])
 
     entropy_terms = []
     real_metrics = core.compute_metrics
@@ -77,9 +61,7 @@ def main(case_path: str, out_path: str) -> None:
         ttt_step_loss_decay=case["ttt_decay"],
         loss_config=resolve_loss_config("kl_div", "eager"),  # the fused kernel needs Triton
     )
-    loss.backward()
-    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-    torch.save({"loss": loss.detach(), "entropy": torch.stack(entropy_terms).sum(), "grads": grads}, out_path)
+    save_result(loss, entropy_terms, model, out_path)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ first positions decide the acceptance length, later ones only count when all bef
 with label the target's own distribution for token a+k (`labels: distill`, softmax of its logits
 at a+k-1: what the draft must imitate when the data was not written by the target) or the data's
 token (`labels: tokens`, the paper's choice on target-regenerated data). With `labels: distill`
-the CE may be replaced by another `divergence` (train/config.py's DIVERGENCES; fkl is this CE,
+the CE may be replaced by another `divergence` (train/recipe.py's DIVERGENCES; fkl is this CE,
 tvd is 1 - the expected acceptance). The context features
 come from the frozen target, online (a forward per batch) or from an offline cache, through
 train/features/ as for EAGLE-3.
@@ -67,7 +67,7 @@ class DFlashTrainConfig:
     causal: bool = False  # False (DFlash): the block attends to itself both ways; True: causally
     num_blocks: Annotated[int, Ge(1)] = 16  # anchors (blocks) drawn per training row
     labels: str = "distill"  # distill: `divergence` to the target's distribution | tokens: CE on the data's tokens
-    divergence: str = "fkl"  # labels distill: fkl (the soft CE) | rkl | jsd | tvd (train/config.py's DIVERGENCES)
+    divergence: str = "fkl"  # labels distill: fkl (the soft CE) | rkl | jsd | tvd (train/recipe.py's DIVERGENCES)
     jsd_beta: Annotated[float, Interval(gt=0, lt=1)] = 0.5
     # γ: block position k weighs exp(-(k-1)/γ); 0: every position alike
     loss_decay: Annotated[float, Ge(0), Note("0: every block position weighs the same")] = 4.0

@@ -6,7 +6,7 @@ dataset's or the target's own regenerated replies), with a divergence chosen in 
 on the decoding temperature, and that training on the draft's own samples (on-policy data,
 scored by the target) aligns the two where it matters at inference: `data.source: on_policy`
 (GKD, Agarwal et al. 2024), on `on_policy_fraction` of the optimizer steps (1 unless set). The
-divergence is `drafter.divergence` (train/config.py's DIVERGENCES says what each optimises).
+divergence is `drafter.divergence` (train/recipe.py's DIVERGENCES says what each optimises).
 
 `draft_vocab_size` adds a draft vocabulary (FR-Spec, Zhao et al. 2025): the ids of that many target
 tokens most frequent where the training data is scored, saved beside the weights, over which the
@@ -47,7 +47,7 @@ class DraftLMTrainConfig:
     kind: str = "draft_lm"
     init: str = "truncated:8"  # truncated:N (target's first N layers) or any causal LM with its tokenizer
     lora: LoraConfig = field(default_factory=LoraConfig)
-    divergence: str = "fkl"  # fkl | rkl | jsd | tvd | ce (train/config.py's DIVERGENCES: what each optimises)
+    divergence: str = "fkl"  # fkl | rkl | jsd | tvd | ce (train/recipe.py's DIVERGENCES: what each optimises)
     loss: str | None = None  # deprecated spelling of divergence, still read
     temperature: Annotated[float, Gt(0)] = 1.0
     jsd_beta: Annotated[float, Interval(gt=0, lt=1)] = 0.5

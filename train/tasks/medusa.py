@@ -13,7 +13,7 @@ target's own LM head predicts t+1); the loss is Σ_k λ^k L_k (paper, eq. 1, λ 
 labels: "tokens" scores head k on the data's token t+k+1 (with data.regenerate these are the
 target's own tokens); "distill" on the target's distribution at that position,
 softmax(target_logits[t+k]) (Medusa-2: the adapted target's, the one that will verify), with
-`divergence` (train/config.py's DIVERGENCES: fkl, the soft cross-entropy, by default; tvd is
+`divergence` (train/recipe.py's DIVERGENCES: fkl, the soft cross-entropy, by default; tvd is
 1 - the expected acceptance).
 """
 
@@ -53,7 +53,7 @@ class MedusaTrainConfig:
     share_lm_head: bool = False  # heads use the target's LM head itself (fewer weights, untrained)
     decay: Annotated[float, Interval(gt=0, le=1)] = 0.8  # λ: head k's loss weight is λ^k
     labels: str = "tokens"  # tokens: CE on the data's tokens; distill: `divergence` to the target's distribution
-    divergence: str = "fkl"  # labels distill: fkl | rkl | jsd | tvd (train/config.py's DIVERGENCES)
+    divergence: str = "fkl"  # labels distill: fkl | rkl | jsd | tvd (train/recipe.py's DIVERGENCES)
     jsd_beta: Annotated[float, Interval(gt=0, lt=1)] = 0.5
     mode: str = "medusa1"  # medusa1 | medusa2
     heads_loss_weight: Annotated[float, Gt(0)] = 0.2  # medusa2: L = L_LM + heads_loss_weight * Σ_k λ^k L_k

@@ -54,7 +54,7 @@ class PardTrainConfig:
     num_speculative_tokens: Annotated[int, Ge(1)] = 8  # K: tokens per forward; trained with K-1 mask copies (paper: 8)
     mask_token: str = "auto"  # auto (see models/pard.py choose_mask_token) | a token id | a token string
     # fkl | rkl | jsd | tvd to the target's distribution, or ce on the data's tokens (the paper's);
-    # what each optimises: train/config.py's DIVERGENCES
+    # what each optimises: train/recipe.py's DIVERGENCES
     divergence: str = "fkl"
     loss: str | None = None  # deprecated spelling of divergence, still read
     temperature: Annotated[float, Gt(0)] = 1.0

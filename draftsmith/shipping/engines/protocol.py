@@ -3,8 +3,9 @@
 The engines (vLLM, llama.cpp) pin their own torch, transformers and compilers; draftsmith never
 imports them. A runner script (e.g. vllm_runner.py) runs under the engine's interpreter, reads one
 JSON object per line on stdin and answers one per line on stdout; its logs go to a file. The
-first line configures and loads the engine, every later line is one request. An answer carrying
-"error" becomes one DraftsmithError naming the engine and its log file.
+first line configures and loads the engine, every later line is one request (runner_protocol.py
+is that loop, the runners' side). An answer carrying "error" becomes one DraftsmithError naming
+the engine and its log file.
 """
 
 from __future__ import annotations

@@ -29,121 +29,97 @@ versions): what the reader checks a folder against.
 
 import json
 import os
+import runpy
 import sys
 import time
-import traceback
 
 META = "vllm-hidden-states.json"
+HERE = os.path.dirname(os.path.abspath(__file__))
+# `python -I` puts neither draftsmith nor this folder on sys.path: the protocol loop comes by its path.
+serve = runpy.run_path(os.path.join(HERE, "runner_protocol.py"))["serve"]
 
 
-def _protocol_stream():
-    """Keep the real stdout for protocol lines; point fd 1 (vLLM's logs) at stderr."""
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return out
+def start(config: dict):
+    """Load vLLM with the hidden-states connector writing into config["storage"] (its META says
+    what the folder holds): (the LLM with the connector's file helpers, the ready message)."""
+    t = time.perf_counter()
+    import torch
+    import vllm
+    from vllm import LLM
+    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
+        cleanup_hidden_states,
+        load_hidden_states,
+    )
 
-
-def _error(e) -> dict:
-    text = str(e).strip()
-    return {"error": f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"}
-
-
-def main():
-    out = _protocol_stream()
-
-    def send(obj):
-        out.write(json.dumps(obj) + "\n")
-        out.flush()
-
-    try:
-        config = json.loads(sys.stdin.readline())
-        t = time.perf_counter()
-        import torch
-        import vllm
-        from vllm import LLM, SamplingParams
-        from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
-            cleanup_hidden_states,
-            load_hidden_states,
-        )
-        from vllm.inputs import TokensPrompt
-
-        storage = os.path.abspath(config["storage"])
-        os.makedirs(storage, exist_ok=True)
-        aux = [int(i) for i in config["aux_layers"]]
-        engine_args = dict(config.get("engine_args", {}))
-        connector = {"kv_connector": "ExampleHiddenStatesConnector"}
-        if not torch.cuda.is_available():
-            # vLLM's connector copies through pinned memory on a CUDA stream, which a CPU build
-            # refuses; ours (vllm_plugins/) writes the same file synchronously. Workers import it by
-            # module path: the folder goes on sys.path, which vLLM's worker processes inherit.
-            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_plugins"))
-            connector = {
-                "kv_connector": "DraftsmithHiddenStatesConnector",
-                "kv_connector_module_path": "draftsmith_hidden_states_connector",
-            }
-            # Extraction is prefill only: compiling the graph for it cost minutes on 2 cores for nothing.
-            engine_args.setdefault("enforce_eager", True)
-        llm = LLM(
-            model=config["target"],
-            dtype=config.get("dtype", "float32"),
-            seed=0,
-            max_model_len=config.get("max_model_len", 2048),
-            enable_prefix_caching=False,  # a cached prefix is not recomputed: its hidden states would be missing
-            speculative_config={
-                "method": "extract_hidden_states",
-                "num_speculative_tokens": 1,
-                "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": aux}},
-            },
-            kv_transfer_config={
-                **connector,
-                "kv_role": "kv_producer",
-                "kv_connector_extra_config": {"shared_storage_path": storage},
-            },
-            **engine_args,
-        )
-        versions = {"vllm": vllm.__version__, "torch": torch.__version__}
-        meta = {
-            "target": config.get("target_name") or config["target"],
-            "target_path": config["target"],
-            "aux_layers": aux,
-            "dtype": config.get("dtype", "float32"),
-            "versions": versions,
-            "connector": connector["kv_connector"],
+    storage = os.path.abspath(config["storage"])
+    os.makedirs(storage, exist_ok=True)
+    aux = [int(i) for i in config["aux_layers"]]
+    engine_args = dict(config.get("engine_args", {}))
+    connector = {"kv_connector": "ExampleHiddenStatesConnector"}
+    if not torch.cuda.is_available():
+        # vLLM's connector copies through pinned memory on a CUDA stream, which a CPU build
+        # refuses; ours (vllm_plugins/) writes the same file synchronously. Workers import it by
+        # module path: the folder goes on sys.path, which vLLM's worker processes inherit.
+        sys.path.insert(0, os.path.join(HERE, "vllm_plugins"))
+        connector = {
+            "kv_connector": "DraftsmithHiddenStatesConnector",
+            "kv_connector_module_path": "draftsmith_hidden_states_connector",
         }
-        with open(os.path.join(storage, META), "w") as f:
-            json.dump(meta, f, indent=2)
-        send({"ready": True, "load_s": time.perf_counter() - t, "versions": versions})
-    except Exception as e:  # noqa: BLE001 - reported to the host as one line plus the log
-        traceback.print_exc()
-        send(_error(e))
-        return 1
+        # Extraction is prefill only: compiling the graph for it cost minutes on 2 cores for nothing.
+        engine_args.setdefault("enforce_eager", True)
+    llm = LLM(
+        model=config["target"],
+        dtype=config.get("dtype", "float32"),
+        seed=0,
+        max_model_len=config.get("max_model_len", 2048),
+        enable_prefix_caching=False,  # a cached prefix is not recomputed: its hidden states would be missing
+        speculative_config={
+            "method": "extract_hidden_states",
+            "num_speculative_tokens": 1,
+            "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": aux}},
+        },
+        kv_transfer_config={
+            **connector,
+            "kv_role": "kv_producer",
+            "kv_connector_extra_config": {"shared_storage_path": storage},
+        },
+        **engine_args,
+    )
+    versions = {"vllm": vllm.__version__, "torch": torch.__version__}
+    meta = {
+        "target": config.get("target_name") or config["target"],
+        "target_path": config["target"],
+        "aux_layers": aux,
+        "dtype": config.get("dtype", "float32"),
+        "versions": versions,
+        "connector": connector["kv_connector"],
+    }
+    with open(os.path.join(storage, META), "w") as f:
+        json.dump(meta, f, indent=2)
+    ready = {"ready": True, "load_s": time.perf_counter() - t, "versions": versions}
+    return (llm, load_hidden_states, cleanup_hidden_states), ready
 
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        req = json.loads(line)
-        if req.get("quit"):
-            break
-        try:
-            t = time.perf_counter()
-            params = SamplingParams(temperature=0.0, max_tokens=1, detokenize=False)
-            prompts = [TokensPrompt(prompt_token_ids=list(r)) for r in req["rows"]]
-            results = llm.generate(prompts, params, use_tqdm=False)
-            files = []
-            for r in results:
-                path = (r.kv_transfer_params or {}).get("hidden_states_path")
-                if not path:
-                    raise RuntimeError(f"request {r.request_id}: vLLM returned no hidden_states_path")
-                load_hidden_states(path)  # blocks on the file's lock until the write finished
-                cleanup_hidden_states(path, keep_hidden_states=True)  # the lock file only
-                files.append(path)
-            send({"files": files, "elapsed_s": time.perf_counter() - t})
-        except Exception as e:  # noqa: BLE001
-            traceback.print_exc()
-            send(_error(e))
-    return 0
+
+def answer(state, req: dict) -> dict:
+    """The hidden states of req["rows"]: one complete file per row."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm, load_hidden_states, cleanup_hidden_states = state
+    t = time.perf_counter()
+    params = SamplingParams(temperature=0.0, max_tokens=1, detokenize=False)
+    prompts = [TokensPrompt(prompt_token_ids=list(r)) for r in req["rows"]]
+    results = llm.generate(prompts, params, use_tqdm=False)
+    files = []
+    for r in results:
+        path = (r.kv_transfer_params or {}).get("hidden_states_path")
+        if not path:
+            raise RuntimeError(f"request {r.request_id}: vLLM returned no hidden_states_path")
+        load_hidden_states(path)  # blocks on the file's lock until the write finished
+        cleanup_hidden_states(path, keep_hidden_states=True)  # the lock file only
+        files.append(path)
+    return {"files": files, "elapsed_s": time.perf_counter() - t}
 
 
 if __name__ == "__main__":  # vLLM may start its engine core in a child process that re-imports __main__
-    sys.exit(main())
+    sys.exit(serve(start, answer))

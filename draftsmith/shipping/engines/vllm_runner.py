@@ -17,19 +17,13 @@ _num_accepted_tokens_per_pos), differenced around each request. vLLM's own loggi
 stderr: stdout carries only the protocol.
 """
 
-import json
 import os
+import runpy
 import sys
 import time
-import traceback
 
-
-def _protocol_stream():
-    """Keep the real stdout for protocol lines; point fd 1 (vLLM's logs, any child's prints) at stderr."""
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return out
+# `python -I` puts neither draftsmith nor this folder on sys.path: the protocol loop comes by its path.
+serve = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner_protocol.py"))["serve"]
 
 
 def _spec_counters(llm):
@@ -80,8 +74,8 @@ def llm_kwargs(config: dict) -> dict:
         dtype=config.get("dtype", "float32"),
         seed=config.get("seed", 0),
         max_model_len=config.get("max_model_len", 2048),
-        enable_prefix_caching=False,
-        disable_log_stats=False,
+        enable_prefix_caching=False,  # every request prefills its prompt anew, as our runtime does
+        disable_log_stats=False,  # the metrics: speculative counters, per-request timestamps
         max_num_seqs=1,
     )
     if config.get("speculative_config"):
@@ -92,62 +86,43 @@ def llm_kwargs(config: dict) -> dict:
     return kwargs
 
 
-def main():
-    out = _protocol_stream()
+def start(config: dict):
+    """Load vLLM: (the LLM, the ready message)."""
+    t = time.perf_counter()
+    import torch
+    import vllm
+    from vllm import LLM
 
-    def send(obj):
-        out.write(json.dumps(obj) + "\n")
-        out.flush()
+    llm = LLM(**llm_kwargs(config))
+    return llm, {
+        "ready": True,
+        "load_s": time.perf_counter() - t,
+        "versions": {"vllm": vllm.__version__, "torch": torch.__version__},
+    }
 
-    try:
-        config = json.loads(sys.stdin.readline())
-        t = time.perf_counter()
-        import torch
-        import vllm
-        from vllm import LLM, SamplingParams
-        from vllm.inputs import TokensPrompt
 
-        llm = LLM(**llm_kwargs(config))
-        send(
-            {
-                "ready": True,
-                "load_s": time.perf_counter() - t,
-                "versions": {"vllm": vllm.__version__, "torch": torch.__version__},
-            }
-        )
-    except Exception as e:  # noqa: BLE001 - reported to the host as one line plus the log
-        traceback.print_exc()
-        send({"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"})
-        return 1
+def answer(llm, req: dict) -> dict:
+    """One request, decoded alone: its tokens, time and speculative counters."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
 
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        req = json.loads(line)
-        if req.get("quit"):
-            break
-        try:
-            sampled = float(req.get("temperature") or 0.0) > 0
-            params = SamplingParams(
-                temperature=float(req.get("temperature") or 0.0),
-                top_p=float(req.get("top_p") or 1.0),
-                top_k=int(req.get("top_k") or 0) if sampled else 0,
-                seed=int(req.get("seed", 0)) if sampled else None,
-                max_tokens=req["max_tokens"],
-                stop_token_ids=req.get("stop_token_ids") or None,
-                detokenize=False,
-            )
-            before = _spec_counters(llm)
-            t = time.perf_counter()
-            result = llm.generate([TokensPrompt(prompt_token_ids=req["prompt_ids"])], params, use_tqdm=False)
-            elapsed = time.perf_counter() - t
-            ids = list(result[0].outputs[0].token_ids)
-            send({"output_ids": ids, "elapsed_s": elapsed, "spec": _delta(_spec_counters(llm), before)})
-        except Exception as e:  # noqa: BLE001
-            traceback.print_exc()
-            send({"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"})
-    return 0
+    sampled = float(req.get("temperature") or 0.0) > 0
+    params = SamplingParams(
+        temperature=float(req.get("temperature") or 0.0),
+        top_p=float(req.get("top_p") or 1.0),
+        top_k=int(req.get("top_k") or 0) if sampled else 0,
+        seed=int(req.get("seed", 0)) if sampled else None,
+        max_tokens=req["max_tokens"],
+        stop_token_ids=req.get("stop_token_ids") or None,
+        detokenize=False,
+    )
+    before = _spec_counters(llm)
+    t = time.perf_counter()
+    result = llm.generate([TokensPrompt(prompt_token_ids=req["prompt_ids"])], params, use_tqdm=False)
+    elapsed = time.perf_counter() - t
+    ids = list(result[0].outputs[0].token_ids)
+    return {"output_ids": ids, "elapsed_s": elapsed, "spec": _delta(_spec_counters(llm), before)}
 
 
 if __name__ == "__main__":  # vLLM may start its engine core in a child process that re-imports __main__
-    sys.exit(main())
+    sys.exit(serve(start, answer))
