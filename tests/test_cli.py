@@ -8,6 +8,7 @@ import pytest
 
 from draftsmith.cli import main
 from draftsmith.evaluation.prompts import load_prompts
+from draftsmith.infer.kernels import KERNELS
 
 SUMMARY_KEYS = {
     "drafts",
@@ -62,7 +63,8 @@ def test_bench_writes_json_table_and_plot(tiny_cache, tmp_path, capsys):
     assert len(r["per_position_acceptance"]) == 3
     assert r["mean_acceptance_length"] == pytest.approx(1 + r["accepted_tokens"] / r["drafts"])
     assert png.stat().st_size > 1000
-    assert r["cpu_matmul"]["target"]["kernel"] in ("linear", "transposed")  # measured here, with its reason
+    # measured here, with its reason: which kernel wins depends on the CPU (oneDNN on AMX machines)
+    assert r["cpu_matmul"]["target"]["kernel"] in KERNELS
     assert r["cpu_matmul"]["draft_dtype"]["dtype"] in ("float32", "bfloat16")
     printed = capsys.readouterr().out
     assert "mean_acceptance_length" in printed and f"target: {r['cpu_matmul']['target']['kernel']} (" in printed
