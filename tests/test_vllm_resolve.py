@@ -173,6 +173,16 @@ def test_features_serve_bench_and_the_server_take_vllm(tiny_cache, tmp_path, cap
     _refused(capsys)
 
 
+def test_crosscheck_refuses_vllm_settings_without_vllm():
+    from draftsmith.cli import build_parser
+    from draftsmith.shipping.crosscheck_cli import run
+
+    for extra in (["--vllm", NO_VLLM], ["--vllm-arg", "enforce_eager=true"]):
+        args = build_parser().parse_args(["crosscheck", "ckpt", "--engines", "llamacpp", *extra])
+        with pytest.raises(DraftsmithError, match="are vLLM's: add vllm to --engines"):
+            run(args)
+
+
 @pytest.mark.parametrize(
     "script, argv",
     [

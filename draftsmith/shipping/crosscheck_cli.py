@@ -117,9 +117,10 @@ def run(args) -> int:
 
     check_device(args.device)  # before any export or engine starts
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    if (args.tensor_parallel_size or args.pipeline_parallel_size or args.vllm_arg) and "vllm" not in engines:
+    vllm_only = (args.tensor_parallel_size, args.pipeline_parallel_size, args.vllm_arg, args.vllm)
+    if any(vllm_only) and "vllm" not in engines:
         raise DraftsmithError(
-            "--tensor-parallel-size, --pipeline-parallel-size and --vllm-arg are vLLM's: add vllm to --engines"
+            "--tensor-parallel-size, --pipeline-parallel-size, --vllm-arg and --vllm are vLLM's: add vllm to --engines"
         )
     result = crosscheck(
         args.checkpoint,
