@@ -156,9 +156,11 @@ def test_crosscheck_takes_vllm(tiny, tmp_path, capsys, no_choice, sampled):
     _refused(capsys)
 
 
-def test_features_serve_bench_and_the_server_take_vllm(tiny_cache, tmp_path, capsys, no_choice, fresh_accelerate):
+def test_features_serve_bench_and_the_server_take_vllm(tiny, tmp_path, capsys, no_choice, fresh_accelerate):
     from draftsmith.cli import main
     from draftsmith.shipping.engines import vllm_engine
+
+    _, spec, _ = tiny("draft_lm")  # serve-bench's checkpoint: opened before vLLM is looked for
 
     recipe = str(ROOT / "configs" / "tiny" / "eagle3.yaml")
     quick = ["--data.max_rows=4", "--data.max_length=64", "--data.eval_rows=2", "--logging.progress=false"]
@@ -166,7 +168,7 @@ def test_features_serve_bench_and_the_server_take_vllm(tiny_cache, tmp_path, cap
     assert main(features + quick) == 2
     _refused(capsys)
     assert not list((tmp_path / "f").glob("shard-*"))
-    serve = ["serve-bench", str(tmp_path / "run"), "--vllm", NO_VLLM, "--prompts", "chat", "--num-prompts", "1"]
+    serve = ["serve-bench", spec, "--vllm", NO_VLLM, "--prompts", "chat", "--num-prompts", "1"]
     assert main(serve + ["--output-dir", str(tmp_path / "sb")]) == 2
     _refused(capsys)
     assert vllm_engine.main(["tiny-random", "--vllm", NO_VLLM]) == 2

@@ -624,12 +624,12 @@ def _managed(args, out: pathlib.Path, sets, levels, temps, drafted: dict, baseli
     from draftsmith.shipping.export.common import layout
     from draftsmith.shipping.installs import resolve_vllm
 
-    install = resolve_vllm(args.vllm)  # before the export: one line if there is no vLLM to start
     ckpt = Checkpoint.open(args.checkpoint)
     target = args.target or ckpt.target_to_load()[0]
     if target is None:
         raise DraftsmithError(f"{ckpt.path}: names no target; pass --target")
     target_dir = resolve_model(target).path
+    install = resolve_vllm(args.vllm)  # before the export: one line if there is no vLLM to start
     draft_dir = out / "export-vllm"
     if draft_dir.exists():
         shutil.rmtree(draft_dir)
