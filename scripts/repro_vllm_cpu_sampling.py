@@ -22,7 +22,9 @@ from draftsmith.evaluation.benchkit import parser, run_main, save
 from draftsmith.infer.metrics import pooled_ratio
 
 
-def run(target_dir, prompts, k, max_new, temperature, fixed: bool, dtype: str, draft_sample_method="greedy") -> dict:
+def run(
+    target_dir, prompts, k, max_new, temperature, fixed: bool, dtype: str, draft_sample_method="greedy", vllm=None
+) -> dict:
     from draftsmith.shipping.engines import vllm_engine
 
     env_fix = "1" if fixed else "0"
@@ -41,6 +43,7 @@ def run(target_dir, prompts, k, max_new, temperature, fixed: bool, dtype: str, d
             dtype=dtype,
             log_path=f"/tmp/vllm-repro-{env_fix}.log",
             speculative_extra={"draft_sample_method": draft_sample_method},
+            vllm=vllm,
         )
     finally:
         vllm_engine.vllm_env = old
@@ -78,7 +81,13 @@ def main(argv=None) -> int:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--json", default=None)
+    from draftsmith.shipping.engines.vllm_engine import add_vllm_argument
+
+    add_vllm_argument(p)
     args = p.parse_args(argv)
+    from draftsmith.shipping.installs import resolve_vllm
+
+    install = resolve_vllm(args.vllm)  # which vLLM: the CPU build's fault is what this shows
 
     from draftsmith.evaluation.prompts import load_prompt_sets
     from draftsmith.models.sources import load_tokenizer, resolve_model
@@ -91,7 +100,7 @@ def main(argv=None) -> int:
     runs = [(args.temperature, False, "greedy"), (args.temperature, True, "greedy")]
     runs += [(0.0, False, "greedy"), (0.0, True, "greedy"), (args.temperature, True, "probabilistic")]
     for temperature, fixed, method in runs:
-        row = run(folder, prompts, args.k, args.max_new_tokens, temperature, fixed, args.dtype, method)
+        row = run(folder, prompts, args.k, args.max_new_tokens, temperature, fixed, args.dtype, method, install)
         rows.append(row)
         print(
             f"T={temperature:<4} {'fixed  ' if fixed else 'unfixed'} {method:<13} drafts {row['drafts']:5d}  "
@@ -108,6 +117,7 @@ def main(argv=None) -> int:
             "num_prompts": len(prompts),
             "max_new_tokens": args.max_new_tokens,
             "rows": rows,
+            "vllm": install.stamp(),
         },
         args.json,
         argv=sys.argv,

@@ -16,7 +16,7 @@ import yaml
 
 from draftsmith.errors import DraftsmithError
 from draftsmith.shipping.hub import build_card, find_results, load_results, main, publish, stage
-from draftsmith.testing import stub_vllm
+from draftsmith.testing import stub_vllm, stub_vllm_install
 
 FAKE_TOKEN = "hf_fakeTokenForTheStandInServer0123456789"
 REPO = "test-org/tiny-eagle3"
@@ -314,7 +314,7 @@ def _crosscheck(ckpt, tmp_path, monkeypatch, tiny_target, **stub):
     from draftsmith.shipping.crosscheck import crosscheck
     from draftsmith.shipping.engines import vllm_engine
 
-    monkeypatch.setattr(engines, "require", lambda engine: tmp_path)
+    monkeypatch.setattr(engines, "resolve_vllm", stub_vllm_install(tmp_path))
     monkeypatch.setattr(vllm_engine, "VLLMEngine", stub_vllm(ckpt, tiny_target, **stub))
     return crosscheck(
         ckpt, ["vllm"], "chat", k=3, max_new_tokens=8, num_prompts=2, workdir=tmp_path / "cc", progress=False

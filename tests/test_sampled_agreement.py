@@ -132,7 +132,9 @@ def test_crosscheck_temperature_compares_the_engine_as_statistics(tiny, tiny_tar
     from draftsmith.shipping import engines
 
     _, spec, _ = tiny("draft_lm")
-    monkeypatch.setattr(engines, "require", lambda name: None)
+    from draftsmith.testing import stub_vllm_install
+
+    monkeypatch.setattr(engines, "resolve_vllm", stub_vllm_install(tmp_path))
     monkeypatch.setattr(engines, "driver", lambda name: _stand_in_driver(tiny_target, spec, follows))
     out = tmp_path / "sampled.json"
     argv = ["crosscheck", spec, "--engines", "vllm", "--temperature", "1", "--top-k", "3", "-k", str(K)]

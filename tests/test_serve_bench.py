@@ -367,10 +367,6 @@ def test_engine_arguments_pass_through(tmp_path):
                          "--engine-arg", "enforce-eager", "--engine-arg", "max-num-batched-tokens=8192"])  # fmt: skip
     assert serve_bench.engine_args(args) == ["--tensor-parallel-size", "8", "--gpu-memory-utilization", "0.9",
                                              "--enforce-eager", "--max-num-batched-tokens", "8192"]  # fmt: skip
-    assert serve_bench.launcher(sys.executable)[1:] == ["-I", "-m", "vllm.entrypoints.openai.api_server"]
-    vllm = tmp_path / "vllm"
-    vllm.write_text("#!/bin/sh\n")
-    assert serve_bench.launcher(str(vllm)) == [str(vllm), "serve"]
 
 
 FAKE_VLLM = """#!{python}
@@ -386,11 +382,16 @@ threading.Event().wait()
 """
 
 
-def test_a_checkpoint_is_exported_and_both_servers_started(tmp_path, tiny_cache, capsys):
+def test_a_checkpoint_is_exported_and_both_servers_started(tmp_path, tiny_cache, capsys, monkeypatch):
     """The path without endpoints: the checkpoint's vLLM export becomes the drafted server's
     speculative config, the engine arguments reach both servers, each server is stopped after its
-    sweep (a fake `vllm` executable that serves a stand-in stands in for vLLM)."""
+    sweep (a fake `vllm` executable that serves a stand-in stands in for vLLM; its python, read
+    from its #! line, is taken for one with vLLM 0.0-fake), and the stamp names that vLLM."""
     import pathlib
+
+    from draftsmith.shipping import installs
+
+    monkeypatch.setattr(installs, "probe", lambda python: {"vllm": True, "dist": "vllm", "version": "0.0-fake"})
 
     from draftsmith.models.sources import resolve_model
     from draftsmith.train.config import load_recipe
@@ -423,6 +424,12 @@ def test_a_checkpoint_is_exported_and_both_servers_started(tmp_path, tiny_cache,
     assert (out / "export-vllm" / "config.json").is_file() and "--speculative-config" not in plain_argv
     result = json.loads((out / "results.json").read_text())
     assert result["stamp"]["checkpoint"]["kind"] == "eagle3" and result["stamp"]["speculative_config"] == spec
+    assert result["stamp"]["vllm"] == {
+        "python": sys.executable,
+        "version": "0.0-fake",
+        "dist": "vllm",
+        "from": "--vllm",
+    }
     assert all(r["drafted"]["spec"]["tau"] == pytest.approx(3.0) for r in result["rows"])
 
 

@@ -48,7 +48,7 @@ def test_crosscheck_takes_the_parallelism_to_both_vllm_engines(monkeypatch, tmp_
 
 def test_crosscheck_refuses_parallelism_without_vllm():
     from draftsmith.errors import DraftsmithError
-    from draftsmith.shipping.crosscheck import run
+    from draftsmith.shipping.crosscheck_cli import run
 
     args = build_parser().parse_args(["crosscheck", "ckpt", "--engines", "llama.cpp", "--tensor-parallel-size", "2"])
     with pytest.raises(DraftsmithError, match="add vllm to --engines"):

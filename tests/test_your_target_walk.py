@@ -77,10 +77,12 @@ def vllm_stand_in(monkeypatch, tiny_target, tmp_path):
     """crosscheck's vLLM, installed and decoding with our runtime (draftsmith.testing.stub_vllm)."""
     from draftsmith.shipping import engines
     from draftsmith.shipping.engines import vllm_engine
-    from draftsmith.testing import stub_vllm
+    from draftsmith.testing import stub_vllm, stub_vllm_install
 
-    monkeypatch.setattr(engines, "require", lambda engine: tmp_path)
+    chosen = []  # the --vllm values crosscheck resolved
+    monkeypatch.setattr(engines, "resolve_vllm", stub_vllm_install(tmp_path, chosen))
     monkeypatch.setattr(vllm_engine, "VLLMEngine", stub_vllm(tmp_path / RUN / "final", tiny_target))
+    return chosen
 
 
 def test_the_page_walked_on_the_tiny_target(tmp_path, tiny_cache, monkeypatch, capsys, vllm_stand_in):
@@ -133,6 +135,7 @@ def test_the_page_walked_on_the_tiny_target(tmp_path, tiny_cache, monkeypatch, c
     assert cli(swapped(line[1:], {}, ("--num-prompts", "1", "--max-new-tokens", "8", "-k", "3", "--quiet"))) == 0
     result = json.loads((tmp_path / RUN / "crosscheck.json").read_text())
     assert result["runtimes"]["vllm"]["agreement"]["agrees"] and result["device"] == "cpu"
+    assert vllm_stand_in == [".engines/vllm-gpu/bin/python"]  # the page's GPU vLLM (docs/engines.md)
     # the recipe trained with thinking off: bench and crosscheck rendered their prompts the same way
     for report in (bench, result):
         assert (report["chat_template_kwargs"], report["chat_template_kwargs_from"]) == (SWITCHES, "checkpoint")

@@ -27,7 +27,8 @@ def features_arguments(p: argparse.ArgumentParser) -> None:
         choices=["transformers", "vllm"],
         default="transformers",
         help="who runs the target: transformers in this process (default), or vLLM in its own environment "
-        "(bash scripts/install_engines.sh vllm), which shards a target too big for one device",
+        "(bash scripts/install_engines.sh vllm, or vllm-gpu with --vllm), which shards a target too big for one "
+        "device",
     )
     p.add_argument("--shard-rows", type=int, default=64, help="training rows per shard file")
     p.add_argument("--batch-size", type=int, default=4, help="rows per target forward")
@@ -50,3 +51,10 @@ def features_arguments(p: argparse.ArgumentParser) -> None:
         help="read a folder vLLM already wrote (with its vllm-hidden-states.json) instead of starting vLLM",
     )
     v.add_argument("--vllm-log", default=None, help="vLLM's log file (default: OUTPUT/vllm.log)")
+    v.add_argument(
+        "--vllm",
+        default=None,
+        metavar="PATH",
+        help="the vLLM to run: a venv, its python or its `vllm` executable (default: $DRAFTSMITH_VLLM, "
+        "else .engines/vllm; GPUs: `bash scripts/install_engines.sh vllm-gpu`, then --vllm .engines/vllm-gpu)",
+    )

@@ -279,7 +279,8 @@ class Setup:
     k: int
     workdir: pathlib.Path
     dtype: str = "float32"
-    parallel: dict = field(default_factory=dict)  # vLLM: tensor_parallel_size, pipeline_parallel_size
+    parallel: dict = field(default_factory=dict)  # vLLM's: tensor/pipeline_parallel_size, ..., engine_args
+    vllm: object = None  # which vLLM (a VLLMInstall, draftsmith/shipping/installs.py; None: the default)
 
 
 def _export(setup: Setup, fmt: str, **options) -> pathlib.Path:
@@ -338,6 +339,22 @@ def engine_share(free: int, total: int, engines: int = 2, margin: float = 0.05) 
     return round(share, 3)
 
 
+def share_the_gpu(setup: Setup, on) -> None:
+    """With our side on a GPU (`on`) and no share of the user's (--gpu-memory-utilization, or
+    --vllm-arg gpu_memory_utilization=F), each vLLM engine gets `engine_share` of what our copy of
+    the target left free, so the two engines and ours fit on it together."""
+    given = setup.parallel.get("gpu_memory_utilization") or (setup.parallel.get("engine_args") or {}).get(
+        "gpu_memory_utilization"
+    )
+    if on.type != "cuda" or given:
+        return
+    import torch
+
+    free, total = torch.cuda.mem_get_info(on)  # our copy of the target is loaded: what is left
+    setup.parallel["gpu_memory_utilization"] = engine_share(free, total)
+    log.info("vLLM engines: %.2f of the GPU each (--gpu-memory-utilization)", setup.parallel["gpu_memory_utilization"])
+
+
 def crosscheck(
     checkpoint,
     engines: list[str],
@@ -351,10 +368,12 @@ def crosscheck(
     parallel: dict | None = None,
     device: str = "cpu",
     template_flag: str | None = None,
+    vllm=None,
 ) -> dict:
     """The checkpoint's greedy decodes in each engine and in our runtime, compared token for token
     and count for count. Prompts are rendered with the chat-template switches the checkpoint trained
-    with (`template_flag`: the --chat-template-kwargs JSON instead); the report names them."""
+    with (`template_flag`: the --chat-template-kwargs JSON instead); the report names them. `vllm`:
+    which vLLM (--vllm PATH; None: $DRAFTSMITH_VLLM, else .engines/vllm)."""
     from draftsmith.evaluation.bench import cpu_info
     from draftsmith.evaluation.prompts import chosen_template, load_prompt_sets, template_line, template_switches
     from draftsmith.models import Checkpoint, Target, load_drafter
@@ -375,7 +394,10 @@ def crosscheck(
     from draftsmith.shipping import engines as engine_installs
 
     for e in engines:  # before loading anything: say what to install
-        engine_installs.require(e)
+        if e == "vllm":
+            vllm = engine_installs.resolve_vllm(vllm)  # which vLLM both engines run (--vllm, ...)
+        else:
+            engine_installs.require(e)
     workdir = pathlib.Path(workdir or ckpt.parent / f"crosscheck-{ckpt.name}")
     workdir.mkdir(parents=True, exist_ok=True)
     target = Target.load(meta["target"], dtype=dtype, device=str(on))
@@ -393,15 +415,9 @@ def crosscheck(
     longest = max(len(p.ids) for p in prompts)
     max_model_len = longest + max_new_tokens + k + 8
     setup = Setup(ckpt, kind, meta["target"], pathlib.Path(resolve_model(meta["target"]).path), k, workdir, dtype)
-    setup.parallel = {key: v for key, v in (parallel or {}).items() if v}
-    if on.type == "cuda" and "vllm" in engines and not setup.parallel.get("gpu_memory_utilization"):
-        import torch
-
-        free, total = torch.cuda.mem_get_info(on)  # our copy of the target is loaded: what is left
-        setup.parallel["gpu_memory_utilization"] = engine_share(free, total)
-        log.info(
-            "vLLM engines: %.2f of the GPU each (--gpu-memory-utilization)", setup.parallel["gpu_memory_utilization"]
-        )
+    setup.parallel, setup.vllm = {key: v for key, v in (parallel or {}).items() if v}, vllm
+    if "vllm" in engines:
+        share_the_gpu(setup, on)
     runtimes = {"ours plain": OurRuntime(target), "ours": OurRuntime(target, drafter, k)}
     if any(engine_format(e).draft_first for e in engines):
         runtimes["ours (draft-first)"] = OurRuntime(
@@ -473,118 +489,3 @@ def crosscheck(
     }
     write_record(ckpt, result)
     return result
-
-
-# --- command line -------------------------------------------------------------------------------
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("checkpoint", help="a checkpoint folder written by `draftsmith train` (e.g. runs/NAME/final)")
-    parser.add_argument(
-        "--engines",
-        default="vllm",
-        help="comma list: "
-        + ", ".join(f"{e} ({', '.join(kinds)})" for e, kinds in ENGINE_KINDS.items())
-        + "; install them with `bash scripts/install_engines.sh`",
-    )
-    parser.add_argument("--prompts", default="chat,code", help="prompt sets, as for bench (default chat,code)")
-    parser.add_argument("--num-prompts", type=int, default=None, help="the first N prompts of each set")
-    parser.add_argument(
-        "--num-speculative-tokens",
-        "-k",
-        type=int,
-        default=None,
-        help="chain length K (default: the kind's default K, as generate and eval draft)",
-    )
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument(
-        "--dtype",
-        choices=["float32", "bfloat16"],
-        default="float32",
-        help="our runtime's dtype: float32 (default) is the agreement contract; bfloat16 runs race, "
-        "and their greedy outputs may part at near-ties",
-    )
-    parser.add_argument(
-        "--device",
-        default="cpu",
-        help="where our runtime decodes: cpu (default), cuda or cuda:N; the report and the record say "
-        "which device, its name and the dtype",
-    )
-    parser.add_argument(
-        "--temperature",
-        type=float,
-        default=0.0,
-        help="0 (default): greedy, the exact contract; > 0: sampled, the engine's per-position acceptance "
-        "against ours under the engine's own rule, as statistics (vllm only)",
-    )
-    parser.add_argument("--top-k", type=int, default=0, help="with --temperature: top-k (0: off)")
-    parser.add_argument("--top-p", type=float, default=1.0, help="with --temperature: top-p (1: off)")
-    parser.add_argument(
-        "--min-drafted",
-        type=int,
-        default=1000,
-        help="with --temperature: drafted tokens a side, at least (default 1000)",
-    )
-    parser.add_argument("--workdir", default=None, help="exports and engine logs (default: beside the checkpoint)")
-    parser.add_argument(
-        "--gpu-memory-utilization",
-        type=float,
-        default=None,
-        help="vLLM: each engine's share of the GPU (default with --device cuda: the share free beside our copy "
-        "of the target, halved between the two engines)",
-    )
-    from draftsmith.evaluation.switches import TEMPLATE_FLAG, TEMPLATE_HELP
-
-    parser.add_argument(TEMPLATE_FLAG, dest="chat_template_kwargs", default=None, help=TEMPLATE_HELP)
-    parser.add_argument("--json", default=None, help="write the result as JSON here")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    from draftsmith.shipping.engines.vllm_engine import add_parallel_arguments
-
-    add_parallel_arguments(parser)
-
-
-def run(args) -> int:
-    from draftsmith.evaluation.bench import check_output_path
-
-    if args.num_speculative_tokens is not None and args.num_speculative_tokens < 1:
-        raise DraftsmithError("--num-speculative-tokens must be >= 1")
-    if args.max_new_tokens < 1:
-        raise DraftsmithError("--max-new-tokens must be >= 1")
-    if args.num_prompts is not None and args.num_prompts < 1:
-        raise DraftsmithError("--num-prompts must be >= 1")
-    if args.json:
-        check_output_path(args.json, "--json", (".json",))
-    from draftsmith.models.target import check_device
-
-    check_device(args.device)  # before any export or engine starts
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    if (args.tensor_parallel_size or args.pipeline_parallel_size) and "vllm" not in engines:
-        raise DraftsmithError(
-            "--tensor-parallel-size and --pipeline-parallel-size split the target in vLLM: add vllm to --engines"
-        )
-    result = crosscheck(
-        args.checkpoint,
-        engines,
-        args.prompts,
-        args.num_speculative_tokens,
-        args.max_new_tokens,
-        args.num_prompts,
-        args.workdir,
-        args.dtype,
-        not args.quiet,
-        {
-            "tensor_parallel_size": args.tensor_parallel_size,
-            "pipeline_parallel_size": args.pipeline_parallel_size,
-            "gpu_memory_utilization": args.gpu_memory_utilization,
-        },
-        args.device,
-        args.chat_template_kwargs,
-    )
-    print(format_crosscheck(result))
-    if args.json:  # stamped (machine, date, commit, command) like every other report
-        from draftsmith.evaluation.report import write_report
-
-        write_report(result, args.json)
-        print(f"wrote {args.json}")
-    disagree = [n for n, r in result["runtimes"].items() if r.get("agreement") and not r["agreement"]["agrees"]]
-    return 1 if disagree else 0

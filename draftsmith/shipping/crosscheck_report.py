@@ -38,6 +38,8 @@ def write_record(ckpt: pathlib.Path, result: dict) -> pathlib.Path | None:
         records[engine] = {
             "engine": engine,
             "versions": (result["engine_info"].get(engine) or {}).get("versions") or {},
+            # which install ran (vLLM: its python, version, how it was chosen); None where not told
+            "install": (result["engine_info"].get(engine) or {}).get("install"),
             "format": engine_formats[engine],
             "kind": result["kind"],
             "num_speculative_tokens": result["num_speculative_tokens"],

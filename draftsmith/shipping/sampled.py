@@ -215,11 +215,14 @@ def crosscheck_sampled(
     min_drafted: int = MIN_DRAFTED,
     progress: bool = True,
     template_flag: str | None = None,
+    vllm=None,
+    engine_args: dict | None = None,
 ) -> dict:
     """The checkpoint's export decoded sampled by `engine` and by our runtime under the engine's
     rule, compared as statistics (module docstring); our lossless rule's tau beside it. Prompts are
     rendered with the chat-template switches the checkpoint trained with (`template_flag`: the
-    --chat-template-kwargs JSON instead)."""
+    --chat-template-kwargs JSON instead). `vllm`: which vLLM (--vllm PATH; None: the default);
+    `engine_args`: vLLM's own (--vllm-arg)."""
     import inspect
     import pathlib
 
@@ -236,7 +239,10 @@ def crosscheck_sampled(
     kind = opened.meta["kind"]
     if kind not in cc.ENGINE_KINDS.get(engine, ()):
         raise DraftsmithError(f"{engine} does not serve {kind} drafts")
-    engine_drivers.require(engine)
+    if engine == "vllm":  # before loading anything: one line if there is none
+        vllm = engine_drivers.resolve_vllm(vllm)
+    else:
+        engine_drivers.require(engine)
     workdir = pathlib.Path(workdir or opened.path.parent / f"crosscheck-{opened.path.name}")
     workdir.mkdir(parents=True, exist_ok=True)
     target = Target.load(opened.meta["target"], dtype=dtype, device="cpu")
@@ -257,6 +263,8 @@ def crosscheck_sampled(
         k,
         workdir,
         dtype,
+        {"engine_args": engine_args} if engine_args else {},
+        vllm,
     )
     fmt = cc.engine_format(engine)
     max_model_len = max(len(i) for i in ids) + max_new_tokens + k + 8
@@ -301,10 +309,10 @@ def run(args) -> int:
     """`draftsmith crosscheck`: greedy (the exact contract, crosscheck.py) or, with --temperature > 0,
     the sampled comparison above; exit 1 when the engine differs."""
     from draftsmith.errors import DraftsmithError
-    from draftsmith.shipping import crosscheck as cc
+    from draftsmith.shipping import crosscheck_cli
 
     if not args.temperature:
-        return cc.run(args)
+        return crosscheck_cli.run(args)
     if args.device != "cpu":
         raise DraftsmithError("--temperature: the sampled comparison runs our side on the CPU (--device cpu)")
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
@@ -331,6 +339,8 @@ def run(args) -> int:
         args.min_drafted,
         not args.quiet,
         template_flag=args.chat_template_kwargs,
+        vllm=args.vllm,
+        engine_args=crosscheck_cli.vllm_engine_args(args.vllm_arg),
     )
     print(format_table(result))
     if args.json:

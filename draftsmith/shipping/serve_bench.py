@@ -92,7 +92,9 @@ def add_arguments(p) -> None:
     )
     p.add_argument("--output-dir", default="serve-bench", help="results.json, speedup.png, export and server logs")
     eng = p.add_argument_group("the vLLM servers started here (passed through to `vllm serve`)")
-    eng.add_argument("--vllm", default=None, help="a `vllm` executable or a python with vllm (default: .engines/vllm)")
+    from draftsmith.shipping.engines.vllm_engine import add_vllm_argument
+
+    add_vllm_argument(eng)
     eng.add_argument("--tensor-parallel-size", type=int, default=None)
     eng.add_argument("--pipeline-parallel-size", type=int, default=None)
     eng.add_argument("--max-num-seqs", type=int, default=None)
@@ -126,19 +128,6 @@ def engine_args(args) -> list[str]:
             raise DraftsmithError(f"--engine-arg {item!r}: write K=V, e.g. --engine-arg enforce-eager")
         out += [f"--{key}"] + ([value] if eq else [])
     return out
-
-
-def launcher(vllm: str | None) -> list[str] | None:
-    """The command that starts vLLM's server: a python runs the API server module, anything else is
-    a `vllm` executable (`vllm serve`); None: .engines/vllm's."""
-    if vllm is None:
-        return None
-    path = shutil.which(vllm) or vllm
-    if not pathlib.Path(path).is_file():
-        raise DraftsmithError(f"--vllm {vllm}: no such executable")
-    if pathlib.Path(path).name.startswith("python"):
-        return [path, "-I", "-m", "vllm.entrypoints.openai.api_server"]
-    return [path, "serve"]
 
 
 # --- prompts ------------------------------------------------------------------------------------------------
@@ -633,12 +622,14 @@ def _managed(args, out: pathlib.Path, sets, levels, temps, drafted: dict, baseli
     from draftsmith.shipping.engines.vllm_engine import VLLMServer
     from draftsmith.shipping.export import EXPORT_META, export
     from draftsmith.shipping.export.common import layout
+    from draftsmith.shipping.installs import resolve_vllm
 
     ckpt = Checkpoint.open(args.checkpoint)
     target = args.target or ckpt.target_to_load()[0]
     if target is None:
         raise DraftsmithError(f"{ckpt.path}: names no target; pass --target")
     target_dir = resolve_model(target).path
+    install = resolve_vllm(args.vllm)  # before the export: one line if there is no vLLM to start
     draft_dir = out / "export-vllm"
     if draft_dir.exists():
         shutil.rmtree(draft_dir)
@@ -648,7 +639,7 @@ def _managed(args, out: pathlib.Path, sets, levels, temps, drafted: dict, baseli
     lay = layout(ckpt.kind, "vllm")
     spec = {"method": lay.method, "model": str(draft_dir), "num_speculative_tokens": k, **(lay.spec_extra or {})}
     common = dict(served_name="target", dtype=args.dtype, max_model_len=args.max_model_len,
-                  startup_s=args.startup_timeout, launcher=launcher(args.vllm))  # fmt: skip
+                  startup_s=args.startup_timeout, vllm=install)  # fmt: skip
     extra = engine_args(args)
     with VLLMServer(target_dir, log_path=out / "vllm-drafted.log", extra_args=[*extra, "--speculative-config",
                     json.dumps(spec)], **common) as s:  # fmt: skip
@@ -657,5 +648,5 @@ def _managed(args, out: pathlib.Path, sets, levels, temps, drafted: dict, baseli
     with VLLMServer(target_dir, log_path=out / "vllm-plain.log", extra_args=extra, **common) as s:
         sweep(s.url, "target", "plain server", sets, levels, temps, args, False, baseline)
     info = {"checkpoint": ckpt.identity(), "target": str(target), "speculative_config": spec, "engine_args": extra,
-            "dtype": served_dtype(out / "vllm-drafted.log") or args.dtype}  # fmt: skip
+            "dtype": served_dtype(out / "vllm-drafted.log") or args.dtype, "vllm": install.stamp()}  # fmt: skip
     return version, info

@@ -2,7 +2,7 @@
 (our runner, draftsmith/shipping/engines/vllm_engine.py; greedy, float32, a chain of K, batch size 1, each
 prompt rendered once with the target's chat template), for a speculators output folder or one of
 our checkpoints, so both trainers' drafts are measured by one code path. Runs under draftsmith's
-Python (vLLM itself runs in .engines/vllm).
+Python (vLLM itself runs in its own: --vllm PATH, else DRAFTSMITH_VLLM, else .engines/vllm).
 
     python scripts/peer/measure_tau.py DRAFT [--target smollm2-135m-instruct] [-k 4]
         [--prompts mt-bench,humaneval] [--num-prompts N] [--max-new-tokens 64] [--plain] [--json OUT.json]
@@ -28,7 +28,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from draftsmith.evaluation.benchkit import add_flags, parser, save  # noqa: E402
+from draftsmith.evaluation.benchkit import add_flags, parser, run_main, save  # noqa: E402
 
 
 def vllm_folder(draft: pathlib.Path, k: int, work: pathlib.Path) -> pathlib.Path:
@@ -157,6 +157,9 @@ def main() -> int:
     ap.add_argument("--plain", action="store_true", help="also decode without the draft (agreement, speedup)")
     add_flags(ap, json=None)
     ap.add_argument("--workdir", default=None)
+    from draftsmith.shipping.engines.vllm_engine import add_vllm_argument
+
+    add_vllm_argument(ap)
     args = ap.parse_args()
 
     from transformers import AutoTokenizer
@@ -164,7 +167,9 @@ def main() -> int:
     from draftsmith.evaluation.prompts import load_prompt_sets
     from draftsmith.models.sources import resolve_model
     from draftsmith.shipping.engines.vllm_engine import VLLMEngine
+    from draftsmith.shipping.installs import resolve_vllm
 
+    install = resolve_vllm(args.vllm)  # before the prompts and the export: one line if there is none
     work = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="peer-tau-"))
     work.mkdir(parents=True, exist_ok=True)
     target_dir = pathlib.Path(resolve_model(args.target).path)
@@ -194,12 +199,13 @@ def main() -> int:
         "dtype": args.dtype,
         "prompts": args.prompts,
         "max_new_tokens": args.max_new_tokens,
+        "vllm": install.stamp(),
         "per_prompt": [],
     }
     try:
         if args.plain:
             engines["plain"] = VLLMEngine(
-                target_dir, dtype=args.dtype, max_model_len=max_len, log_path=work / "vllm-plain.log"
+                target_dir, dtype=args.dtype, max_model_len=max_len, log_path=work / "vllm-plain.log", vllm=install
             )
         t = time.perf_counter()
         engines["spec"] = VLLMEngine(
@@ -210,6 +216,7 @@ def main() -> int:
             dtype=args.dtype,
             max_model_len=max_len,
             log_path=work / "vllm-draft.log",
+            vllm=install,
         )
         result["load_s"] = round(time.perf_counter() - t, 1)
         result["versions"] = engines["spec"].versions
@@ -231,4 +238,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)  # a DraftsmithError (no vLLM, a bad --vllm) is one line, status 2

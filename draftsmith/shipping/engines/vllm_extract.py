@@ -1,6 +1,7 @@
-"""vLLM (CPU build, or any build in .engines/vllm) as the target-feature extractor: the host side.
+"""vLLM as the target-feature extractor: the host side.
 
-The runner (vllm_features.py) runs under .engines/vllm/bin/python in isolated mode, loads the
+The runner (vllm_features.py) runs under the python of the vLLM draftsmith/shipping/installs.py's
+`resolve_vllm` names (--vllm PATH, DRAFTSMITH_VLLM, else .engines/vllm) in isolated mode, loads the
 target with vLLM's own hidden-state extraction and answers, per batch of token-id rows, the files
 vLLM's hidden-states connector wrote. train/features/vllm.py reads those files into our offline
 feature cache; this class only starts and speaks to the engine (train/ never imports engines/).
@@ -11,9 +12,9 @@ from __future__ import annotations
 
 import pathlib
 
-from draftsmith.shipping.engines import require
 from draftsmith.shipping.engines.protocol import RunnerProcess
-from draftsmith.shipping.engines.vllm_engine import vllm_env
+from draftsmith.shipping.engines.vllm_engine import cpu_folder, vllm_env
+from draftsmith.shipping.installs import resolve_vllm
 
 RUNNER = pathlib.Path(__file__).with_name("vllm_features.py")
 
@@ -33,12 +34,13 @@ class VLLMFeatureExtractor:
         engine_args: dict | None = None,
         log_path="vllm-features.log",
         threads: int | None = None,
+        vllm=None,
     ):
-        folder = require("vllm")
+        install = resolve_vllm(vllm)  # vllm: a --vllm PATH or a resolved VLLMInstall (None: the default)
         # The engine core in its own process (vLLM's default): the connector writes a request's
         # file in the core's NEXT step, which an in-process engine never takes once generate()
         # has returned (the runner would wait on the file's lock forever).
-        env = vllm_env(folder, threads, VLLM_ENABLE_V1_MULTIPROCESSING="1")
+        env = vllm_env(cpu_folder(install), threads, VLLM_ENABLE_V1_MULTIPROCESSING="1")
         config = {
             "target": str(target_dir),
             "target_name": target_name,
@@ -49,9 +51,10 @@ class VLLMFeatureExtractor:
             "engine_args": dict(engine_args or {}),
         }
         self.process = RunnerProcess(
-            "vLLM (extract_hidden_states)", [str(folder / "bin" / "python"), "-I", str(RUNNER)], config, log_path, env
+            "vLLM (extract_hidden_states)", [str(install.python), "-I", str(RUNNER)], config, log_path, env
         )
-        self.versions = self.process.ready.get("versions", {})
+        # the feature cache's manifest records these (extracted_by): which vLLM, not only its version
+        self.versions = {**self.process.ready.get("versions", {}), "vllm_python": str(install.python)}
 
     def __call__(self, rows: list[list[int]]) -> list[str]:
         answer = self.process.request({"rows": [list(map(int, r)) for r in rows]})

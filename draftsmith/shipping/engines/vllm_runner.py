@@ -2,7 +2,8 @@
 
 Protocol (JSON lines; see draftsmith/shipping/engines/protocol.py for the host side):
   stdin  line 1  {"target": DIR, "dtype": "float32", "speculative_config": {...} | null,
-                  "max_model_len": N, "seed": 0}
+                  "max_model_len": N, "seed": 0, and vLLM's own: "tensor_parallel_size",
+                  "pipeline_parallel_size", "gpu_memory_utilization", "engine_args": {...}}
   stdout         {"ready": true, "load_s": s, "versions": {...}}  (or {"error": "..."})
   stdin          {"prompt_ids": [...], "max_tokens": N, "stop_token_ids": [...],
                   "temperature": T, "top_p": P, "top_k": K, "seed": S}  (sampling keys optional)
@@ -83,6 +84,7 @@ def llm_kwargs(config: dict) -> dict:
     kwargs.update({k: int(config[k]) for k in PARALLEL if config.get(k)})
     if config.get("gpu_memory_utilization"):  # its share of the GPU beside the other engines and ours
         kwargs["gpu_memory_utilization"] = float(config["gpu_memory_utilization"])
+    kwargs.update(config.get("engine_args") or {})  # the user's own engine arguments (--vllm-arg), last
     return kwargs
 
 
