@@ -109,6 +109,15 @@ def decode(engines: dict, prompts, args, stop, per_prompt: list) -> dict:
     return tot
 
 
+def _se(accepted: list[int], drafts: list[int]) -> float | None:
+    import math
+
+    from draftsmith.infer.metrics import pooled_ratio
+
+    se = pooled_ratio(accepted, drafts)[1]
+    return round(se, 4) if math.isfinite(se) else None
+
+
 def summarise(result: dict, tot: dict, num_prompts: int, plain: bool) -> None:
     """τ, acceptance per position, speed (and agreement with plain decoding) over all prompts, and τ
     per domain, into `result`."""
@@ -121,6 +130,8 @@ def summarise(result: dict, tot: dict, num_prompts: int, plain: bool) -> None:
         accepted_per_pos=tot["per_pos"],
         acceptance_rate_per_pos=[round(v / d, 4) if d else None for v in tot["per_pos"]],
         tau=round(1 + tot["accepted"] / d, 4) if d else None,
+        # its standard error over the prompts (each prompt a cluster of drafts), as bench and eval give it
+        tau_se=_se([r["accepted"] for r in result["per_prompt"]], [r["drafts"] for r in result["per_prompt"]]),
         tokens_per_s=round(tot["tokens"] / tot["s"], 2) if tot["s"] else None,
     )
     if plain:
@@ -230,7 +241,7 @@ def main() -> int:
             e.close()
     summarise(result, tot, len(prompts), args.plain)
     summary = {
-        k: result[k] for k in ("tau", "drafts", "accepted_tokens", "accepted_per_pos", "tokens_per_s") if k in result
+        k: result[k] for k in ("tau", "tau_se", "drafts", "accepted_tokens", "accepted_per_pos", "tokens_per_s") if k in result
     }
     print("tau " + json.dumps(summary), flush=True)
     save(result, args.json, stamp=False, quiet=True)

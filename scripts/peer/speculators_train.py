@@ -50,6 +50,14 @@ def parse():
     ap.add_argument("--budget-s", type=float, default=None, help="stop after this much training wall time")
     ap.add_argument("--max-tokens", type=int, default=None, help="stop after this many real training tokens")
     ap.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps")
+    ap.add_argument(
+        "--save-at-s",
+        type=float,
+        action="append",
+        default=[],
+        help="also save a float32 checkpoint OUT/checkpoints/at-<S>s once this much training time has passed "
+        "(repeatable; the save's own time is not counted)",
+    )
     ap.add_argument("--lr", type=float, default=None, help="default: the recipe's optim.lr")
     ap.add_argument(
         "--batch-size",
@@ -134,6 +142,7 @@ def main() -> int:
     log_path = out / "train_log.jsonl"
     log_file = open(log_path, "a", buffering=1)
     state = {"tokens": 0, "loss_tokens": 0, "steps": 0, "t0": None, "stop": None, "last": None}
+    state["saves"] = sorted(args.save_at_s)
 
     def count_tokens(module, a, kw):
         if module.training:
@@ -179,6 +188,15 @@ def main() -> int:
                 f"loss {rec['loss']}",
                 flush=True,
             )
+            while state["saves"] and el >= state["saves"][0]:  # a mid-run draft, measured like the final one
+                at = state["saves"].pop(0)
+                t_save = time.perf_counter()
+                self.checkpointer.save_checkpoint(
+                    self.model, self.optimizers, f"at-{at:g}s", float_dtype=torch.float32
+                )
+                state["t0"] += time.perf_counter() - t_save
+                log_file.write(json.dumps({"saved": f"at-{at:g}s", "step": self.global_step, **rec}) + "\n")
+                print(f"[peer] saved at-{at:g}s at step {self.global_step} ({el:.0f} s)", flush=True)
             why = None
             if args.budget_s is not None and el >= args.budget_s:
                 why = f"wall-clock budget {args.budget_s:g} s"

@@ -1,0 +1,80 @@
+"""The long race's table (scripts/peer/long.sh): per trainer its steps and tokens, and τ in vLLM with
+its standard error at the mid-run draft and at the end of the budget; the difference of the two
+trainers at each point with the standard error of the difference. Writes OUT/long.json, OUT/long.md.
+
+    python scripts/peer/long_report.py OUT OURS_RUN BUDGET_S AT_S
+"""
+
+import json
+import math
+import pathlib
+import sys
+
+from draftsmith.evaluation.benchkit import markdown_table
+from draftsmith.evaluation.report import write_report
+
+out, ours_run, budget, at = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+
+
+def load(p):
+    p = pathlib.Path(p)
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def tau(name):
+    t = load(out / f"tau-{name}.json")
+    return None if t is None else {k: t.get(k) for k in ("tau", "tau_se", "drafts", "num_prompts", "acceptance_rate_per_pos")}
+
+
+ours_summary, peer_summary = load(ours_run / "train_summary.json"), load(out / "speculators/summary.json")
+peer_at = next(
+    (json.loads(line) for line in (out / "speculators/train_log.jsonl").read_text().splitlines() if '"saved"' in line),
+    None,
+)
+ours_at_step = (ours_summary.get("best") or {}).get("step")
+rows = {
+    "draftsmith": {
+        "steps": ours_summary["steps"],
+        "tokens": ours_summary["tokens"],
+        "at": {"step": ours_at_step, **(tau("ours-at") or {})},
+        "final": tau("ours-final"),
+    },
+    "speculators 0.9.0": {
+        "steps": peer_summary["steps"],
+        "tokens": peer_summary["tokens"],
+        "at": {"step": peer_at and peer_at["step"], "tokens": peer_at and peer_at["tokens"], **(tau("speculators-at") or {})},
+        "final": tau("speculators-final"),
+    },
+}
+
+
+def diff(a, b):
+    if not (a and b and a.get("tau") and b.get("tau")):
+        return None
+    se = math.sqrt((a.get("tau_se") or 0) ** 2 + (b.get("tau_se") or 0) ** 2)
+    d = a["tau"] - b["tau"]
+    return {"ours_minus_peer": round(d, 4), "se": round(se, 4), "beyond_2se": abs(d) > 2 * se}
+
+
+o, s = rows["draftsmith"], rows["speculators 0.9.0"]
+report = {
+    "budget_s": budget,
+    "at_s": at,
+    "results": rows,
+    "difference_at": diff(o["at"], s["at"]),
+    "difference_final": diff(o["final"], s["final"]),
+}
+write_report(report, out / "long.json", argv=["bash", "scripts/peer/long.sh"])
+
+
+def cell(t):
+    return f"{t['tau']:.3f} ± {t['tau_se']:.3f}" if t and t.get("tau") and t.get("tau_se") is not None else "-"
+
+
+table = markdown_table(
+    ["trainer", "steps", "tokens", f"τ at {at / 60:g} min", f"τ at {budget / 60:g} min"],
+    [[name, r["steps"], r["tokens"], cell(r["at"]), cell(r["final"])] for name, r in rows.items()],
+)
+(out / "long.md").write_text(table + "\n")
+print(table)
+print(json.dumps({k: report[k] for k in ("difference_at", "difference_final")}))
