@@ -67,6 +67,14 @@ def _finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def tau_se(results) -> float | None:
+    """τ's standard error over the prompts (each a cluster of steps): what a difference must beat;
+    None where it cannot be estimated (one prompt, nothing drafted)."""
+    return _finite_or_none(
+        pooled_ratio([r.metrics.accepted_tokens for r in results], [r.metrics.drafts for r in results])[1]
+    )
+
+
 def run_eval(
     target, drafter, prompts, k, max_new_tokens, sampling, seed=0, progress=True, tree=None, verification="lossless"
 ) -> dict:
@@ -82,11 +90,7 @@ def run_eval(
         "temperature": sampling.temperature,
         "num_prompts": len(prompts),
         **total.as_dict(),
-        # tau's standard error over the prompts (each a cluster of steps): what a difference must
-        # beat; None where it cannot be estimated (one prompt, nothing drafted)
-        "mean_acceptance_length_se": _finite_or_none(
-            pooled_ratio([r.metrics.accepted_tokens for r in results], [r.metrics.drafts for r in results])[1]
-        ),
+        "mean_acceptance_length_se": tau_se(results),
         **breakdown(prompts, results),  # no baseline ran: acceptance only, no speedup
     }
 
@@ -199,6 +203,7 @@ def run_bench(
         "num_speculative_tokens": k,
         **_settings(sampling, seed, max_new_tokens, prompts),
         **metrics.as_dict(),
+        "mean_acceptance_length_se": tau_se(spec),
         "tokens_per_s": tps["speculative"],
         "speedup": ratio("speculative", "plain"),
         "speedup_vs_hf_assisted": ratio("speculative", "hf_assisted"),
@@ -229,6 +234,7 @@ def run_bench(
         result["fixed_k"] = {
             "num_speculative_tokens": k,
             **fixed.as_dict(),
+            "mean_acceptance_length_se": tau_se(outputs[fixed_name]),
             "tokens_per_s": tps[fixed_name],
             "speedup": ratio(fixed_name, "plain"),
             "predicted_speedup": predicted,

@@ -126,8 +126,11 @@ def format_table(result: dict) -> str:
     if result.get("first_divergence"):
         lines.append(divergence_line(result["first_divergence"]))
     rate = result["draft_acceptance_rate"]
+    se = result.get("mean_acceptance_length_se")
     lines.append(
-        f"mean_acceptance_length {result['mean_acceptance_length']:.2f}   "
+        f"mean_acceptance_length {result['mean_acceptance_length']:.2f}"
+        + (f" ± {se:.2f}" if se is not None else "")
+        + "   "
         f"draft_acceptance_rate {rate if rate is None else round(rate, 3)}   drafts {result['drafts']}"
     )
     lines.append("per_position_acceptance " + " ".join(f"{a:.2f}" for a in result["per_position_acceptance"]))
@@ -137,7 +140,8 @@ def format_table(result: dict) -> str:
         lines.append(f"adaptive K (0..{a['k_max']}; K=0: a plain step), steps: {chosen}")
         lines.append(
             f"fixed K={f['num_speculative_tokens']} beside it: mean_acceptance_length {f['mean_acceptance_length']:.2f}"
-            f"  speedup {f['speedup']:.2f}x  predicted {f['predicted_speedup']:.2f}x"
+            + (f" ± {f['mean_acceptance_length_se']:.2f}" if f.get("mean_acceptance_length_se") is not None else "")
+            + f"  speedup {f['speedup']:.2f}x  predicted {f['predicted_speedup']:.2f}x"
         )
     if "speedup" in result:
         fmt = lambda v: "n/a" if v is None else f"{v:.2f}x"  # noqa: E731
