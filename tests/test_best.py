@@ -7,6 +7,7 @@ import json
 import pathlib
 import shutil
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -208,3 +209,23 @@ def test_eval_reports_taus_standard_error_over_its_prompts(tiny_target, tiny):
     )
     rate, se = pooled_ratio([5, 10], [10, 10])
     assert rate == 0.75 and abs(se - 0.25) < 1e-12
+    # bench reports the same figure beside its speedup (greedy: the same drafts as eval's)
+    from draftsmith.evaluation.bench import run_bench
+
+    b = run_bench(tiny_target, drafter, prompts, 3, 16, GREEDY, baselines=(), progress=False)
+    assert b["mean_acceptance_length_se"] == pytest.approx(r["mean_acceptance_length_se"])
+    assert b["mean_acceptance_length"] == pytest.approx(r["mean_acceptance_length"])
+
+
+def test_the_default_acceptance_prompts_are_held_out_rows_and_built_in_prompts_one_for_one(tiny_target):
+    """60 by default: 30 held-out rows and 30 built-in prompts of the other domain, so τ's standard
+    error stays near 0.03 late in a CPU-scale run (32 gave 0.035-0.038 at τ ≈ 1.5)."""
+    from draftsmith.train.config import DataConfig, Recipe
+    from draftsmith.train.data import build_data
+
+    n = Recipe().logging.acceptance_prompts
+    assert n == 60
+    data = build_data(DataConfig(path="chitchat", max_rows=800, max_length=64, eval_rows=80), tiny_target.tokenizer)
+    first = data.eval_prompts[:n]
+    assert len(first) == n
+    assert sum(p.domain == "chitchat" for p in first) == sum(p.domain == "code" for p in first) == n // 2
