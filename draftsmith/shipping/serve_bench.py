@@ -26,15 +26,23 @@ import tempfile
 
 from draftsmith.errors import DraftsmithError, Interrupted
 from draftsmith.shipping import serve_load
-from draftsmith.shipping.serve_load import Request
+from draftsmith.shipping.serve_report import (  # noqa: F401 (importable from here, as before)
+    ALL,
+    LATENCIES,
+    RATES,
+    _add,
+    _fmt,
+    _ratio,
+    _spec_value,
+    combine,
+    crossovers,
+    format_table,
+    plot,
+)
+from draftsmith.shipping.serve_requests import _file_rows, load_requests, long_context_requests  # noqa: F401
 
 log = logging.getLogger(__name__)
 DEFAULT_PROMPTS = "mt-bench,humaneval"
-# Latencies: speedup = plain / drafted (above 1: the drafter is faster); rates: drafted / plain.
-RATES = ("output_tokens_per_s", "requests_per_s")
-LATENCIES = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms",
-             *serve_load.OLD_KEYS)  # fmt: skip
-ALL = "all"
 
 
 def add_arguments(p) -> None:
@@ -130,103 +138,6 @@ def engine_args(args) -> list[str]:
     return out
 
 
-# --- prompts ------------------------------------------------------------------------------------------------
-
-
-def _file_rows(path: pathlib.Path) -> list[Request]:
-    """A SPEED-Bench-layout file: one JSON object a line with `category` and `turns` (the first is
-    sent), `messages` or `prompt`/`question`; `domain` stands in for a missing category."""
-    from draftsmith.evaluation.prompts import json_objects
-
-    out = []
-    for lineno, row in json_objects(path):
-        cat = str(row.get("category") or row.get("domain") or path.stem)
-        if isinstance(row.get("messages"), list):
-            messages = [m for m in row["messages"] if m.get("role") != "assistant"][:2]
-        elif isinstance(row.get("turns"), list) and row["turns"]:
-            messages = [{"role": "user", "content": str(row["turns"][0])}]
-        elif isinstance(row.get("prompt") or row.get("question"), str):
-            messages = [{"role": "user", "content": row.get("prompt") or row.get("question")}]
-        else:
-            raise DraftsmithError(f"{path}:{lineno}: each line needs `turns`, `messages` or `prompt`")
-        out.append(Request(cat, messages))
-    if not out:
-        raise DraftsmithError(f"{path}: no prompts in it")
-    return out
-
-
-def load_requests(
-    spec: str,
-    limit: int | None = None,
-    categories: str | None = None,
-    long_context: int = 0,
-    thinking: list[str] | None = None,
-) -> dict[str, list[Request]]:
-    """category -> its prompts (as chat messages), in the sets' order."""
-    from draftsmith.evaluation import prompts as P
-
-    found: dict[str, list[Request]] = {}
-    for name in [s.strip() for s in spec.split(",") if s.strip()]:
-        if name == "mt-bench":
-            rows = [Request(r["category"], [{"role": "user", "content": r["turns"][0]}])
-                    for r in P.select_mt_bench(P.read_rows("mt-bench"), limit)]  # fmt: skip
-        elif name == "humaneval":
-            rows = [Request("humaneval", [{"role": "user", "content": r["prompt"]}]) for r in P.read_rows(name)]
-        elif name in P.BUILTIN_SETS or pathlib.Path(name).expanduser().is_file():
-            path = P._builtin_path(name) if name in P.BUILTIN_SETS else pathlib.Path(name).expanduser()
-            rows = _file_rows(path)
-        else:
-            raise DraftsmithError(
-                f"--prompts {name}: not a file; name mt-bench, humaneval, {', '.join(P.BUILTIN_SETS)} or a JSONL file"
-            )
-        for r in rows[:limit] if name != "mt-bench" else rows:
-            found.setdefault(r.category, []).append(r)
-    if categories:
-        wanted = [c.strip() for c in categories.split(",") if c.strip()]
-        unknown = [c for c in wanted if c not in found]
-        if unknown:
-            raise DraftsmithError(
-                f"--categories: unknown category {', '.join(map(repr, unknown))}; these prompts have {', '.join(found)}"
-            )
-        found = {c: found[c] for c in wanted}
-    if long_context:  # asked for by itself: kept whatever --categories picks
-        found["long-context"] = long_context_requests(long_context)
-    if thinking:
-        switch = {"on": True, "off": False}
-        bad = [v for v in thinking if v not in switch]
-        if bad:
-            raise DraftsmithError(f"--thinking: {', '.join(map(repr, bad))}; give on, off or on,off")
-        found = {
-            f"{c} thinking:{v}": [Request(r.category, r.messages, {"enable_thinking": switch[v]}) for r in reqs]
-            for c, reqs in found.items()
-            for v in thinking
-        }
-    return found
-
-
-def long_context_requests(tokens: int, count: int = 4) -> list[Request]:
-    """`count` requests, each about `tokens` tokens of the Python standard library's source (~4
-    characters a token) followed by a question: where users report acceptance falling."""
-    import sysconfig
-
-    files = sorted(pathlib.Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
-    out, i = [], 0
-    for _ in range(count):
-        text = ""
-        while len(text) < 4 * tokens and i < 10 * len(files) + count:
-            try:
-                text += files[i % len(files)].read_text(encoding="utf-8") + "\n"
-            except (OSError, UnicodeDecodeError):
-                pass
-            i += 1
-        question = "Explain briefly what the code above does, module by module."
-        out.append(Request("long-context", [{"role": "user", "content": text[: 4 * tokens] + "\n\n" + question}]))
-    return out
-
-
-# --- the sweep ----------------------------------------------------------------------------------------------
-
-
 def sweep(url, model, flag, sets, levels, temps, args, drafted: bool, out: dict | None = None) -> dict:
     """(temperature, category, concurrency) -> that level's figures, plus the counters' acceptance
     on the drafted server; an `all` category per level pools every category's requests. Each
@@ -290,131 +201,6 @@ def sweep(url, model, flag, sets, levels, temps, args, drafted: bool, out: dict 
                     row["spec"] = serve_load.SpecCounters(-1.0).figures()  # not valid: a category's went backwards
             out[(t, ALL, c)] = row
     return out
-
-
-def _add(a: serve_load.SpecCounters, b: serve_load.SpecCounters) -> serve_load.SpecCounters:
-    pos = dict(a.per_pos or {})
-    for p, v in (b.per_pos or {}).items():
-        pos[p] = pos.get(p, 0.0) + v
-    return serve_load.SpecCounters(a.drafts + b.drafts, a.draft_tokens + b.draft_tokens, a.accepted + b.accepted, pos)
-
-
-def _ratio(a, b):
-    return a / b if a is not None and b else None
-
-
-def combine(drafted: dict, baseline: dict) -> list[dict]:
-    """One row per (temperature, category, concurrency) both servers finished: both servers'
-    figures and the speedups. A level where requests failed on either server is not a valid
-    comparison (its figures count only the requests that finished): `valid` false, no speedups."""
-    rows = []
-    for key, d in drafted.items():
-        t, cat, c = key
-        b = baseline.get(key)
-        if b is None:
-            continue
-        failed = {"drafted": d.get("failed", 0), "baseline": b.get("failed", 0)}
-        valid = not any(failed.values())
-        speedup = {f: _ratio(d.get(f), b.get(f)) if valid else None for f in RATES}
-        speedup.update({f: _ratio(b.get(f), d.get(f)) if valid else None for f in LATENCIES})
-        row = {"temperature": t, "category": cat, "concurrency": c, "drafted": d, "baseline": b, "speedup": speedup,
-               "valid": valid}  # fmt: skip
-        if not valid:
-            row["note"] = f"failed requests: {failed['drafted']} drafted, {failed['baseline']} plain; no speedup"
-        rows.append(row)
-    return rows
-
-
-def crossovers(rows: list[dict]) -> dict:
-    """temperature -> category -> the first concurrency where the drafted server's output tokens/s
-    is at or below the plain server's (None: the drafter pays at every level measured)."""
-    out: dict = {}
-    for r in sorted(rows, key=lambda r: r["concurrency"]):
-        cats = out.setdefault(f"{r['temperature']:g}", {})
-        if r.get("valid") is False:  # failed requests: this level compares nothing
-            cats.setdefault(r["category"], None)
-            continue
-        d, b = r["drafted"]["output_tokens_per_s"], r["baseline"]["output_tokens_per_s"]
-        if r["category"] not in cats:
-            cats[r["category"]] = None
-        if cats[r["category"]] is None and d is not None and b is not None and d <= b:
-            cats[r["category"]] = r["concurrency"]
-    return out
-
-
-def _fmt(x, spec="{:.2f}", scale=1.0) -> str:
-    return "-" if x is None else spec.format(x * scale)
-
-
-def _spec_value(spec: dict) -> str:
-    if spec.get("valid") is False:
-        return "invalid"
-    return _fmt(spec.get("mean_acceptance_length", spec.get("tau")))
-
-
-def format_table(result: dict) -> str:
-    """The table; a level with failed requests shows them (drafted/plain) and no speedup."""
-    head = ("T", "category", "conc", "peak", "failed", "tok/s", "plain", "speedup", "req/s x", "TTFT p50 ms",
-            "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "ITL p50 ms", "TPOT x", "tau", "accept/pos")  # fmt: skip
-    lines = [head]
-    for r in result["rows"]:
-        d, b, s, spec = r["drafted"], r["baseline"], r["speedup"], r["drafted"].get("spec") or {}
-        failed = f"{d.get('failed', 0)}/{b.get('failed', 0)}" if d.get("failed") or b.get("failed") else "-"
-        lines.append((
-            f"{r['temperature']:g}", r["category"], str(r["concurrency"]), str(d.get("max_concurrency_seen") or "-"),
-            failed, _fmt(d["output_tokens_per_s"], "{:.1f}"),
-            _fmt(b["output_tokens_per_s"], "{:.1f}"), _fmt(s["output_tokens_per_s"], "{:.2f}x"),
-            _fmt(s["requests_per_s"], "{:.2f}x"), _fmt(d.get("median_ttft_ms"), "{:.0f}"),
-            _fmt(d.get("p99_ttft_ms"), "{:.0f}"), _fmt(d.get("median_tpot_ms"), "{:.1f}"),
-            _fmt(d.get("p99_tpot_ms"), "{:.1f}"), _fmt(d.get("median_itl_ms"), "{:.1f}"),
-            _fmt(s.get("median_tpot_ms"), "{:.2f}x"), _spec_value(spec),
-            " ".join(f"{a:.2f}" for a in spec.get("per_position") or []) or "-",
-        ))  # fmt: skip
-    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
-    text = ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in lines]
-    for t, cats in result["crossover"].items():
-        where = ", ".join(f"{c}: {'none' if v is None else v}" for c, v in cats.items())
-        text.append(f"crossover at T={t} (first concurrency where the drafter's tok/s <= plain): {where}")
-    bad = [r for r in result["rows"] if r.get("valid") is False]
-    if bad:
-        text.append(f"{len(bad)} level(s) had failed requests (column failed: drafted/plain): no speedup reported "
-                    "for them, and the crossover skips them")  # fmt: skip
-    return "\n".join(text)
-
-
-def plot(result: dict, path: pathlib.Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no PNG (pip install matplotlib)")
-        return False
-    series: dict = {}
-    for r in result["rows"]:
-        if r["speedup"]["output_tokens_per_s"] is not None:  # none where requests failed
-            series.setdefault((r["temperature"], r["category"]), []).append(
-                (r["concurrency"], r["speedup"]["output_tokens_per_s"])
-            )
-    if not series:
-        print("no level without failed requests: no PNG")
-        return False
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (t, cat), pts in series.items():
-        pts = sorted(pts)
-        width = 2.5 if cat == ALL else 1.0
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", linewidth=width, label=f"{cat} (T={t:g})")
-    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("requests in flight")
-    ax.set_ylabel("output tokens/s, drafted / plain")
-    ax.set_title(f"serve-bench: {result['stamp']['engine']['name']} {result['stamp']['engine']['version'] or ''}")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
 
 
 # --- the stamp ----------------------------------------------------------------------------------------------
