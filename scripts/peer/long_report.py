@@ -23,7 +23,11 @@ def load(p):
 
 def tau(name):
     t = load(out / f"tau-{name}.json")
-    return None if t is None else {k: t.get(k) for k in ("tau", "tau_se", "drafts", "num_prompts", "acceptance_rate_per_pos")}
+    return (
+        None
+        if t is None
+        else {k: t.get(k) for k in ("tau", "tau_se", "drafts", "num_prompts", "acceptance_rate_per_pos")}
+    )
 
 
 ours_summary, peer_summary = load(ours_run / "train_summary.json"), load(out / "speculators/summary.json")
@@ -42,7 +46,11 @@ rows = {
     "speculators 0.9.0": {
         "steps": peer_summary["steps"],
         "tokens": peer_summary["tokens"],
-        "at": {"step": peer_at and peer_at["step"], "tokens": peer_at and peer_at["tokens"], **(tau("speculators-at") or {})},
+        "at": {
+            "step": peer_at and peer_at["step"],
+            "tokens": peer_at and peer_at["tokens"],
+            **(tau("speculators-at") or {}),
+        },
         "final": tau("speculators-final"),
     },
 }

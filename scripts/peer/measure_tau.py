@@ -241,7 +241,9 @@ def main() -> int:
             e.close()
     summarise(result, tot, len(prompts), args.plain)
     summary = {
-        k: result[k] for k in ("tau", "tau_se", "drafts", "accepted_tokens", "accepted_per_pos", "tokens_per_s") if k in result
+        k: result[k]
+        for k in ("tau", "tau_se", "drafts", "accepted_tokens", "accepted_per_pos", "tokens_per_s")
+        if k in result
     }
     print("tau " + json.dumps(summary), flush=True)
     save(result, args.json, stamp=False, quiet=True)

@@ -191,9 +191,7 @@ def main() -> int:
             while state["saves"] and el >= state["saves"][0]:  # a mid-run draft, measured like the final one
                 at = state["saves"].pop(0)
                 t_save = time.perf_counter()
-                self.checkpointer.save_checkpoint(
-                    self.model, self.optimizers, f"at-{at:g}s", float_dtype=torch.float32
-                )
+                self.checkpointer.save_checkpoint(self.model, self.optimizers, f"at-{at:g}s", float_dtype=torch.float32)
                 state["t0"] += time.perf_counter() - t_save
                 log_file.write(json.dumps({"saved": f"at-{at:g}s", "step": self.global_step, **rec}) + "\n")
                 print(f"[peer] saved at-{at:g}s at step {self.global_step} ({el:.0f} s)", flush=True)
