@@ -87,3 +87,22 @@ def pooled_ratio(num, den) -> tuple[float, float]:
         return r, math.nan
     n = len(den)
     return r, math.sqrt(n / (n - 1) * sum((a - r * d) ** 2 for a, d in zip(num, den))) / total
+
+
+def paired_ratio_difference(num_a, den_a, num_b, den_b) -> tuple[float, float]:
+    """(r_a - r_b, its standard error) for two pooled rates measured on the same clusters (the same
+    prompts decoded by two drafts): the delta method on each ratio's per-cluster residuals, paired,
+    so what the prompts share (an easy prompt is easy for both) cancels. Far tighter than the two
+    unpaired errors combined when the drafts agree on which prompts are easy; nan as pooled_ratio."""
+    if not len(num_a) == len(den_a) == len(num_b) == len(den_b):
+        raise ValueError("a paired difference needs both rates over the same clusters")
+    ra, _ = pooled_ratio(num_a, den_a)
+    rb, _ = pooled_ratio(num_b, den_b)
+    if math.isnan(ra) or math.isnan(rb):
+        return math.nan, math.nan
+    n = len(den_a)
+    if n < 2:
+        return ra - rb, math.nan
+    ta, tb = float(sum(den_a)), float(sum(den_b))
+    e = [(a - ra * d) / ta - (b - rb * f) / tb for a, d, b, f in zip(num_a, den_a, num_b, den_b)]
+    return ra - rb, math.sqrt(n / (n - 1) * sum(x * x for x in e))

@@ -13,6 +13,16 @@ interleaved prompt by prompt (run_compare), greedy, each output checked equal to
         --runs eagle3=runs/qwen-coder-eagle3,draft_lm=runs/qwen-coder-draft_lm_chat,dflash=runs/qwen-coder-dflash \\
         --out results/qwen-kinds
 
+A trained draft LM against its own untrained start, paired over the same prompts (the in-domain
+code distillation of docs/results.md):
+
+    draftsmith train configs/qwen2.5-coder-1.5b-instruct/draft_lm.yaml --output-dir runs/qwen-coder-draft_lm
+    python scripts/bench_qwen_kinds.py --runs draft_lm=runs/qwen-coder-draft_lm --k 6 --k-sweep 6 \\
+        --humaneval 32 --per-category 0 --no-adaptive --no-useless --out results/qwen-code-distilled
+
+Every trained drafter's τ at each --k that --k-sweep also runs is compared with the untrained
+pair's at that K: the difference and its standard error paired over the prompts (`paired`).
+
 Prompts: held-out HumanEval problems and MT-Bench's coding, math and writing first turns (the
 drafters train on ShareGPT, so both sets are held out). The plain baseline and every method run
 on the matmul kernels `--cpu-matmul auto` picks on this machine (the best plain decoding here).
@@ -53,7 +63,7 @@ def training(run: Path) -> dict:
 
 
 def main(args) -> dict:
-    from draftsmith.evaluation.bench import Method, format_compare, run_compare
+    from draftsmith.evaluation.bench import Method, format_compare, run_compare, tau_difference
     from draftsmith.infer.sampling import GREEDY
     from draftsmith.models import Checkpoint, DraftLM, Target, load_drafter
 
@@ -70,7 +80,8 @@ def main(args) -> dict:
         if curves.is_file():
             shutil.copyfile(curves, out / f"curves-{name}.png")
     drafters["qwen0.5b"] = load_drafter(args.pair, target)
-    drafters["truncated:1"] = load_drafter("truncated:1", target)
+    if not args.no_useless:
+        drafters["truncated:1"] = load_drafter("truncated:1", target)
     if args.whole_vocab:  # the same weights drafting over the whole vocabulary: what the draft vocabulary adds
         for name in runs:
             if getattr(drafters[name], "draft_ids", None) is not None:
@@ -82,21 +93,41 @@ def main(args) -> dict:
         if not getattr(d, "needs_hidden_states", False):
             choices[name] = target.use_cpu_matmul("auto", max(args.k) + 1, d, "auto")
     methods = [Method(f"qwen0.5b K={k}", drafters["qwen0.5b"], k) for k in args.k_sweep]
-    methods.append(Method("qwen0.5b adaptive", drafters["qwen0.5b"], max(args.k_sweep), adaptive=True))
-    for name in [*runs, "truncated:1"]:
+    if not args.no_adaptive:
+        methods.append(Method("qwen0.5b adaptive", drafters["qwen0.5b"], max(args.k_sweep), adaptive=True))
+    for name in [*runs, *(["truncated:1"] if "truncated:1" in drafters else [])]:
         d = drafters[name]
         cap = getattr(d, "max_speculative_tokens", None) or 99
         if not (name == "truncated:1" and args.no_useless_fixed):
             methods += [Method(f"{name} K={k}", d, min(k, cap)) for k in args.k]
-        methods.append(Method(f"{name} adaptive", d, None, adaptive=True))
+        if not args.no_adaptive:
+            methods.append(Method(f"{name} adaptive", d, None, adaptive=True))
         if f"{name} whole vocab" in drafters:
             methods.append(Method(f"{name} whole vocab K={max(args.k)}", drafters[f"{name} whole vocab"], max(args.k)))
     ps = prompts(target.tokenizer, args.humaneval, args.per_category)
     result = run_compare(target, methods, ps, args.max_new_tokens, GREEDY, progress=not args.quiet)
-    result.update(training=trained, cpu_matmul_choices=choices, k_sweep=args.k_sweep)
+    # each trained drafter against the untrained pair at the same K, paired over the same prompts
+    paired = [
+        tau_difference(result, f"{name} K={k}", f"qwen0.5b K={k}")
+        for name in runs
+        for k in args.k
+        if k in args.k_sweep and f"{name} K={k}" in result["methods"]
+    ]
+    result.update(training=trained, cpu_matmul_choices=choices, k_sweep=args.k_sweep, paired=paired)
     print(format_compare(result))
-    (out / "table.md").write_text(table(result) + "\n")
+    for d in paired:
+        print(paired_line(d))
+    (out / "table.md").write_text(table(result) + "\n" + "".join(f"\n{paired_line(d)}\n" for d in paired))
     return result
+
+
+def paired_line(d: dict) -> str:
+    """τ(a) − τ(b) ± its paired standard error, and whether it is a difference at all."""
+    if d["difference"] is None:
+        return f"{d['a']} − {d['b']}: τ not measured (nothing drafted)"
+    se = "n/a" if d["se"] is None else f"{d['se']:.3f}"
+    verdict = "beyond two standard errors" if d["beyond_two_se"] else "within two standard errors: no difference"
+    return f"τ {d['a']} − {d['b']}: {d['difference']:+.3f} ± {se} over {d['num_prompts']} prompts ({verdict})"
 
 
 def table(result: dict) -> str:
@@ -110,7 +141,8 @@ def table(result: dict) -> str:
         rows.append(
             [
                 name,
-                f"{r['mean_acceptance_length']:.2f}",
+                f"{r['mean_acceptance_length']:.2f}"
+                + ("" if r.get("mean_acceptance_length_se") is None else f" ± {r['mean_acceptance_length_se']:.2f}"),
                 "-" if draft_cost is None else f"{draft_cost:.2f}",
                 "-" if r.get("predicted_speedup") is None else f"{r['predicted_speedup']:.2f}x",
                 f"{r['speedup']:.2f}x",
@@ -155,6 +187,8 @@ def arguments(argv=None):
         help="also bench each trained draft LM that has a draft vocabulary over its whole one (at the largest --k)",
     )
     ap.add_argument("--no-useless-fixed", action="store_true", help="bench the useless draft with adaptive K only")
+    ap.add_argument("--no-useless", action="store_true", help="leave the useless draft out")
+    ap.add_argument("--no-adaptive", action="store_true", help="fixed K only (no adaptive-K rows)")
     ap.add_argument("--k-sweep", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 6, 8])
     ap.add_argument("--humaneval", type=int, default=6, help="HumanEval problems")
     ap.add_argument("--per-category", type=int, default=2, help="MT-Bench first turns per category")

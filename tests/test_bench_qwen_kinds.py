@@ -98,3 +98,32 @@ def test_several_k_a_draft_vocabulary_against_the_whole_one_and_the_useless_draf
     assert all(m["outputs_match_plain"] for m in methods.values())
     assert methods["draft_lm K=3"]["draft_vocab_size"] == 130
     assert methods["draft_lm whole vocab K=3"]["draft_vocab_size"] is None
+
+
+def test_a_trained_draft_against_its_untrained_start_paired_at_one_k(tiny, tmp_path):
+    """The in-domain comparison: fixed K only, no useless draft, and the trained draft's τ minus
+    the untrained pair's at the same K with its paired standard error, in the JSON and the table."""
+    _, draft_lm, _ = tiny("draft_lm")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "scripts/bench_qwen_kinds.py", "--target", "tiny-random", "--pair", "truncated:2"]
+    cmd += ["--runs", f"draft_lm={draft_lm}", "--k", "3", "--k-sweep", "3", "--humaneval", "3", "--per-category", "0"]
+    cmd += [
+        "--no-adaptive",
+        "--no-useless",
+        "--max-new-tokens",
+        "8",
+        "--dtype",
+        "float32",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, env=os.environ.copy(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((out / "results.json").read_text())
+    assert set(r["methods"]) == {"plain", "qwen0.5b K=3", "draft_lm K=3"}
+    (d,) = r["paired"]
+    assert (d["a"], d["b"], d["num_prompts"]) == ("draft_lm K=3", "qwen0.5b K=3", 3)
+    tau = {n: r["methods"][n]["mean_acceptance_length"] for n in (d["a"], d["b"])}
+    assert abs(d["difference"] - (tau[d["a"]] - tau[d["b"]])) < 1e-9
+    assert "τ draft_lm K=3 − qwen0.5b K=3:" in (out / "table.md").read_text()

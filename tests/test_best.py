@@ -229,3 +229,57 @@ def test_the_default_acceptance_prompts_are_held_out_rows_and_built_in_prompts_o
     first = data.eval_prompts[:n]
     assert len(first) == n
     assert sum(p.domain == "chitchat" for p in first) == sum(p.domain == "code" for p in first) == n // 2
+
+
+def test_a_paired_tau_difference_has_the_error_its_repeats_show_and_beats_the_unpaired_one():
+    """Two drafts decoding the same prompts share each prompt's difficulty: the paired standard
+    error of their τ difference must match the spread of the difference over repeated experiments
+    (calibrated) and be smaller than the two unpaired errors combined."""
+    import math
+    import random
+
+    from draftsmith.infer.metrics import paired_ratio_difference, pooled_ratio
+
+    rng = random.Random(0)
+    diffs, ses, unpaired = [], [], []
+    for _ in range(400):
+        na, da, nb, db = [], [], [], []
+        for _ in range(32):
+            p = rng.uniform(0.1, 0.8)  # this prompt's ease, shared by both drafts
+            for n, d, q in ((na, da, p), (nb, db, min(p + 0.05, 1.0))):
+                k = rng.randint(10, 30)
+                d.append(k)
+                n.append(sum(rng.random() < q for _ in range(k)))
+        diff, se = paired_ratio_difference(na, da, nb, db)
+        diffs.append(diff)
+        ses.append(se)
+        unpaired.append(math.hypot(pooled_ratio(na, da)[1], pooled_ratio(nb, db)[1]))
+    mean = sum(diffs) / len(diffs)
+    spread = math.sqrt(sum((x - mean) ** 2 for x in diffs) / (len(diffs) - 1))
+    assert -0.07 < mean < -0.03  # the true difference is -0.05
+    assert 0.85 < (sum(ses) / len(ses)) / spread < 1.15
+    assert sum(ses) < 0.6 * sum(unpaired)
+    assert paired_ratio_difference([3, 4], [5, 6], [3, 4], [5, 6]) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="same clusters"):
+        paired_ratio_difference([1, 2], [3, 4], [1], [3])
+
+
+def test_run_compare_pairs_two_drafts_tau_over_the_same_prompts(tiny_target, tiny):
+    """run_compare keeps each method's per-prompt acceptance; tau_difference of a method against
+    itself is zero with zero error, and against another draft it equals the two τ apart."""
+    from draftsmith.evaluation.bench import Method, run_compare, tau_difference
+    from draftsmith.evaluation.prompts import Prompt
+    from draftsmith.infer.sampling import GREEDY
+    from draftsmith.models import load_drafter
+
+    _, _, drafter = tiny("draft_lm")
+    useless = load_drafter("truncated:1", tiny_target)
+    prompts = [Prompt(ids, "", "chat") for ids in ([5, 40, 41, 42, 43, 9, 12], [7, 8, 9, 10, 11, 12], [3, 4, 5, 6])]
+    methods = [Method("a", drafter, 3), Method("a again", drafter, 3), Method("useless", useless, 3)]
+    r = run_compare(tiny_target, methods, prompts, 12, GREEDY, progress=False)
+    assert len(r["methods"]["a"]["per_prompt_acceptance"]) == 3
+    same = tau_difference(r, "a", "a again")
+    assert same["difference"] == 0.0 and same["se"] == 0.0 and same["beyond_two_se"] is False
+    d = tau_difference(r, "a", "useless")
+    ta, tu = (r["methods"][n]["mean_acceptance_length"] for n in ("a", "useless"))
+    assert d["difference"] == pytest.approx(ta - tu) and d["num_prompts"] == 3

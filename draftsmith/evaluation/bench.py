@@ -59,7 +59,7 @@ from draftsmith.evaluation.hf_anchors import anchors, configure_hf_assistant, wa
 from draftsmith.evaluation.hf_anchors import hf_generate as _hf_generate  # the scripts import both from here
 from draftsmith.infer.engine import Engine, GenerationResult, predicted_speedup
 from draftsmith.infer.hardware import cpu_info, format_cpu  # noqa: F401 (the scripts import them from here)
-from draftsmith.infer.metrics import SpecMetrics, pooled_ratio
+from draftsmith.infer.metrics import SpecMetrics, paired_ratio_difference, pooled_ratio
 from draftsmith.infer.tree import TreeConfig
 
 
@@ -73,6 +73,25 @@ def tau_se(results) -> float | None:
     return _finite_or_none(
         pooled_ratio([r.metrics.accepted_tokens for r in results], [r.metrics.drafts for r in results])[1]
     )
+
+
+def tau_difference(result: dict, a: str, b: str) -> dict:
+    """τ of method `a` minus τ of method `b` from one run_compare result, with the standard error
+    of the difference paired over the prompts both decoded (each prompt a cluster). A difference
+    under two standard errors is no difference."""
+    rows = result["methods"]
+    pa, pb = rows[a]["per_prompt_acceptance"], rows[b]["per_prompt_acceptance"]
+    diff, se = paired_ratio_difference([x for x, _ in pa], [d for _, d in pa], [x for x, _ in pb], [d for _, d in pb])
+    se = _finite_or_none(se)
+    return {
+        "a": a,
+        "b": b,
+        "num_prompts": len(pa),
+        "difference": _finite_or_none(diff),
+        "se": se,
+        "z": None if not se else diff / se,
+        "beyond_two_se": None if se is None else abs(diff) > 2 * se,
+    }
 
 
 def run_eval(
@@ -339,6 +358,9 @@ def run_compare(
             "tokens_per_s": tps[n],
             "speedup": tps[n] / tps["plain"],
             **m.as_dict(),
+            "mean_acceptance_length_se": tau_se(outputs[n]),
+            # (accepted tokens, drafts) per prompt, in prompt order: what tau_difference pairs
+            "per_prompt_acceptance": [[r.metrics.accepted_tokens, r.metrics.drafts] for r in outputs[n]],
             **breakdown(prompts, outputs[n], outputs["plain"]),
             "outputs_match_plain": all(a.tokens == b.tokens for a, b in zip(outputs[n], outputs["plain"]))
             if sampling.greedy
