@@ -57,7 +57,9 @@ def prompts(tokenizer, humaneval: int, per_category: int):
 
 def training(run: Path) -> dict:
     """What the run trained: steps, tokens, wall time, and τ measured along the way."""
-    summary = json.loads((run / "train_summary.json").read_text()) if (run / "train_summary.json").is_file() else {}
+    # a run folder, or one checkpoint inside it (runs/NAME/final: the run's end, not its best/)
+    found = [p / "train_summary.json" for p in (run, run.parent) if (p / "train_summary.json").is_file()]
+    summary = json.loads(found[0].read_text()) if found else {}
     keep = ("steps", "tokens", "train_seconds", "best", "acceptance", "eval")
     return {k: summary[k] for k in keep if k in summary}
 
@@ -174,7 +176,11 @@ def arguments(argv=None):
     ap = parser(__doc__)
     ap.add_argument("--target", default=TARGET)
     ap.add_argument("--pair", default=PAIR, help="the pretrained draft LM benched untrained, at every K of --k-sweep")
-    ap.add_argument("--runs", default="", help="name=run-folder,... of trained drafters (best/ or final/ is used)")
+    ap.add_argument(
+        "--runs",
+        default="",
+        help="name=run-folder,... of trained drafters (best/ or final/ is used; name runs/NAME/final for the end)",
+    )
     ap.add_argument(
         "--k",
         type=lambda s: [int(x) for x in s.split(",")],

@@ -110,6 +110,8 @@ def run_eval(
         "num_prompts": len(prompts),
         **total.as_dict(),
         "mean_acceptance_length_se": tau_se(results),
+        # (accepted tokens, drafts) per prompt, in prompt order: two drafts' τ paired over them
+        "per_prompt_acceptance": [[r.metrics.accepted_tokens, r.metrics.drafts] for r in results],
         **breakdown(prompts, results),  # no baseline ran: acceptance only, no speedup
     }
 

@@ -377,7 +377,8 @@ class Trainer:
                             r.acceptance_max_new_tokens,
                             GREEDY,
                             seed=self.recipe.optim.seed,
-                            progress=False,
+                            # a large target takes minutes over these prompts: show them going by
+                            progress=r.progress,
                         )
                 finally:
                     self._raise_on_term = False
