@@ -64,7 +64,7 @@ def evaluate(side: str, final: str, args, work: Path) -> dict:
 def main(args) -> dict:
     from draftsmith.infer.metrics import paired_ratio_difference
 
-    work = Path(args.work)
+    work = Path(args.work).resolve()  # each side trains from its own worktree: an absolute path
     work.mkdir(parents=True, exist_ok=True)
     sides, evals = {}, {}
     with tempfile.TemporaryDirectory(prefix="train-before-after-") as tmp:

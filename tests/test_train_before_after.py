@@ -18,15 +18,18 @@ def test_the_same_commit_twice_trains_the_same_draft_and_no_difference(tiny_cach
     cmd = [sys.executable, "scripts/train_before_after.py", "--before", head, "--after", head]
     cmd += ["--recipe", "configs/tiny/eagle3.yaml", "--steps", "3", "--set", "logging.acceptance_prompts=0"]
     cmd += ["--set", "logging.eval_every=0", "--set", "data.max_rows=120", "--prompts", "chat", "--num-prompts", "3"]
-    cmd += ["--max-new-tokens", "8", "-k", "3", "--work", str(tmp_path / "work"), "--json", str(out)]
-    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    # --work relative to where the script starts (the runs must not land inside a worktree it removes)
+    cmd += ["--max-new-tokens", "8", "-k", "3", "--work", "work", "--json", str(out)]
+    run = subprocess.run(
+        [*cmd[:1], str(ROOT / cmd[1]), *cmd[2:]], cwd=tmp_path, capture_output=True, text=True, timeout=1200
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["command"] and result["machine"] and result["date"]
     before, after = result["sides"]["before"], result["sides"]["after"]
     for side in (before, after):
         assert side["commit"].startswith(head) and side["steps"] == 3 and side["num_prompts"] == 3
-        assert pathlib.Path(side["final"]).is_dir()
+        assert pathlib.Path(side["final"]).is_dir() and pathlib.Path(side["final"]).is_relative_to(tmp_path)
     # same code, same seed, same rows: the same weights, so the same tokens drafted and accepted
     assert before["mean_acceptance_length"] == after["mean_acceptance_length"]
     d = result["after_minus_before"]
