@@ -31,6 +31,20 @@ from bench_before_after import ROOT, checkout
 from draftsmith.evaluation.benchkit import markdown_table, parser, run_main, save
 
 
+def check_imports(side: str, env: dict, cwd: Path, tree: Path) -> None:
+    """Refuse to train one side with another side's code: every draftsmith package must import
+    from that side's tree."""
+    probe = (
+        "import os, draftsmith, draftsmith.train as t, draftsmith.models as m, draftsmith.infer as i\n"
+        "for p in (draftsmith, t, m, i): print(os.path.realpath(p.__path__[0]))"
+    )
+    paths = subprocess.run([sys.executable, "-c", probe], env=env, cwd=cwd, capture_output=True, text=True, check=True)
+    mine = [tree.resolve(), *([cwd.resolve()] if cwd != ROOT else [])]  # the tree, or its import folder
+    stray = [p for p in paths.stdout.split() if not any(Path(p).is_relative_to(r) for r in mine)]
+    if stray:
+        raise SystemExit(f"[{side}] draftsmith would import from outside {tree}: {', '.join(stray)}")
+
+
 def train(side: str, pythonpath: Path | None, tree: Path, args, work: Path) -> dict:
     out = work / side
     cmd = [sys.executable, "-m", "draftsmith.cli", "train", str(tree / args.recipe), "--output-dir", str(out)]
@@ -38,10 +52,14 @@ def train(side: str, pythonpath: Path | None, tree: Path, args, work: Path) -> d
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = str(pythonpath) + os.pathsep + env.get("PYTHONPATH", "")
+    # Started from the import folder: `python -m` puts the working directory first on sys.path,
+    # and from the worktree itself the installed (editable) package would supply draftsmith.train.
+    cwd = pythonpath or ROOT
+    check_imports(side, env, cwd, tree)
     print(f"[{side}] " + " ".join(cmd[2:]), flush=True)
     t0 = time.perf_counter()
     with open(work / f"{side}.log", "w") as log:
-        proc = subprocess.run(cmd, env=env, cwd=tree, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         tail = (work / f"{side}.log").read_text()[-2000:]

@@ -48,3 +48,25 @@ def test_steps_are_required():
         timeout=300,
     )
     assert run.returncode == 2 and "--steps N" in run.stderr
+
+
+def test_a_side_whose_packages_would_come_from_elsewhere_is_refused(tmp_path):
+    """A tree whose draftsmith lacks train/ (started from the tree, the installed package fills the
+    gap): training it would run another side's code, so the script refuses."""
+    import importlib.util
+    import os
+
+    import pytest
+
+    tree = tmp_path / "tree"
+    (tree / "draftsmith").mkdir(parents=True)
+    (tree / "draftsmith" / "__init__.py").write_text("")
+    spec = importlib.util.spec_from_file_location("tba", ROOT / "scripts" / "train_before_after.py")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        tba = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tba)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    with pytest.raises(SystemExit, match="would import from outside"):
+        tba.check_imports("before", dict(os.environ), tree, tree)
