@@ -116,6 +116,8 @@ ONEDNN = "results/qwen-coder/onednn.json"
 PAIR = "results/qwen-coder/results.json"
 SMOL_SERVED_FP32 = "results/serve-bench/smollm2-eagle3-quickstart-fp32/results.json"
 SMOL_CC = "results/crosscheck/smollm2-eagle3-quickstart.json"
+IN_DOMAIN = "results/qwen-code-distilled/results.json"
+PACKING = "results/train-before-after/smollm2-eagle3-packing.json"
 
 
 def _tau(j, method):
@@ -174,6 +176,26 @@ LONG_ONE = "results/long-run/smollm2-eagle3-one-step.json"
 README, RESULTS = "README.md", "docs/results.md"
 
 QUOTED = [
+    # packing before/after at equal steps, paired over the same prompts
+    (README, "paired difference +{} ± {}, no difference, AVX-512 + AVX512-BF16 | {} vs {} |", PACKING,
+     [lambda j: j["after_minus_before"]["mean_acceptance_length"], lambda j: j["after_minus_before"]["se"],
+      lambda j: j["sides"]["after"][TAU], lambda j: j["sides"]["before"][TAU]]),
+    (RESULTS, "| each conversation on its own | 887ff27 | {} ± {} |", PACKING,
+     [lambda j: j["sides"]["after"][TAU], lambda j: j["sides"]["after"]["mean_acceptance_length_se"]]),
+    (RESULTS, "| conversations run together | 31b1fa1 | {} ± {} |", PACKING,
+     [lambda j: j["sides"]["before"][TAU], lambda j: j["sides"]["before"]["mean_acceptance_length_se"]]),
+    # the 0.5B distilled in-domain against its untrained start, paired over the same problems
+    (README, "paired difference −{} ± {}, no difference, same machine | {} vs {} | {}× / {}× |", IN_DOMAIN,
+     [lambda j: -j["paired"][0]["difference"], lambda j: j["paired"][0]["se"], *_taus("draft_lm K=6", "qwen0.5b K=6"),
+      *_speeds("draft_lm K=6", "qwen0.5b K=6")]),
+    (RESULTS, "| 0.5B untrained, K=6 | {} ± {} | {} | {} | {}× |", IN_DOMAIN,
+     [lambda j: _tau(j, "qwen0.5b K=6"), lambda j: j["methods"]["qwen0.5b K=6"]["mean_acceptance_length_se"],
+      lambda j: j["methods"]["qwen0.5b K=6"]["per_position_acceptance"][0],
+      lambda j: j["methods"]["qwen0.5b K=6"]["tokens_per_s"], lambda j: _speed(j, "qwen0.5b K=6")]),
+    (RESULTS, "| 0.5B distilled in-domain, K=6 | {} ± {} | {} | {} | {}× |", IN_DOMAIN,
+     [lambda j: _tau(j, "draft_lm K=6"), lambda j: j["methods"]["draft_lm K=6"]["mean_acceptance_length_se"],
+      lambda j: j["methods"]["draft_lm K=6"]["per_position_acceptance"][0],
+      lambda j: j["methods"]["draft_lm K=6"]["tokens_per_s"], lambda j: _speed(j, "draft_lm K=6")]),
     # README: the front page's claims
     (README, "τ {} in vLLM against {} in our runtime", SHIPPED_CC, _ccs(("vllm", TAU), ("ours", TAU))),
     (README, "without its draft vocabulary (τ {} against {})", EARLIER_CC, _ccs(("vllm", TAU), ("ours", TAU))),
