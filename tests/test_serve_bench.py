@@ -164,6 +164,9 @@ def speed_file(tmp_path):
 
 
 def _run(argv, capsys):
+    """serve-bench with its own driver unless the test names one (these stand-ins speak HTTP only;
+    `vllm bench serve` has its own tests in test_serve_vllm_bench.py)."""
+    argv = [*argv, *([] if "--driver" in map(str, argv) else ["--driver", "draftsmith"])]
     rc = main(["serve-bench", *map(str, argv)])
     out = capsys.readouterr()
     return rc, out.out, out.err
@@ -460,7 +463,10 @@ def test_the_real_sweep_on_vllm_cpu(tmp_path):
     assert q.returncode == 0, q.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
     assert result["stamp"]["engine"]["version"]
+    assert result["stamp"]["driver"]["name"] == "vllm bench serve", result["stamp"]["driver"]
     for r in result["rows"]:
+        assert r["drafted"]["driver"] == r["baseline"]["driver"] == "vllm bench serve"
+        assert 1 <= r["drafted"]["max_concurrency_seen"] <= r["concurrency"], r
         assert r["drafted"]["failed"] == 0 and r["baseline"]["failed"] == 0
         assert r["drafted"]["spec"]["tau"] >= 1.0
         assert r["speedup"]["output_tokens_per_s"] > 0

@@ -41,6 +41,9 @@ def make():
 
 
 def _run(argv, capsys):
+    """serve-bench with its own driver unless the test names one (these stand-ins speak HTTP only;
+    `vllm bench serve` has its own tests in test_serve_vllm_bench.py)."""
+    argv = [*argv, *([] if "--driver" in map(str, argv) else ["--driver", "draftsmith"])]
     rc = main(["serve-bench", *map(str, argv)])
     out = capsys.readouterr()
     return rc, out.out, out.err

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import pathlib
+import re
 import shlex
 import shutil
 import subprocess
@@ -25,7 +26,7 @@ import sys
 import tempfile
 
 from draftsmith.errors import DraftsmithError, Interrupted
-from draftsmith.shipping import serve_load
+from draftsmith.shipping import serve_load, serve_vllm_bench
 from draftsmith.shipping.serve_report import (  # noqa: F401 (importable from here, as before)
     ALL,
     LATENCIES,
@@ -99,6 +100,20 @@ def add_arguments(p) -> None:
         help="seconds one request may take, > 0 (default 600); Ctrl-C stops the requests in flight at once",
     )
     p.add_argument("--output-dir", default="serve-bench", help="results.json, speedup.png, export and server logs")
+    p.add_argument(
+        "--driver",
+        choices=serve_vllm_bench.DRIVERS,
+        default="auto",
+        help="the load generator: vllm (`vllm bench serve` of the vLLM serve-bench starts or finds, vLLM's own "
+        "figures), draftsmith (serve-bench's own streamed requests), auto (vllm where it is installed and every "
+        "request is one user message; default); the JSON names the one used",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="the served model's tokenizer for `vllm bench serve` with --base-url (default: --target's, else the "
+        "served model name)",
+    )
     eng = p.add_argument_group("the vLLM servers started here (passed through to `vllm serve`)")
     from draftsmith.shipping.engines.vllm_engine import add_vllm_argument
 
@@ -138,48 +153,66 @@ def engine_args(args) -> list[str]:
     return out
 
 
+def _level(url, model, flag, batch, c, t, args, drafted, name, warm, kw, first: bool, where: str):
+    """One category's requests at one level -> (row, records, wall seconds, peak in flight, the
+    spec-decode counters' difference or None on the plain server), through `vllm bench serve` where
+    serve-bench chose it (args.driver_python set), else through our driver."""
+    gone = (f"{flag} {url}: /metrics has no spec_decode counters: the server is not serving a drafter" if first else
+            f"{flag} {url}: the spec_decode counters left /metrics during the sweep ({where}): the server no longer "
+            "serves a drafter")  # fmt: skip
+    if getattr(args, "driver_python", None):
+        row, records, delta = serve_vllm_bench.run_level(
+            args.driver_python, url, model, args.driver_tokenizer, batch, c,
+            pathlib.Path(args.output_dir).expanduser() / "vllm-bench", name, temperature=t, warmup=warm,
+            flag=flag, **kw)  # fmt: skip
+        if drafted and delta is None:  # vLLM reports no figures for a level that drafted nothing
+            if serve_load.read_counters(url, flag) is None:
+                raise DraftsmithError(gone)
+            delta = serve_load.SpecCounters()
+        return row, records, row["wall_s"], row["max_concurrency_seen"] or 0, delta if drafted else None
+    if warm:
+        serve_load.run_level(url, model, [batch[i % len(batch)] for i in range(warm)], c, temperature=t, **kw)
+    before = serve_load.read_counters(url, flag)
+    if drafted and before is None:
+        raise DraftsmithError(gone)
+    peak = [0]
+    records, wall_s = serve_load.run_level(url, model, batch, c, temperature=t, peak=peak, **kw)
+    row = serve_load.level_figures(records, wall_s, peak[0])
+    row["driver"] = serve_vllm_bench.OURS
+    if not drafted:
+        return row, records, wall_s, peak[0], None
+    after = serve_load.read_counters(url, flag)
+    if after is None:
+        raise DraftsmithError(f"{flag} {url}: the spec_decode counters left /metrics during the sweep ({where}): the "
+                              "server no longer serves a drafter")  # fmt: skip
+    return row, records, wall_s, peak[0], after.minus(before)
+
+
 def sweep(url, model, flag, sets, levels, temps, args, drafted: bool, out: dict | None = None) -> dict:
     """(temperature, category, concurrency) -> that level's figures, plus the counters' acceptance
     on the drafted server; an `all` category per level pools every category's requests. Each
-    level goes into `out` as it finishes, so that a sweep stopped by an error or Ctrl-C keeps them."""
+    level goes into `out` as it finishes, so that a sweep stopped by an error or Ctrl-C keeps them.
+    The first category of each level is preceded by the level's warm-up requests."""
     kw = dict(api=args.api, max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
     kw["timeout"] = args.request_timeout
     out, side = {} if out is None else out, "drafted" if drafted else "plain"
-    first = next(iter(sets.values()))
-    no_drafter = f"{flag} {url}: /metrics has no spec_decode counters: the server is not serving a drafter"
     for t in temps:
         for c in levels:
             warm = c if args.warmup is None else args.warmup
-            if warm:
-                serve_load.run_level(url, model, [first[i % len(first)] for i in range(warm)], c, temperature=t, **kw)
             pooled, wall, pooled_spec, peak_all, spec_ok = [], 0.0, None, 0, True
-            for cat, reqs in sets.items():
-                batch = [reqs[i % len(reqs)] for i in range(args.num_requests)]
-                before = serve_load.read_counters(url, flag)
-                if drafted and before is None:
-                    raise DraftsmithError(
-                        no_drafter
-                        if not out
-                        else f"{flag} {url}: the spec_decode counters left /metrics during "
-                        f"the sweep (T={t:g}, {c} in flight, {cat}): the server no longer serves a drafter"
-                    )
-                peak = [0]
-                records, wall_s = serve_load.run_level(url, model, batch, c, temperature=t, peak=peak, **kw)
-                after = serve_load.read_counters(url, flag)
-                row = serve_load.level_figures(records, wall_s, peak[0])
+            for i, (cat, reqs) in enumerate(sets.items()):
+                batch = [reqs[j % len(reqs)] for j in range(args.num_requests)]
+                name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{side}-T{t:g}-c{c}-{cat}")
+                row, records, wall_s, peak, delta = _level(url, model, flag, batch, c, t, args, drafted, name,
+                                                           warm if i == 0 else 0, kw, not out,
+                                                           f"T={t:g}, {c} in flight, {cat}")  # fmt: skip
                 errors = [r.error for r in records if r.error]
-                if len(errors) == len(records):
+                if records and len(errors) == len(records):
                     raise DraftsmithError(f"{flag} {url}: every request failed, e.g. {errors[0]}")
                 if errors:
                     log.warning("%s: T=%g, %d in flight, %s: %d of %d requests failed, e.g. %s", flag, t, c, cat,
                                 len(errors), len(records), errors[0])  # fmt: skip
                 if drafted:
-                    if after is None:
-                        raise DraftsmithError(
-                            f"{flag} {url}: the spec_decode counters left /metrics during the sweep (T={t:g}, {c} in "
-                            f"flight, {cat}): the server no longer serves a drafter"
-                        )
-                    delta = after.minus(before)
                     row["spec"] = delta.figures()
                     if delta.went_backwards():
                         spec_ok = False
@@ -191,9 +224,10 @@ def sweep(url, model, flag, sets, levels, temps, args, drafted: bool, out: dict 
                 out[(t, cat, c)] = row
                 pooled += records
                 wall += wall_s
-                peak_all = max(peak_all, peak[0])
+                peak_all = max(peak_all, peak)
                 log.info("%s: T=%g, %d in flight, %s: %.1f tok/s", side, t, c, cat, row["output_tokens_per_s"] or 0)
             row = serve_load.level_figures(pooled, wall, peak_all)
+            row["driver"] = out[(t, next(iter(sets)), c)].get("driver")
             if drafted:
                 if spec_ok and pooled_spec is not None:
                     row["spec"] = pooled_spec.figures()
@@ -363,6 +397,8 @@ def run(args) -> int:
             model = args.model or serve_load.served_model(args.base_url)
             base_model = args.model or serve_load.served_model(args.baseline_url, "--baseline-url")
             version = serve_load.engine_version(args.base_url)
+            found = serve_vllm_bench.found_vllm(args)
+            info["driver"] = serve_vllm_bench.pick(args, sets, found, serve_vllm_bench.tokenizer(args, model))
             sweep(args.base_url, model, "--base-url", sets, levels, temps, args, True, drafted)
             sweep(args.baseline_url, base_model, "--baseline-url", sets, levels, temps, args, False, baseline)
         else:
@@ -427,6 +463,7 @@ def _managed(args, out: pathlib.Path, sets, levels, temps, drafted: dict, baseli
     common = dict(served_name="target", dtype=args.dtype, max_model_len=args.max_model_len,
                   startup_s=args.startup_timeout, vllm=install)  # fmt: skip
     extra = engine_args(args)
+    driver = serve_vllm_bench.pick(args, sets, install, args.tokenizer or str(target_dir))
     with VLLMServer(target_dir, log_path=out / "vllm-drafted.log", extra_args=[*extra, "--speculative-config",
                     json.dumps(spec)], **common) as s:  # fmt: skip
         version = serve_load.engine_version(s.url)
@@ -434,5 +471,6 @@ def _managed(args, out: pathlib.Path, sets, levels, temps, drafted: dict, baseli
     with VLLMServer(target_dir, log_path=out / "vllm-plain.log", extra_args=extra, **common) as s:
         sweep(s.url, "target", "plain server", sets, levels, temps, args, False, baseline)
     info = {"checkpoint": ckpt.identity(), "target": str(target), "speculative_config": spec, "engine_args": extra,
-            "dtype": served_dtype(out / "vllm-drafted.log") or args.dtype, "vllm": install.stamp()}  # fmt: skip
+            "dtype": served_dtype(out / "vllm-drafted.log") or args.dtype, "vllm": install.stamp(),
+            "driver": driver}  # fmt: skip
     return version, info
