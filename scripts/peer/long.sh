@@ -7,7 +7,8 @@
 #
 # Knobs (defaults in brackets):
 #   OURS       [runs/long/eagle3]        our finished run (its final/ is the end-of-budget draft)
-#   OURS_AT    [$OURS/best]              our draft nearest AT_S of training (best/: step 480, ~57 min)
+#   OURS_AT    [$OURS/best]              our draft nearest AT_S of training: a step-* folder whose
+#                                        trainer_state.json train_seconds is closest to AT_S
 #   BUDGET_S   [5400]   AT_S [3600]       peer training budget and its mid-run save
 #   RECIPE     [configs/smollm2-135m-instruct/eagle3.yaml]   ROWS [1400] train rows converted for the peer
 #   SCHEDULE   [1000]                    the peer's cosine length in steps (ours: --optim.max_steps=1000)
@@ -38,4 +39,4 @@ for pair in "speculators-at:$OUT/speculators/checkpoints/at-${AT}s" "speculators
     --json "$OUT/tau-$name.json" --workdir "$OUT/tau-$name"
 done
 set +x
-$PY scripts/peer/long_report.py "$OUT" "$OURS" "$BUDGET_S" "$AT_S"
+$PY scripts/peer/long_report.py "$OUT" "$OURS" "$BUDGET_S" "$AT_S" "$OURS_AT"

@@ -1,8 +1,13 @@
 """The long race's table (scripts/peer/long.sh): per trainer its steps and tokens, and τ in vLLM with
 its standard error at the mid-run draft and at the end of the budget; the difference of the two
-trainers at each point with the standard error of the difference. Writes OUT/long.json, OUT/long.md.
+trainers at each point with the standard error of the difference, unpaired and paired over the
+prompts (both drafts decode the same prompts, so what the prompts share cancels). Writes
+OUT/long.json, OUT/long.md.
 
-    python scripts/peer/long_report.py OUT OURS_RUN BUDGET_S AT_S
+    python scripts/peer/long_report.py OUT OURS_RUN BUDGET_S AT_S [OURS_AT]
+
+OURS_AT: our mid-run checkpoint (its trainer_state.json gives its step, tokens and training
+seconds); without it, the run's best/ step as the summary records it.
 """
 
 import json
@@ -12,8 +17,10 @@ import sys
 
 from draftsmith.evaluation.benchkit import markdown_table
 from draftsmith.evaluation.report import write_report
+from draftsmith.infer.metrics import paired_ratio_difference
 
 out, ours_run, budget, at = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+ours_at_dir = pathlib.Path(sys.argv[5]) if len(sys.argv) > 5 else None
 
 
 def load(p):
@@ -35,12 +42,17 @@ peer_at = next(
     (json.loads(line) for line in (out / "speculators/train_log.jsonl").read_text().splitlines() if '"saved"' in line),
     None,
 )
-ours_at_step = (ours_summary.get("best") or {}).get("step")
+state = load(ours_at_dir / "trainer_state.json") if ours_at_dir else None
+if state:
+    ours_at = {"step": state["step"], "tokens": state["tokens"], "train_seconds": state.get("train_seconds"),
+               "checkpoint": str(ours_at_dir)}  # fmt: skip
+else:
+    ours_at = {"step": (ours_summary.get("best") or {}).get("step")}
 rows = {
     "draftsmith": {
         "steps": ours_summary["steps"],
         "tokens": ours_summary["tokens"],
-        "at": {"step": ours_at_step, **(tau("ours-at") or {})},
+        "at": {**ours_at, **(tau("ours-at") or {})},
         "final": tau("ours-final"),
     },
     "speculators 0.9.0": {
@@ -56,12 +68,24 @@ rows = {
 }
 
 
-def diff(a, b):
+def paired(a_name, b_name):
+    """(difference, standard error) paired over the prompts both measurements decoded."""
+    a, b = load(out / f"tau-{a_name}.json"), load(out / f"tau-{b_name}.json")
+    if not (a and b) or [r["i"] for r in a["per_prompt"]] != [r["i"] for r in b["per_prompt"]]:
+        return None
+    pa, pb = a["per_prompt"], b["per_prompt"]
+    d, se = paired_ratio_difference([r["accepted"] for r in pa], [r["drafts"] for r in pa],
+                                    [r["accepted"] for r in pb], [r["drafts"] for r in pb])  # fmt: skip
+    return {"ours_minus_peer": round(d, 4), "se": round(se, 4), "beyond_2se": abs(d) > 2 * se, "prompts": len(pa)}
+
+
+def diff(a, b, names):
     if not (a and b and a.get("tau") and b.get("tau")):
         return None
     se = math.sqrt((a.get("tau_se") or 0) ** 2 + (b.get("tau_se") or 0) ** 2)
     d = a["tau"] - b["tau"]
-    return {"ours_minus_peer": round(d, 4), "se": round(se, 4), "beyond_2se": abs(d) > 2 * se}
+    return {"ours_minus_peer": round(d, 4), "se": round(se, 4), "beyond_2se": abs(d) > 2 * se,
+            "paired": paired(*names)}  # fmt: skip
 
 
 o, s = rows["draftsmith"], rows["speculators 0.9.0"]
@@ -69,8 +93,8 @@ report = {
     "budget_s": budget,
     "at_s": at,
     "results": rows,
-    "difference_at": diff(o["at"], s["at"]),
-    "difference_final": diff(o["final"], s["final"]),
+    "difference_at": diff(o["at"], s["at"], ("ours-at", "speculators-at")),
+    "difference_final": diff(o["final"], s["final"], ("ours-final", "speculators-final")),
 }
 write_report(report, out / "long.json", argv=["bash", "scripts/peer/long.sh"])
 
