@@ -4,10 +4,11 @@ trainers at each point with the standard error of the difference, unpaired and p
 prompts (both drafts decode the same prompts, so what the prompts share cancels). Writes
 OUT/long.json, OUT/long.md.
 
-    python scripts/peer/long_report.py OUT OURS_RUN BUDGET_S AT_S [OURS_AT]
+    python scripts/peer/long_report.py OUT OURS_RUN BUDGET_S AT_S [OURS_AT [OURS_FINAL]]
 
-OURS_AT: our mid-run checkpoint (its trainer_state.json gives its step, tokens and training
-seconds); without it, the run's best/ step as the summary records it.
+OURS_AT, OURS_FINAL: our checkpoints at AT_S and at the end of the budget (each one's
+trainer_state.json gives its step, tokens and training seconds); without them, the run's best/
+step as its summary records it, and the run's end.
 """
 
 import json
@@ -21,6 +22,7 @@ from draftsmith.infer.metrics import paired_ratio_difference
 
 out, ours_run, budget, at = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 ours_at_dir = pathlib.Path(sys.argv[5]) if len(sys.argv) > 5 else None
+ours_final_dir = pathlib.Path(sys.argv[6]) if len(sys.argv) > 6 else None
 
 
 def load(p):
@@ -42,18 +44,24 @@ peer_at = next(
     (json.loads(line) for line in (out / "speculators/train_log.jsonl").read_text().splitlines() if '"saved"' in line),
     None,
 )
-state = load(ours_at_dir / "trainer_state.json") if ours_at_dir else None
-if state:
-    ours_at = {"step": state["step"], "tokens": state["tokens"], "train_seconds": state.get("train_seconds"),
-               "checkpoint": str(ours_at_dir)}  # fmt: skip
-else:
-    ours_at = {"step": (ours_summary.get("best") or {}).get("step")}
+
+
+def checkpoint_state(folder):
+    state = load(folder / "trainer_state.json") if folder else None
+    if not state:
+        return None
+    return {"step": state["step"], "tokens": state["tokens"], "train_seconds": state.get("train_seconds"),
+            "checkpoint": str(folder)}  # fmt: skip
+
+
+ours_at = checkpoint_state(ours_at_dir) or {"step": (ours_summary.get("best") or {}).get("step")}
+ours_end = checkpoint_state(ours_final_dir) or {"steps": ours_summary["steps"], "tokens": ours_summary["tokens"]}
 rows = {
     "draftsmith": {
-        "steps": ours_summary["steps"],
-        "tokens": ours_summary["tokens"],
+        "steps": ours_end.get("step", ours_end.get("steps")),
+        "tokens": ours_end["tokens"],
         "at": {**ours_at, **(tau("ours-at") or {})},
-        "final": tau("ours-final"),
+        "final": {**ours_end, **(tau("ours-final") or {})},
     },
     "speculators 0.9.0": {
         "steps": peer_summary["steps"],
