@@ -13,6 +13,7 @@ step as its summary records it, and the run's end.
 
 import json
 import math
+import os
 import pathlib
 import sys
 
@@ -104,7 +105,11 @@ report = {
     "difference_at": diff(o["at"], s["at"], ("ours-at", "speculators-at")),
     "difference_final": diff(o["final"], s["final"], ("ours-final", "speculators-final")),
 }
-write_report(report, out / "long.json", argv=["bash", "scripts/peer/long.sh"])
+# The command as typed: the knobs given in long.sh's environment, then the script.
+KNOBS = ("OURS", "OURS_AT", "OURS_FINAL", "BUDGET_S", "AT_S", "RECIPE", "ROWS", "SCHEDULE", "OUT", "PROMPTS",
+         "NPROMPTS", "MAXNEW", "K")  # fmt: skip
+given = [f"{k}={os.environ[k]}" for k in KNOBS if os.environ.get(k)]
+write_report(report, out / "long.json", argv=[*given, "bash", "scripts/peer/long.sh"])
 
 
 def cell(t):
