@@ -189,3 +189,32 @@ def test_driver_vllm_without_a_vllm_is_one_line(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert rc == 2 and "vllm is not installed" in err and len(err.strip().splitlines()) == 1, err
     assert drafted.bodies == []
+
+
+def test_auto_falls_back_to_our_driver_where_vllm_bench_serve_cannot_run(fake_vllm, tmp_path, capsys, monkeypatch):
+    from draftsmith.shipping import installs
+
+    (fake_vllm.parent / "fake.py").write_text(  # the probe passes; the benchmark itself fails
+        "import sys\nargv = sys.argv[1:]\nsys.exit(0 if len(argv) == 3 else 'OSError: no tokenizer at target')\n"
+    )
+    monkeypatch.setattr(installs, "probe", lambda python: {"vllm": True, "version": "0.32.0", "prefix": None})
+    drafted, plain = StandIn(drafted=True), StandIn(drafted=False)
+    out = tmp_path / "sb"
+    base = ["serve-bench", "--base-url", drafted.url, "--baseline-url", plain.url, "--prompts", "chat",
+            "--num-prompts", "1", "--concurrency", "1", "--num-requests", "1", "--warmup", "0",
+            "--vllm", str(fake_vllm), "--output-dir", str(out)]  # fmt: skip
+    try:
+        rc = main(base)
+        err = capsys.readouterr().err
+        assert rc == 0, err
+        result = json.loads((out / "results.json").read_text())
+        assert result["stamp"]["driver"]["name"].startswith("draftsmith serve-bench")
+        assert "vllm bench serve failed" in result["stamp"]["driver"]["why"]
+        assert {r["drafted"]["driver"] for r in result["rows"]} == {"draftsmith"}
+        assert len(drafted.bodies) == 1 and len(plain.bodies) == 1  # one request each, ours
+        rc = main([*base, "--driver", "vllm"])  # asked for: the failure is the answer
+        err = capsys.readouterr().err
+        assert rc == 2 and "vllm bench serve failed (exit 1)" in err and len(err.strip().splitlines()) == 1, err
+    finally:
+        drafted.close()
+        plain.close()

@@ -203,9 +203,20 @@ def sweep(url, model, flag, sets, levels, temps, args, drafted: bool, out: dict 
             for i, (cat, reqs) in enumerate(sets.items()):
                 batch = [reqs[j % len(reqs)] for j in range(args.num_requests)]
                 name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{side}-T{t:g}-c{c}-{cat}")
-                row, records, wall_s, peak, delta = _level(url, model, flag, batch, c, t, args, drafted, name,
-                                                           warm if i == 0 else 0, kw, not out,
-                                                           f"T={t:g}, {c} in flight, {cat}")  # fmt: skip
+                where = f"T={t:g}, {c} in flight, {cat}"
+                try:
+                    row, records, wall_s, peak, delta = _level(url, model, flag, batch, c, t, args, drafted, name,
+                                                               warm if i == 0 else 0, kw, not out, where)  # fmt: skip
+                except DraftsmithError as e:
+                    # auto: vLLM's benchmark that cannot run at all (no tokenizer it can load, say) leaves
+                    # the sweep to our driver, before any level is measured, so that no sweep mixes the two
+                    if not (args.driver_python and args.driver == "auto" and not out and i == 0):
+                        raise
+                    log.warning("%s: vllm bench serve could not run (%s); serve-bench sends the requests itself",
+                                flag, e)  # fmt: skip
+                    args.driver_python, args.driver_fallback = None, str(e)
+                    row, records, wall_s, peak, delta = _level(url, model, flag, batch, c, t, args, drafted, name,
+                                                               warm, kw, True, where)  # fmt: skip
                 errors = [r.error for r in records if r.error]
                 if records and len(errors) == len(records):
                     raise DraftsmithError(f"{flag} {url}: every request failed, e.g. {errors[0]}")
@@ -413,6 +424,9 @@ def run(args) -> int:
         raise Interrupted(
             f"the levels that finished are in {kept} (marked incomplete)" if kept else "no level had finished"
         ) from None
+    if getattr(args, "driver_fallback", None):
+        why = f"vllm bench serve failed: {args.driver_fallback}"
+        info["driver"] = {"name": serve_vllm_bench.OURS_LABEL, "why": why}
     rows = combine(drafted, baseline)
     result = {"complete": True, "rows": rows, "crossover": crossovers(rows), "stamp": _stamp(args, version, info)}
     print(format_table(result))

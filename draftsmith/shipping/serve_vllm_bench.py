@@ -27,6 +27,7 @@ from draftsmith.shipping.serve_load import OLD_KEYS, Record, Request, SpecCounte
 log = logging.getLogger(__name__)
 NAME = "vllm bench serve"
 OURS = "draftsmith"
+OURS_LABEL = "draftsmith serve-bench (its own streamed requests)"
 DRIVERS = ("auto", "vllm", "draftsmith")
 
 # Starts vllm.benchmarks.serve as `vllm bench serve` does, from argv.
@@ -126,7 +127,7 @@ def pick(args, sets, install, tokenizer: str) -> dict:
     name, why = choose(args.driver, str(install.python) if install else None, sets, args.api)
     args.driver_python = str(install.python) if name == "vllm" else None
     args.driver_tokenizer = tokenizer
-    label = NAME if name == "vllm" else "draftsmith serve-bench (its own streamed requests)"
+    label = NAME if name == "vllm" else OURS_LABEL
     log.info("load generator: %s (%s)", label, why)
     return {"name": label, "why": why}
 
