@@ -118,6 +118,15 @@ SMOL_SERVED_FP32 = "results/serve-bench/smollm2-eagle3-quickstart-fp32/results.j
 SMOL_CC = "results/crosscheck/smollm2-eagle3-quickstart.json"
 IN_DOMAIN = "results/qwen-code-distilled/results.json"
 PACKING = "results/train-before-after/smollm2-eagle3-packing.json"
+LONG30 = "results/peer-race/long30/long.json"
+
+
+def _long(j, trainer, point, key="tau"):
+    return j["results"]["draftsmith" if trainer == "ours" else "speculators 0.9.0"][point][key]
+
+
+def _long_paired(j, point, key="ours_minus_peer"):
+    return j[f"difference_{point}"]["paired"][key]
 
 
 def _tau(j, method):
@@ -176,6 +185,20 @@ LONG_ONE = "results/long-run/smollm2-eagle3-one-step.json"
 README, RESULTS = "README.md", "docs/results.md"
 
 QUOTED = [
+    # our EAGLE-3 trainer against speculators at equal wall-clock, 15 and 30 minutes, paired over the prompts
+    (README, "(48 prompts): paired difference +{} ± {}, AVX-512 + AVX512-BF16 | {} vs {} |",
+     LONG30, [lambda j: _long_paired(j, "final"), lambda j: _long_paired(j, "final", "se"),
+              lambda j: _long(j, "ours", "final"), lambda j: _long(j, "peer", "final")]),
+    (RESULTS, "| draftsmith | 90 | 184,320 | {} ± {} | 170 | 348,160 | {} ± {} |", LONG30,
+     [lambda j: _long(j, "ours", "at"), lambda j: _long(j, "ours", "at", "tau_se"),
+      lambda j: _long(j, "ours", "final"), lambda j: _long(j, "ours", "final", "tau_se")]),
+    (RESULTS, "| speculators 0.9.0 | 49 | 91,786 | {} ± {} | 102 | 190,971 | {} ± {} |", LONG30,
+     [lambda j: _long(j, "peer", "at"), lambda j: _long(j, "peer", "at", "tau_se"),
+      lambda j: _long(j, "peer", "final"), lambda j: _long(j, "peer", "final", "tau_se")]),
+    (RESULTS, "paired over the 48 prompts: +{} ± {} at 15 minutes", LONG30,
+     [lambda j: _long_paired(j, "at"), lambda j: _long_paired(j, "at", "se")]),
+    (RESULTS, "+{} ± {} at 30 minutes (beyond", LONG30,
+     [lambda j: _long_paired(j, "final"), lambda j: _long_paired(j, "final", "se")]),
     # packing before/after at equal steps, paired over the same prompts
     (README, "paired difference +{} ± {}, no difference, AVX-512 + AVX512-BF16 | {} vs {} |", PACKING,
      [lambda j: j["after_minus_before"]["mean_acceptance_length"], lambda j: j["after_minus_before"]["se"],
