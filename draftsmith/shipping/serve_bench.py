@@ -157,9 +157,9 @@ def _level(url, model, flag, batch, c, t, args, drafted, name, warm, kw, first: 
     """One category's requests at one level -> (row, records, wall seconds, peak in flight, the
     spec-decode counters' difference or None on the plain server), through `vllm bench serve` where
     serve-bench chose it (args.driver_python set), else through our driver."""
-    gone = (f"{flag} {url}: /metrics has no spec_decode counters: the server is not serving a drafter" if first else
-            f"{flag} {url}: the spec_decode counters left /metrics during the sweep ({where}): the server no longer "
+    left = (f"{flag} {url}: the spec_decode counters left /metrics during the sweep ({where}): the server no longer "
             "serves a drafter")  # fmt: skip
+    gone = f"{flag} {url}: /metrics has no spec_decode counters: the server is not serving a drafter" if first else left
     if getattr(args, "driver_python", None):
         row, records, delta = serve_vllm_bench.run_level(
             args.driver_python, url, model, args.driver_tokenizer, batch, c,
@@ -183,8 +183,7 @@ def _level(url, model, flag, batch, c, t, args, drafted, name, warm, kw, first: 
         return row, records, wall_s, peak[0], None
     after = serve_load.read_counters(url, flag)
     if after is None:
-        raise DraftsmithError(f"{flag} {url}: the spec_decode counters left /metrics during the sweep ({where}): the "
-                              "server no longer serves a drafter")  # fmt: skip
+        raise DraftsmithError(left)
     return row, records, wall_s, peak[0], after.minus(before)
 
 

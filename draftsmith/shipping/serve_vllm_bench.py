@@ -82,9 +82,9 @@ def choose(driver: str, python: str | None, sets: dict[str, list[Request]], api:
     why_not = None
     if python is None:
         why_not = "no vLLM is installed beside serve-bench (scripts/install_engines.sh vllm, or --vllm PATH)"
-    elif bench_serve_problem(python):
-        why_not = bench_serve_problem(python)
     else:
+        why_not = bench_serve_problem(python)
+    if why_not is None:
         for cat, reqs in sets.items():
             why = expressible(reqs, api)
             if why:

@@ -45,7 +45,6 @@ import numpy as np
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 SPEC_PY = ROOT / ".engines" / "speculators" / "bin" / "python"
 

@@ -25,10 +25,7 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from draftsmith.evaluation.benchkit import add_flags, parser, run_main, save  # noqa: E402
+from draftsmith.evaluation.benchkit import add_flags, parser, run_main, save
 
 
 def vllm_folder(draft: pathlib.Path, k: int, work: pathlib.Path) -> pathlib.Path:
