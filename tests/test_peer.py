@@ -94,3 +94,43 @@ def test_measure_tau_pools_acceptance_over_prompts_and_domains():
     assert result["agree"] == "1/2" and [r["agrees_with_plain"] for r in result["per_prompt"]] == [True, False]
     assert result["by_domain"]["coding"]["tau"] == 2.5 and result["by_domain"]["humaneval"]["tau"] == 1.0
     assert result["tokens_per_s"] == 2.5 and result["speedup"] == 1.0
+
+
+def _long(path, budget_s, at_s, ours, peer):
+    """A long.json as scripts/peer/long_report.py writes it: (tau, se, step) at AT_S and the end."""
+
+    def side(at, final):
+        return {p: {"tau": t, "tau_se": se, "step": s, "tokens": 2048 * s} for p, (t, se, s) in
+                (("at", at), ("final", final))}  # fmt: skip
+
+    results = {"draftsmith": side(*ours), "speculators 0.9.0": side(*peer)}
+    for r in results.values():
+        r.update(steps=r["final"]["step"], tokens=r["final"]["tokens"])
+    # as long_report writes it: speculators' final point is its tau alone, the steps are the run's
+    del results["speculators 0.9.0"]["final"]["step"], results["speculators 0.9.0"]["final"]["tokens"]
+    path.write_text(json.dumps({"budget_s": budget_s, "at_s": at_s, "results": results}))
+    return path
+
+
+def test_race_curve_joins_the_races_by_minute(tmp_path):
+    a = _long(tmp_path / "a.json", 1800, 900, ours=((1.24, 0.01, 90), (1.3, 0.01, 170)), peer=((1.16, 0.01, 49),
+              (1.21, 0.01, 102)))  # fmt: skip
+    # the second race measured ours at 30 minutes again (another value): the first file given wins
+    b = _long(tmp_path / "b.json", 5400, 1800, ours=((9.9, 0.5, 170), (1.45, 0.02, 500)), peer=((1.22, 0.01, 100),
+              (1.33, 0.02, 300)))  # fmt: skip
+    png = tmp_path / "curve.png"
+    rows = _script("race_curve.py", a, b, "--png", png).splitlines()
+    ours = [r for r in rows if r.startswith("| draftsmith |")]
+    peer = [r for r in rows if r.startswith("| speculators 0.9.0 |")]
+    assert [r.split(" | ")[1] for r in ours] == ["15", "30", "90"] and len(peer) == 3
+    assert "| 1.300 ± 0.010 |" in ours[1] and str(a) in ours[1] and "9.9" not in "".join(rows)
+    assert "| 90 | 500 | 1,024,000 | 1.450 ± 0.020 |" in ours[2]
+    assert "| 30 | 102 |" in peer[1] and str(a) in peer[1]  # a's final, not b's 1.22 at the same minute
+    assert "| 90 | 300 | 614,400 | 1.330 ± 0.020 |" in peer[2]  # its final: the run's own steps and tokens
+    assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_race_curve_names_a_missing_race(tmp_path):
+    out = subprocess.run([sys.executable, "scripts/peer/race_curve.py", tmp_path / "none.json", "--png",
+                          tmp_path / "x.png"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 2 and "no such file" in out.stderr and "none.json" in out.stderr
