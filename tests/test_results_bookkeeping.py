@@ -119,6 +119,7 @@ SMOL_CC = "results/crosscheck/smollm2-eagle3-quickstart.json"
 IN_DOMAIN = "results/qwen-code-distilled/results.json"
 PACKING = "results/train-before-after/smollm2-eagle3-packing.json"
 LONG30 = "results/peer-race/long30/long.json"
+LONG90 = "results/peer-race/long90/long.json"
 
 
 def _long(j, trainer, point, key="tau"):
@@ -186,9 +187,21 @@ README, RESULTS = "README.md", "docs/results.md"
 
 QUOTED = [
     # our EAGLE-3 trainer against speculators at equal wall-clock, 15 and 30 minutes, paired over the prompts
-    (README, "(48 prompts): paired difference +{} ± {}, AVX-512 + AVX512-BF16 | {} vs {} |",
-     LONG30, [lambda j: _long_paired(j, "final"), lambda j: _long_paired(j, "final", "se"),
+    (README, "(48 prompts): paired difference +{} ± {} / +{} ± {}, AVX-512 + AVX512-BF16 | {} vs {} / {} vs {} |",
+     LONG90, [lambda j: _long_paired(j, "at"), lambda j: _long_paired(j, "at", "se"),
+              lambda j: _long_paired(j, "final"), lambda j: _long_paired(j, "final", "se"),
+              lambda j: _long(j, "ours", "at"), lambda j: _long(j, "peer", "at"),
               lambda j: _long(j, "ours", "final"), lambda j: _long(j, "peer", "final")]),
+    (RESULTS, "| draftsmith | 332 | 679,936 | {} ± {} | 465 | 952,320 | {} ± {} |", LONG90,
+     [lambda j: _long(j, "ours", "at"), lambda j: _long(j, "ours", "at", "tau_se"),
+      lambda j: _long(j, "ours", "final"), lambda j: _long(j, "ours", "final", "tau_se")]),
+    (RESULTS, "| speculators 0.9.0 | 203 | 384,274 | {} ± {} | 306 | 578,384 | {} ± {} |", LONG90,
+     [lambda j: _long(j, "peer", "at"), lambda j: _long(j, "peer", "at", "tau_se"),
+      lambda j: _long(j, "peer", "final"), lambda j: _long(j, "peer", "final", "tau_se")]),
+    (RESULTS, "paired over the 48 prompts: +{} ± {} at 60 minutes", LONG90,
+     [lambda j: _long_paired(j, "at"), lambda j: _long_paired(j, "at", "se")]),
+    (RESULTS, "+{} ± {} at 90 minutes (", LONG90,
+     [lambda j: _long_paired(j, "final"), lambda j: _long_paired(j, "final", "se")]),
     (RESULTS, "| draftsmith | 90 | 184,320 | {} ± {} | 170 | 348,160 | {} ± {} |", LONG30,
      [lambda j: _long(j, "ours", "at"), lambda j: _long(j, "ours", "at", "tau_se"),
       lambda j: _long(j, "ours", "final"), lambda j: _long(j, "ours", "final", "tau_se")]),
