@@ -120,6 +120,8 @@ IN_DOMAIN = "results/qwen-code-distilled/results.json"
 PACKING = "results/train-before-after/smollm2-eagle3-packing.json"
 LONG30 = "results/peer-race/long30/long.json"
 LONG90 = "results/peer-race/long90/long.json"
+SMOL_CC_T1 = "results/crosscheck/smollm2-eagle3-long90-t1.json"
+QWEN_CC_T1 = "results/crosscheck/qwen-coder-draft-lm-code-t1.json"
 
 
 def _long(j, trainer, point, key="tau"):
@@ -141,6 +143,19 @@ def _speed(j, method):
 def _cc(j, runtime, key):
     """A crosscheck runtime's figure: runtime "ours" or "vllm"."""
     return j["runtimes"][runtime][key]
+
+
+def _sampled(j, side, key="mean_acceptance_length"):
+    """A sampled crosscheck's τ block: side "ours", "engine" or "ours_lossless"."""
+    return j["tau"][side][key]
+
+
+_SAMPLED_GETTERS = [lambda j, s=s, k=k: _sampled(j, s, k) for s in ("ours", "engine", "ours_lossless")
+                    for k in ("mean_acceptance_length", "standard_error", "drafts")]
+
+
+def _position(j, position, side):
+    return j["positions"][position - 1][side]
 
 
 def _agreement(j, key):
@@ -319,6 +334,18 @@ QUOTED = [
      [lambda j: _served(j, 1.0, 1, "tau"), lambda j: _served(j, 0.0, 1, "tau")]),
     ("docs/engines.md", "the SmolLM2 EAGLE-3 {} against {}", SMOL_SERVED,
      [lambda j: _served(j, 1.0, 1, "tau"), lambda j: _served(j, 0.0, 1, "tau")]),
+    (RESULTS, "| SmolLM2 EAGLE-3, 90 minutes | {} ± {} ({}) | {} ± {} ({}) | {} ± {} ({}) | {} |", SMOL_CC_T1,
+     [*_SAMPLED_GETTERS, lambda j: j["verdict"]]),
+    (RESULTS, "| Qwen 0.5B distilled on code | {} ± {} ({}) | {} ± {} ({}) | {} ± {} ({}) | {} |", QWEN_CC_T1,
+     [*_SAMPLED_GETTERS, lambda j: j["verdict"]]),
+    (RESULTS, "(chat, code) | fp32 | 1 | {} | {} | {} | same |", SMOL_CC_T1,
+     [lambda j: _position(j, 1, "ours"), lambda j: _position(j, 1, "engine"), lambda j: _position(j, 1, "detectable_difference")]),
+    (RESULTS, "(code, HumanEval) | bf16 | 1 | {} | {} | {} | same |", QWEN_CC_T1,
+     [lambda j: _position(j, 1, "ours"), lambda j: _position(j, 1, "engine"), lambda j: _position(j, 1, "detectable_difference")]),
+    (README, "(SmolLM2 EAGLE-3 τ {} in vLLM against {} in ours; the Qwen draft LM {} against {}", SMOL_CC_T1,
+     [lambda j: _sampled(j, "engine"), lambda j: _sampled(j, "ours"),
+      lambda j: _sampled(json.loads((ROOT / QWEN_CC_T1).read_text()), "engine"),
+      lambda j: _sampled(json.loads((ROOT / QWEN_CC_T1).read_text()), "ours")]),
     (RESULTS, "vLLM `eagle3`, K=4, {}, the built-in chat and code", SMOL_SERVED, [lambda j: _dtype(j["stamp"]["dtype"])]),
     (RESULTS, "| SmolLM2 quickstart EAGLE-3 | {} | ours | {} |", SMOL_CC,
      [lambda j: _dtype(j["dtype"]), *_ccs(("ours", TAU))]),
