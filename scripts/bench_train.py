@@ -250,6 +250,21 @@ def fresh_accelerate() -> None:
     GradientState._reset_state()
 
 
+def endless(loader, path: str):
+    """The loader's batches over and over: the timed steps, the profiled one and the FLOP count can
+    need more batches than --max-rows gives a recipe (one that keeps conversations apart, or a
+    larger batch, makes fewer); throughput does not care that a batch comes round again."""
+    while True:
+        empty = True
+        for batch in loader:
+            empty = False
+            yield batch
+        if empty:
+            from draftsmith.errors import DraftsmithError
+
+            raise DraftsmithError(f"{path}: the data gave no training batch; raise --max-rows")
+
+
 def bench_one(path: str, mode: str | None, overrides: list[str], args) -> dict:
     """One recipe in one mode: the timed steps, the FLOP count and what ran, as a dict."""
     from draftsmith.train.config import load_recipe
@@ -268,7 +283,7 @@ def bench_one(path: str, mode: str | None, overrides: list[str], args) -> dict:
         try:
             if mode == "before" and recipe.drafter.kind == "dflash":
                 trainer.task.features = AllLogitRows(trainer.task.features)
-            acc, batches = trainer.acc, iter(trainer.loader)
+            acc, batches = trainer.acc, endless(trainer.loader, path)
             fwd, step, parts, n = time_steps(trainer, batches, args)
             flops, flop_model = count_flops(trainer, batches, args.warmup + args.steps + 1)
             target_dtype = str(trainer.target.dtype).removeprefix("torch.")

@@ -7,6 +7,7 @@ import pathlib
 import runpy
 import types
 
+import pytest
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -141,3 +142,16 @@ def test_bench_compiled_drafting_asks_for_step_times_and_survives_untimed_runs(t
     assert c["draft_s"] is None and c["draft_over_eager"] is None and c["outputs_match_plain"]
     cells = bench["table_row"]("draft_lm compiled", c)
     assert cells[1] == "n/a" and cells[2] == "n/a" and cells[3] == "n/a"
+
+
+def test_bench_train_comes_round_the_data_again_and_names_empty_data():
+    """A recipe whose --max-rows make fewer batches than the timed, profiled and counted steps
+    need gets the same batches again instead of dying in the middle of a run (StopIteration
+    lost every recipe measured before it); data that gives no batch at all is a one-line error."""
+    from draftsmith.errors import DraftsmithError
+
+    bench = runpy.run_path(str(ROOT / "scripts" / "bench_train.py"))
+    batches = bench["endless"](["a", "b"], "medusa2.yaml")
+    assert [next(batches) for _ in range(5)] == ["a", "b", "a", "b", "a"]
+    with pytest.raises(DraftsmithError, match="medusa2.yaml: the data gave no training batch; raise --max-rows"):
+        next(bench["endless"]([], "medusa2.yaml"))
