@@ -122,6 +122,7 @@ LONG30 = "results/peer-race/long30/long.json"
 LONG90 = "results/peer-race/long90/long.json"
 SMOL_CC_T1 = "results/crosscheck/smollm2-eagle3-long90-t1.json"
 QWEN_CC_T1 = "results/crosscheck/qwen-coder-draft-lm-code-t1.json"
+DRIVER_CHECK = "results/serve-bench/driver-check/{}/results.json"
 
 
 def _long(j, trainer, point, key="tau"):
@@ -278,9 +279,11 @@ QUOTED = [
     (README, "| {} / {} | {}× / {}× | [results.json](results/qwen-kinds-vocab/results.json) |", VOCAB,
      _taus("draft_lm K=6", "qwen0.5b K=6") + _speeds("draft_lm K=6", "qwen0.5b K=6")),
     (README, "greedy, same machine | {} | {}× / {}× | [results.json](" + SERVED + ") |", SERVED,
-     [lambda j: _served(j, 0.0, 1, "tau"), lambda j: _served(j, 0.0, 1, "speedup"), lambda j: _served(j, 0.0, 8, "speedup")]),
+     [lambda j: _served(j, 0.0, 1, "tau"), lambda j: _served(j, 0.0, 1, "speedup"),
+      lambda j: _served(j, 0.0, 8, "speedup")]),
     (README, "sampler) | {} | {}× / {}× | [results.json](" + SERVED + ") |", SERVED,
-     [lambda j: _served(j, 1.0, 1, "tau"), lambda j: _served(j, 1.0, 1, "speedup"), lambda j: _served(j, 1.0, 8, "speedup")]),
+     [lambda j: _served(j, 1.0, 1, "tau"), lambda j: _served(j, 1.0, 1, "speedup"),
+      lambda j: _served(j, 1.0, 8, "speedup")]),
     (README, "| {} vs {} | {}× the training tokens/s ({} vs {}) |", RACE,
      [lambda j: _race(j, "ours", "tau_equal_time"), lambda j: _race(j, "peer", "tau_equal_time"), _race_ratio,
       lambda j: _race(j, "ours", "tokens_per_s"), lambda j: _race(j, "peer", "tokens_per_s")]),
@@ -299,8 +302,8 @@ QUOTED = [
      [lambda j: _served(j, 0.0, 1, "tau"), lambda j: _served(j, 1.0, 1, "tau"),
       lambda j: _served(j, 0.0, 1, "speedup"), lambda j: _served(j, 0.0, 8, "speedup"),
       lambda j: _served(j, 1.0, 1, "speedup"), lambda j: _served(j, 1.0, 8, "speedup")]),
-    (RESULTS, "the drafter pays at one and two requests in flight ({}×, {}×) and loses from four on ({}×, {}× at eight)",
-     SERVED, [lambda j, c=c: _served(j, 0.0, c, "speedup") for c in (1, 2, 4, 8)]),
+    (RESULTS, "pays at one and two requests in flight ({}×, {}×) and loses from four on ({}×, {}× at eight)", SERVED,
+     [lambda j, c=c: _served(j, 0.0, c, "speedup") for c in (1, 2, 4, 8)]),
     (RESULTS, "keeps most of its acceptance: τ {}-{}", SERVED, _served_range(1.0, "tau")),
     (RESULTS, "At τ {} the EAGLE-3 head does not pay in vLLM-CPU at one request ({}×", SMOL_SERVED,
      [lambda j: _served(j, 0.0, 1, "tau"), lambda j: _served(j, 0.0, 1, "speedup")]),
@@ -339,17 +342,20 @@ QUOTED = [
     (RESULTS, "| Qwen 0.5B distilled on code | {} ± {} ({}) | {} ± {} ({}) | {} ± {} ({}) | {} |", QWEN_CC_T1,
      [*_SAMPLED_GETTERS, lambda j: j["verdict"]]),
     (RESULTS, "(chat, code) | fp32 | 1 | {} | {} | {} | same |", SMOL_CC_T1,
-     [lambda j: _position(j, 1, "ours"), lambda j: _position(j, 1, "engine"), lambda j: _position(j, 1, "detectable_difference")]),
+     [lambda j: _position(j, 1, "ours"), lambda j: _position(j, 1, "engine"),
+      lambda j: _position(j, 1, "detectable_difference")]),
     (RESULTS, "(code, HumanEval) | bf16 | 1 | {} | {} | {} | same |", QWEN_CC_T1,
-     [lambda j: _position(j, 1, "ours"), lambda j: _position(j, 1, "engine"), lambda j: _position(j, 1, "detectable_difference")]),
+     [lambda j: _position(j, 1, "ours"), lambda j: _position(j, 1, "engine"),
+      lambda j: _position(j, 1, "detectable_difference")]),
     (README, "(SmolLM2 EAGLE-3 τ {} in vLLM against {} in ours; the Qwen draft LM {} against {}", SMOL_CC_T1,
      [lambda j: _sampled(j, "engine"), lambda j: _sampled(j, "ours"),
       lambda j: _sampled(json.loads((ROOT / QWEN_CC_T1).read_text()), "engine"),
       lambda j: _sampled(json.loads((ROOT / QWEN_CC_T1).read_text()), "ours")]),
-    (RESULTS, "through `vllm bench serve`, gave {}× and {}×", "results/serve-bench/driver-check/draftsmith/results.json",
+    (RESULTS, "through `vllm bench serve`, gave {}× and {}×", DRIVER_CHECK.format("draftsmith"),
      [lambda j: _served(j, 0.0, 1, "speedup"),
-      lambda j: _served(json.loads((ROOT / "results/serve-bench/driver-check/vllm/results.json").read_text()), 0.0, 1, "speedup")]),
-    (RESULTS, "vLLM `eagle3`, K=4, {}, the built-in chat and code", SMOL_SERVED, [lambda j: _dtype(j["stamp"]["dtype"])]),
+      lambda j: _served(json.loads((ROOT / DRIVER_CHECK.format("vllm")).read_text()), 0.0, 1, "speedup")]),
+    (RESULTS, "vLLM `eagle3`, K=4, {}, the built-in chat and code", SMOL_SERVED,
+     [lambda j: _dtype(j["stamp"]["dtype"])]),
     (RESULTS, "| SmolLM2 quickstart EAGLE-3 | {} | ours | {} |", SMOL_CC,
      [lambda j: _dtype(j["dtype"]), *_ccs(("ours", TAU))]),
 ]  # fmt: skip
