@@ -151,8 +151,11 @@ def _sampled(j, side, key="mean_acceptance_length"):
     return j["tau"][side][key]
 
 
-_SAMPLED_GETTERS = [lambda j, s=s, k=k: _sampled(j, s, k) for s in ("ours", "engine", "ours_lossless")
-                    for k in ("mean_acceptance_length", "standard_error", "drafts")]
+_SAMPLED_GETTERS = [
+    lambda j, s=s, k=k: _sampled(j, s, k)
+    for s in ("ours", "engine", "ours_lossless")
+    for k in ("mean_acceptance_length", "standard_error", "drafts")
+]
 
 
 def _position(j, position, side):
