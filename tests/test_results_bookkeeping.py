@@ -123,6 +123,7 @@ LONG90 = "results/peer-race/long90/long.json"
 SMOL_CC_T1 = "results/crosscheck/smollm2-eagle3-long90-t1.json"
 QWEN_CC_T1 = "results/crosscheck/qwen-coder-draft-lm-code-t1.json"
 DRIVER_CHECK = "results/serve-bench/driver-check/{}/results.json"
+CAPACITY = "results/capacity/smollm2-135m-instruct-{}.json"
 
 
 def _long(j, trainer, point, key="tau"):
@@ -357,6 +358,10 @@ QUOTED = [
     (RESULTS, "through `vllm bench serve`, gave {}× and {}×", DRIVER_CHECK.format("draftsmith"),
      [lambda j: _served(j, 0.0, 1, "speedup"),
       lambda j: _served(json.loads((ROOT / DRIVER_CHECK.format("vllm")).read_text()), 0.0, 1, "speedup")]),
+    (RESULTS, "| EAGLE-3 | 4 | {} | {} |", CAPACITY.format("eagle3"),
+     [lambda j: j["kinds"]["eagle3"]["mean_acceptance_length"], lambda j: j["kinds"]["eagle3"]["bar"]]),
+    (RESULTS, "| DFlash | 4 | {} | {} |", CAPACITY.format("dflash"),
+     [lambda j: j["kinds"]["dflash"]["mean_acceptance_length"], lambda j: j["kinds"]["dflash"]["bar"]]),
     (RESULTS, "vLLM `eagle3`, K=4, {}, the built-in chat and code", SMOL_SERVED,
      [lambda j: _dtype(j["stamp"]["dtype"])]),
     (RESULTS, "| SmolLM2 quickstart EAGLE-3 | {} | ours | {} |", SMOL_CC,
