@@ -360,6 +360,8 @@ QUOTED = [
       lambda j: _served(json.loads((ROOT / DRIVER_CHECK.format("vllm")).read_text()), 0.0, 1, "speedup")]),
     (RESULTS, "| EAGLE-3 | 4 | {} | {} |", CAPACITY.format("eagle3"),
      [lambda j: j["kinds"]["eagle3"]["mean_acceptance_length"], lambda j: j["kinds"]["eagle3"]["bar"]]),
+    (RESULTS, "| draft LM | 4 | {} | {} |", CAPACITY.format("draft_lm"),
+     [lambda j: j["kinds"]["draft_lm"]["mean_acceptance_length"], lambda j: j["kinds"]["draft_lm"]["bar"]]),
     (RESULTS, "| DFlash | 4 | {} | {} |", CAPACITY.format("dflash"),
      [lambda j: j["kinds"]["dflash"]["mean_acceptance_length"], lambda j: j["kinds"]["dflash"]["bar"]]),
     (RESULTS, "vLLM `eagle3`, K=4, {}, the built-in chat and code", SMOL_SERVED,
