@@ -130,6 +130,15 @@ def _long(j, trainer, point, key="tau"):
     return j["results"]["draftsmith" if trainer == "ours" else "speculators 0.9.0"][point][key]
 
 
+def _long_taus(trainer):
+    """A trainer's τ ± standard error at the race's midpoint and end, as its table row gives them."""
+    return [lambda j, p=p, k=k: _long(j, trainer, p, k) for p in ("at", "final") for k in ("tau", "tau_se")]
+
+
+def _long_paired_at(point):
+    return [lambda j: _long_paired(j, point), lambda j: _long_paired(j, point, "se")]
+
+
 def _long_paired(j, point, key="ours_minus_peer"):
     return j[f"difference_{point}"]["paired"][key]
 
@@ -212,26 +221,14 @@ QUOTED = [
               lambda j: _long_paired(j, "final"), lambda j: _long_paired(j, "final", "se"),
               lambda j: _long(j, "ours", "at"), lambda j: _long(j, "peer", "at"),
               lambda j: _long(j, "ours", "final"), lambda j: _long(j, "peer", "final")]),
-    (RESULTS, "| draftsmith | 332 | 679,936 | {} ± {} | 465 | 952,320 | {} ± {} |", LONG90,
-     [lambda j: _long(j, "ours", "at"), lambda j: _long(j, "ours", "at", "tau_se"),
-      lambda j: _long(j, "ours", "final"), lambda j: _long(j, "ours", "final", "tau_se")]),
-    (RESULTS, "| speculators 0.9.0 | 203 | 384,274 | {} ± {} | 306 | 578,384 | {} ± {} |", LONG90,
-     [lambda j: _long(j, "peer", "at"), lambda j: _long(j, "peer", "at", "tau_se"),
-      lambda j: _long(j, "peer", "final"), lambda j: _long(j, "peer", "final", "tau_se")]),
-    (RESULTS, "paired over the 48 prompts: +{} ± {} at 60 minutes", LONG90,
-     [lambda j: _long_paired(j, "at"), lambda j: _long_paired(j, "at", "se")]),
-    (RESULTS, "+{} ± {} at 90 minutes (", LONG90,
-     [lambda j: _long_paired(j, "final"), lambda j: _long_paired(j, "final", "se")]),
-    (RESULTS, "| draftsmith | 90 | 184,320 | {} ± {} | 170 | 348,160 | {} ± {} |", LONG30,
-     [lambda j: _long(j, "ours", "at"), lambda j: _long(j, "ours", "at", "tau_se"),
-      lambda j: _long(j, "ours", "final"), lambda j: _long(j, "ours", "final", "tau_se")]),
-    (RESULTS, "| speculators 0.9.0 | 49 | 91,786 | {} ± {} | 102 | 190,971 | {} ± {} |", LONG30,
-     [lambda j: _long(j, "peer", "at"), lambda j: _long(j, "peer", "at", "tau_se"),
-      lambda j: _long(j, "peer", "final"), lambda j: _long(j, "peer", "final", "tau_se")]),
-    (RESULTS, "paired over the 48 prompts: +{} ± {} at 15 minutes", LONG30,
-     [lambda j: _long_paired(j, "at"), lambda j: _long_paired(j, "at", "se")]),
-    (RESULTS, "+{} ± {} at 30 minutes (beyond", LONG30,
-     [lambda j: _long_paired(j, "final"), lambda j: _long_paired(j, "final", "se")]),
+    (RESULTS, "| draftsmith | 332 | 679,936 | {} ± {} | 465 | 952,320 | {} ± {} |", LONG90, _long_taus("ours")),
+    (RESULTS, "| speculators 0.9.0 | 203 | 384,274 | {} ± {} | 306 | 578,384 | {} ± {} |", LONG90, _long_taus("peer")),
+    (RESULTS, "paired over the 48 prompts: +{} ± {} at 60 minutes", LONG90, _long_paired_at("at")),
+    (RESULTS, "+{} ± {} at 90 minutes (", LONG90, _long_paired_at("final")),
+    (RESULTS, "| draftsmith | 90 | 184,320 | {} ± {} | 170 | 348,160 | {} ± {} |", LONG30, _long_taus("ours")),
+    (RESULTS, "| speculators 0.9.0 | 49 | 91,786 | {} ± {} | 102 | 190,971 | {} ± {} |", LONG30, _long_taus("peer")),
+    (RESULTS, "paired over the 48 prompts: +{} ± {} at 15 minutes", LONG30, _long_paired_at("at")),
+    (RESULTS, "+{} ± {} at 30 minutes (beyond", LONG30, _long_paired_at("final")),
     # packing before/after at equal steps, paired over the same prompts
     (README, "paired difference +{} ± {}, no difference, AVX-512 + AVX512-BF16 | {} vs {} |", PACKING,
      [lambda j: j["after_minus_before"]["mean_acceptance_length"], lambda j: j["after_minus_before"]["se"],
