@@ -42,8 +42,18 @@ def arguments(argv=None):
     ap.add_argument("--kinds", default=",".join(trainable), help=f"comma-separated (default: {','.join(trainable)})")
     ap.add_argument("--lr", type=float, default=None, help="learning rate (default: each recipe's)")
     ap.add_argument("--configs", default=str(ROOT / "configs"), help="the recipes folder")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="a recipe override for every kind checked (repeatable), e.g. drafter.divergence=fkl",
+    )
     args = ap.parse_args(argv)
     args.kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    for item in args.set:
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            ap.error(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. drafter.divergence=fkl")
     unknown = [k for k in args.kinds if k not in trainable]
     if unknown:
         ap.error(f"--kinds: {', '.join(unknown)} not among the trainable kinds ({', '.join(trainable)})")
@@ -70,6 +80,7 @@ def main(args) -> dict:
                 steps=args.steps,
                 lr=args.lr,
                 prompts=args.prompts,
+                overrides=[f"--{item}" for item in args.set],
             )
             kinds[kind] = {
                 **result.as_dict(),
@@ -86,7 +97,7 @@ def main(args) -> dict:
         "dtype": args.dtype,
         "hardware": machine_line(target.device),
         "bar": f"{BAR} x (K + 1)",
-        "settings": {k: getattr(args, k) for k in ("prompts", "num_prompts", "max_new_tokens", "steps", "lr")},
+        "settings": {k: getattr(args, k) for k in ("prompts", "num_prompts", "max_new_tokens", "steps", "lr", "set")},
         "kinds": kinds,
     }
 

@@ -1,7 +1,11 @@
 #!/usr/bin/env python
 """Plain decoding, our runtime beside vLLM-CPU, in one run: prefill and per-token decode apart.
 
-For each (model, dtype): ours is the bench's plain step (Engine with no drafter, batch 1); vLLM
+For each (model, dtype): ours is the bench's plain step (Engine with no drafter, batch 1) on the
+few-row and one-row matmul kernel `draftsmith bench` runs (`--cpu-matmul`, default auto: chosen
+by measurement on this machine, infer/kernels.py; each further kernel of `--cpu-matmul`, e.g.
+`auto,linear`, is timed beside it in the same alternation, so the table says what the kernel
+choice is worth); vLLM
 is a long-lived worker in vLLM's own venv (scripts/plain_vs_vllm_worker.py: the offline `LLM`
 API, token-id prompts, greedy, `ignore_eos`), started once per variant of its settings:
 
@@ -130,13 +134,19 @@ def root_cause(log: pathlib.Path) -> str | None:
     return found[0][:300] if found else None
 
 
-def ours_runner(target):
-    """`run(prompt, n)` -> one timed plain generation: the bench's step (Engine, no drafter)."""
+def ours_runner(target, kernel: str | None = None):
+    """`run(prompt, n)` -> one timed plain generation: the bench's step (Engine, no drafter), with
+    the target's linears on `kernel` (infer/kernels.py; None: as they are). Switching kernels
+    repacks a packed kernel's weights, before the timed request, not in it."""
     from draftsmith.infer.engine import Engine
+    from draftsmith.infer.kernels import use_linear_kernel
 
     engine = Engine(target)
 
     def run(prompt, n) -> dict:
+        if kernel is not None and getattr(target, "_bench_kernel", None) != kernel:
+            use_linear_kernel(target.model, kernel)
+            target._bench_kernel = kernel
         r = engine.generate(prompt, n, eos_token_ids=(), speculative=False)
         times = r.extra.get("step_times_s") or {}
         steps = [a + b for a, b in zip(times.get("draft", []), times.get("verify", []))]
@@ -188,9 +198,10 @@ def summary(repeats: list[dict], short: int, long: int) -> dict:
 
 
 def measure_pair(ours, vllm, prompt, args) -> dict:
-    """Warm both, then alternate their repeats (A B A B ...), a pause between sides so one's
-    spinning OpenMP threads have gone to sleep before the other is timed."""
-    sides = [("ours", ours)] + ([("vllm", vllm.run)] if vllm is not None else [])
+    """Warm every side, then alternate their repeats (A B C A B C ...), a pause between sides so
+    one's spinning OpenMP threads have gone to sleep before the next is timed. `ours`: [(name,
+    run)], the first named "ours" (the kernel the ratio is taken with)."""
+    sides = list(ours) + ([("vllm", vllm.run)] if vllm is not None else [])
     for _, run in sides:
         triple(run, prompt, args.short, args.long)
     got = {name: [] for name, _ in sides}
@@ -225,12 +236,14 @@ def bench_model(model, dtype, install, args, out) -> None:
     if args.ours_threads:  # else Target.load's choice: the cores this process may use
         torch.set_num_threads(args.ours_threads)
     prompt = [(1000 + i) % target.vocab_size for i in range(args.prompt_len)]
-    ours = ours_runner(target)
+    kernels = ours_kernels(target, args)
+    ours = [("ours" if i == 0 else f"ours:{k}", ours_runner(target, k)) for i, k in enumerate(kernels)]
     max_len = args.prompt_len + args.long + 16
     variants = args.variants if install is not None else [None]
     profiled = None
     for variant in variants:
-        row = {"model": model, "dtype": dtype, "variant": variant, "ours_threads": torch.get_num_threads()}
+        row = {"model": model, "dtype": dtype, "variant": variant, "ours_threads": torch.get_num_threads(),
+               "ours_kernel": kernels[0], "cpu_matmul": target.cpu_matmul}  # fmt: skip
         worker = None
         try:
             if variant is not None:
@@ -252,7 +265,9 @@ def bench_model(model, dtype, install, args, out) -> None:
         print(table_line(row), flush=True)
         save_partial(out, args)
     if args.profile:
-        prof = {"model": model, "dtype": dtype, "ours": profile_ours(target, prompt, args.profile_steps)}
+        ours_runner(target, kernels[0])(prompt, 1)  # the profile runs on the ratio's kernel
+        prof = {"model": model, "dtype": dtype, "ours_kernel": kernels[0]}
+        prof["ours"] = profile_ours(target, prompt, args.profile_steps)
         if profiled is None and install is not None:
             profiled = profile_apart(install, model_dir, dtype, max_len, prompt, args)
         prof.update(profiled or {"vllm": None})
@@ -261,6 +276,19 @@ def bench_model(model, dtype, install, args, out) -> None:
             if prof.get(side):
                 print("\n".join(profile_lines(f"{side} {model} {dtype}", prof[side])), flush=True)
     del target
+
+
+def ours_kernels(target, args) -> list[str]:
+    """The kernels our side runs, in order: `--cpu-matmul`'s, "auto" resolved as `draftsmith bench`
+    resolves it (Target.use_cpu_matmul at --verify-rows rows; its choice and timings are kept in
+    the rows), repeats dropped."""
+    kernels = []
+    for name in args.cpu_matmul:
+        if name == "auto":
+            name = target.use_cpu_matmul("auto", args.verify_rows)["target"]["kernel"]
+        if name not in kernels:
+            kernels.append(name)
+    return kernels
 
 
 def profile_apart(install, model_dir, dtype, max_len, prompt, args):
@@ -280,8 +308,11 @@ def table_line(row) -> str:
     o, v = row.get("ours"), row.get("vllm")
     if o is None:
         return f"{row['model']} {row['dtype']} vLLM {row['variant']}: not measured"
-    line = f"{row['model']} {row['dtype']} ours: prefill {o['prefill_ms']:.1f} ms, "
+    line = f"{row['model']} {row['dtype']} ours ({row['ours_kernel']}): prefill {o['prefill_ms']:.1f} ms, "
     line += f"decode {o['decode_ms_per_token']:.1f} ms/token"
+    for name, other in row.items():
+        if name.startswith("ours:"):
+            line += f" | {name}: decode {other['decode_ms_per_token']:.1f} ms/token"
     if v is not None:
         line += (
             f" | vLLM {row['variant']}: prefill {v['prefill_ms']:.1f} ms, decode {v['decode_ms_per_token']:.1f} "
@@ -299,15 +330,21 @@ def table(rows) -> str:
     for r in rows:
         o, v = r.get("ours") or {}, r.get("vllm") or {}
         goal = None if "ratio" not in r else ("yes" if r["meets_goal"] else "no")
+        others = ", ".join(
+            f"{n.removeprefix('ours:')} {f(x.get('decode_ms_per_token'))}"
+            for n, x in r.items()
+            if n.startswith("ours:")
+        )
         cells.append([
-            r["model"], r["dtype"], r["variant"] or "(vLLM absent)",
+            r["model"], r["dtype"], r["variant"] or "(vLLM absent)", r.get("ours_kernel"),
             f(o.get("prefill_ms")), f(v.get("prefill_ms")),
             f(o.get("decode_ms_per_token")), f(v.get("decode_ms_per_token")),
             f(o.get("tokens_per_s")), f(v.get("tokens_per_s")),
-            f(r.get("ratio"), ".2f"), goal,
+            f(r.get("ratio"), ".2f"), goal, others or None,
         ])  # fmt: skip
-    head = ["model", "dtype", "vLLM variant", "prefill ms ours", "prefill ms vLLM", "decode ms/tok ours",
-            "decode ms/tok vLLM", "tok/s ours", "tok/s vLLM", "ours/vLLM", f"≥ {GOAL}"]  # fmt: skip
+    head = ["model", "dtype", "vLLM variant", "our kernel", "prefill ms ours", "prefill ms vLLM", "decode ms/tok ours",
+            "decode ms/tok vLLM", "tok/s ours", "tok/s vLLM", "ours/vLLM", f"≥ {GOAL}",
+            "ours on other kernels: decode ms/tok"]  # fmt: skip
     return markdown_table(head, cells)
 
 
@@ -331,6 +368,13 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--ours-threads", type=int, default=None, help="torch threads of our side (default: this process's cores)"
     )
+    ap.add_argument(
+        "--cpu-matmul",
+        default="auto",
+        help="our side's matmul kernels, comma-separated, of: auto, linear, transposed, onednn (infer/kernels.py); "
+        "the first is the one the ratio is taken with (default auto: what `draftsmith bench` runs)",
+    )
+    ap.add_argument("--verify-rows", type=int, default=5, help="the rows --cpu-matmul auto measures at (K+1)")
     ap.add_argument("--profile", action="store_true", help="also profile a few decode steps of each side")
     ap.add_argument("--profile-steps", type=int, default=8)
     ap.add_argument("--log-dir", default="runs/bench/plain-vs-vllm", help="vLLM workers' logs")
@@ -338,6 +382,12 @@ def main(argv=None) -> int:
     add_flags(ap, json="results/plain-vs-vllm/plain-vs-vllm.json")
     args = ap.parse_args(argv)
     args.variants = [v for v in args.variants.split(",") if v]
+    args.cpu_matmul = [k for k in args.cpu_matmul.split(",") if k]
+    from draftsmith.infer.kernels import CHOICES
+
+    for k in args.cpu_matmul or [""]:
+        if k not in CHOICES:
+            raise DraftsmithError(f"--cpu-matmul: unknown {k!r}; choose from {', '.join(CHOICES)}")
     for v in args.variants:
         if v not in VARIANTS:
             raise DraftsmithError(f"--variants: unknown {v!r}; choose from {', '.join(VARIANTS)}")
@@ -359,7 +409,7 @@ def main(argv=None) -> int:
     out = {
         "settings": {
             k: getattr(args, k)
-            for k in ("prompt_len", "short", "long", "repeats", "pause_s", "kv_cache_gib", "ours_threads")
+            for k in ("prompt_len", "short", "long", "repeats", "pause_s", "kv_cache_gib", "ours_threads", "cpu_matmul")
         },
         "goal": GOAL,
         "vllm": {"installed": install is not None, "folder": str(folder) if folder else None}

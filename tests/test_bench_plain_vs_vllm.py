@@ -100,7 +100,8 @@ def _scripts_on_path(monkeypatch):
 
 def test_vllm_absent_our_side_alone(tiny_cache, tmp_path):
     stdout, result = _run(
-        ["--models", "tiny-random,no-such-model-xyz", *TINY, "--ours-threads", "1"],
+        ["--models", "tiny-random,no-such-model-xyz", *TINY, "--ours-threads", "1"]
+        + ["--cpu-matmul", "linear,transposed,linear"],
         {"DRAFTSMITH_ENGINES": str(tmp_path / "none")},
         tmp_path,
     )
@@ -111,6 +112,11 @@ def test_vllm_absent_our_side_alone(tiny_cache, tmp_path):
     assert row["model"] == "tiny-random" and row["variant"] is None and "vllm" not in row and "ratio" not in row
     assert row["ours_threads"] == 1 and result["settings"]["ours_threads"] == 1
     _check_ours(row["ours"])
+    # each further kernel is timed beside the first, a repeat only once; the ratio's is the first
+    assert row["ours_kernel"] == "linear" and result["settings"]["cpu_matmul"] == ["linear", "transposed", "linear"]
+    assert [k for k in row if k.startswith("ours:")] == ["ours:transposed"]
+    _check_ours(row["ours:transposed"])
+    assert "ours:transposed: decode" in stdout
     (prof,) = result["profiles"]
     assert prof["vllm"] is None
     _check_profile(prof["ours"])
@@ -145,6 +151,8 @@ def test_fake_vllm_variants_ratio_and_a_failed_start(tiny_cache, tmp_path):
     for variant in ("documented", "auto-bind", "crosscheck"):
         row = rows[variant]
         _check_ours(row["ours"])
+        # by default our side runs the kernel `draftsmith bench` chooses, with the choice recorded
+        assert row["ours_kernel"] == row["cpu_matmul"]["target"]["kernel"] and row["cpu_matmul"]["target"]["why"]
         v = row["vllm"]
         assert v["prefill_ms"] == pytest.approx(12.0) and v["decode_ms_per_token"] == pytest.approx(2.0)
         assert v["tokens_per_s"] == pytest.approx(500.0) and v["all_tokens"] is True
@@ -199,6 +207,7 @@ def test_operator_groups():
         (["--short", "5", "--long", "5"], "need 1 <= short < long"),
         (["--variants", "documented,bogus"], "unknown 'bogus'"),
         (["--ours-threads", "0"], "must be >= 1"),
+        (["--cpu-matmul", "auto,bogus"], "--cpu-matmul: unknown 'bogus'"),
     ],
 )
 def test_bad_flags_are_one_line_errors(flags, says):

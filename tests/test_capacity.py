@@ -62,6 +62,7 @@ def test_the_script_prints_the_table_writes_the_stamped_json_and_fails_below_the
     out = tmp_path / "capacity.json"
     cmd = [sys.executable, "scripts/bench_capacity.py", "--target", "tiny-random", "--kinds", "draft_lm"]
     cmd += ["--steps", "1", "--lr", "1e-12", "--num-prompts", "2", "--max-new-tokens", "12", "--json", str(out)]
+    cmd += ["--set", "drafter.divergence=fkl"]
     proc = subprocess.run(cmd, cwd=root, env=os.environ.copy(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "below the bar: draft_lm" in proc.stderr and "| draft_lm | 4 |" in proc.stdout
@@ -70,3 +71,16 @@ def test_the_script_prints_the_table_writes_the_stamped_json_and_fails_below_the
     assert row["steps"] == 1 and not row["passed"] and len(row["per_prompt"]) == 2
     assert row["mean_acceptance_length"] < row["bar"] == pytest.approx(4.0)
     assert r["machine"] and r["commit"] and r["date"] and "bench_capacity.py" in r["command"]
+    assert r["settings"]["set"] == ["drafter.divergence=fkl"]
+
+
+@pytest.mark.parametrize("item", ["divergence=fkl", "drafter.divergence"])
+def test_the_scripts_override_must_name_a_section_and_a_value(item, capsys, monkeypatch):
+    import pathlib
+
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+    from bench_capacity import arguments
+
+    with pytest.raises(SystemExit):
+        arguments(["--set", item])
+    assert "expected SECTION.KEY=VALUE" in capsys.readouterr().err
