@@ -124,6 +124,7 @@ SMOL_CC_T1 = "results/crosscheck/smollm2-eagle3-long90-t1.json"
 QWEN_CC_T1 = "results/crosscheck/qwen-coder-draft-lm-code-t1.json"
 DRIVER_CHECK = "results/serve-bench/driver-check/{}/results.json"
 CAPACITY = "results/capacity/smollm2-135m-instruct-{}.json"
+ALL_KINDS_TRAIN = "results/train-precision/smollm2-all-kinds.json"
 
 
 def _long(j, trainer, point, key="tau"):
@@ -190,6 +191,19 @@ def _served(j, temperature, concurrency, what):
     rows = [r for r in rows if concurrency in (None, r["concurrency"])]
     values = [r["drafted"]["spec"]["tau"] if what == "tau" else r["speedup"]["output_tokens_per_s"] for r in rows]
     return values if concurrency is None else values[0]
+
+
+def _train_precision(recipe):
+    """A recipe's row of the one-run bench_train table: train tokens/s before and auto, their
+    ratio, and the target's forward tokens/s before and auto."""
+
+    def mode(j, name, key):
+        (row,) = [c for c in j["comparison"] if c["recipe"].endswith(f"/{recipe}.yaml")]
+        return row["modes"][name][key]
+
+    return [lambda j: mode(j, "before", "train_tokens_per_s"), lambda j: mode(j, "auto", "train_tokens_per_s"),
+            lambda j: mode(j, "auto", "over_first"), lambda j: mode(j, "before", "target_forward_tokens_per_s"),
+            lambda j: mode(j, "auto", "target_forward_tokens_per_s")]  # fmt: skip
 
 
 def _served_range(temperature, what):
@@ -355,6 +369,14 @@ QUOTED = [
     (RESULTS, "through `vllm bench serve`, gave {}× and {}×", DRIVER_CHECK.format("draftsmith"),
      [lambda j: _served(j, 0.0, 1, "speedup"),
       lambda j: _served(json.loads((ROOT / DRIVER_CHECK.format("vllm")).read_text()), 0.0, 1, "speedup")]),
+    *[(RESULTS, f"| `{recipe}.yaml` | {kind} | {{}} | {{}} | {{}}× | {{}} | {{}} |", ALL_KINDS_TRAIN,
+       _train_precision(recipe))
+      for recipe, kind in (("eagle3", "EAGLE-3 | 2,048"), ("dflash", "DFlash | 2,048"),
+                           ("draft_lm", "draft LM | 2,048"), ("eagle", "EAGLE-1 | 2,048"),
+                           ("medusa", "Medusa-1 | 2,048"), ("medusa2", "Medusa-2 | 2,048"), ("pard", "PARD | 1,024"))],
+    *[(page, "| {}× to {}× the training tokens/s |", ALL_KINDS_TRAIN,
+       [lambda j: min(c["modes"]["auto"]["over_first"] for c in j["comparison"]),
+        lambda j: max(c["modes"]["auto"]["over_first"] for c in j["comparison"])]) for page in (README, RESULTS)],
     (RESULTS, "| EAGLE-3 | 4 | {} | {} |", CAPACITY.format("eagle3"),
      [lambda j: j["kinds"]["eagle3"]["mean_acceptance_length"], lambda j: j["kinds"]["eagle3"]["bar"]]),
     (RESULTS, "| draft LM | 4 | {} | {} |", CAPACITY.format("draft_lm"),
