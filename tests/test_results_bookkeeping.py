@@ -125,6 +125,8 @@ QWEN_CC_T1 = "results/crosscheck/qwen-coder-draft-lm-code-t1.json"
 DRIVER_CHECK = "results/serve-bench/driver-check/{}/results.json"
 CAPACITY = "results/capacity/smollm2-135m-instruct-{}.json"
 ALL_KINDS_TRAIN = "results/train-precision/smollm2-all-kinds.json"
+PLAIN_EPYC = "results/plain-vs-vllm/epyc.json"
+STEPS_BF16 = "results/cpu-matmul/{}-steps-bf16.json"
 
 
 def _long(j, trainer, point, key="tau"):
@@ -204,6 +206,35 @@ def _train_precision(recipe):
     return [lambda j: mode(j, "before", "train_tokens_per_s"), lambda j: mode(j, "auto", "train_tokens_per_s"),
             lambda j: mode(j, "auto", "over_first"), lambda j: mode(j, "before", "target_forward_tokens_per_s"),
             lambda j: mode(j, "auto", "target_forward_tokens_per_s")]  # fmt: skip
+
+
+def _plain_row(model, dtype, variant):
+    """A row of the plain-vs-vLLM table: ours on the chosen kernel, ours on F.linear and vLLM
+    (decode ms/token), the ratio, our prefill and vLLM's (ms)."""
+
+    def row(j):
+        (r,) = [r for r in j["rows"] if (r["model"], r["dtype"], r["variant"]) == (model, dtype, variant)]
+        return r
+
+    return [lambda j: row(j)["ours"]["decode_ms_per_token"], lambda j: row(j)["ours:linear"]["decode_ms_per_token"],
+            lambda j: row(j)["vllm"]["decode_ms_per_token"], lambda j: row(j)["ratio"],
+            lambda j: round(row(j)["ours"]["prefill_ms"]), lambda j: round(row(j)["vllm"]["prefill_ms"])]  # fmt: skip
+
+
+def _plain_rows():
+    names = {"smollm2-135m-instruct": "SmolLM2-135M", "qwen2.5-coder-1.5b-instruct": "Qwen2.5-Coder-1.5B"}
+    out = []
+    for model, name in names.items():
+        for dtype, short in (("float32", "fp32"), ("bfloat16", "bf16")):
+            for variant in ("documented", "crosscheck"):
+                phrase = f"| {name} | {short} | {variant} |" + " {} |" * 6
+                out.append((RESULTS, phrase, PLAIN_EPYC, _plain_row(model, dtype, variant)))
+    return out
+
+
+def _verify_cost(kernel):
+    return [lambda j: j["kernels"][kernel]["t_step_ms"], lambda j: j["kernels"][kernel]["t_verify_ms"],
+            lambda j: j["kernels"][kernel]["verify_over_step"]]  # fmt: skip
 
 
 def _served_range(temperature, what):
@@ -377,6 +408,18 @@ QUOTED = [
     *[(page, "| {}× to {}× the training tokens/s |", ALL_KINDS_TRAIN,
        [lambda j: min(c["modes"]["auto"]["over_first"] for c in j["comparison"]),
         lambda j: max(c["modes"]["auto"]["over_first"] for c in j["comparison"])]) for page in (README, RESULTS)],
+    *_plain_rows(),
+    (RESULTS, "| | {} / {}, {} / {} of vLLM's |", PLAIN_EPYC,
+     [_plain_row(m, d, "documented")[3] for m in ("qwen2.5-coder-1.5b-instruct", "smollm2-135m-instruct")
+      for d in ("float32", "bfloat16")]),
+    (RESULTS, "in plain steps: SmolLM2-135M / Qwen2.5-Coder-1.5B | | {} / {} |", STEPS_BF16.format("smollm2"),
+     [lambda j: j["kernels"]["onednn"]["verify_over_step"],
+      lambda j: _verify_cost("onednn")[2](json.loads((ROOT / STEPS_BF16.format("qwen-coder")).read_text()))]),
+    (RESULTS, "| SmolLM2-135M | `F.linear` | {} | {} | {} |", STEPS_BF16.format("smollm2"), _verify_cost("linear")),
+    (RESULTS, "| Qwen2.5-Coder-1.5B | `F.linear` | {} | {} | {} |", STEPS_BF16.format("qwen-coder"),
+     _verify_cost("linear")),
+    *[(RESULTS, f"| {name} | oneDNN (chosen) | {{}} | {{}} | {{}} |", STEPS_BF16.format(m), _verify_cost("onednn"))
+      for name, m in (("SmolLM2-135M", "smollm2"), ("Qwen2.5-Coder-1.5B", "qwen-coder"))],
     (RESULTS, "| EAGLE-3 | 4 | {} | {} |", CAPACITY.format("eagle3"),
      [lambda j: j["kinds"]["eagle3"]["mean_acceptance_length"], lambda j: j["kinds"]["eagle3"]["bar"]]),
     (RESULTS, "| draft LM | 4 | {} | {} |", CAPACITY.format("draft_lm"),
