@@ -237,6 +237,33 @@ def _verify_cost(kernel):
             lambda j: j["kernels"][kernel]["verify_over_step"]]  # fmt: skip
 
 
+CAPACITY_ROWS = [  # (the page's name, its recipe cell, the JSON's file suffix, the kind)
+    ("EAGLE-3", "eagle3.yaml", "eagle3", "eagle3"),
+    ("DFlash", "dflash.yaml", "dflash", "dflash"),
+    ("EAGLE-1", "eagle.yaml", "eagle", "eagle"),
+    (
+        "draft LM, total variation (the recipe until this check)",
+        "draft_lm.yaml`, `drafter.divergence=tvd",
+        "draft_lm",
+        "draft_lm",
+    ),
+    ("draft LM, forward KL (the recipe)", "draft_lm.yaml", "draft_lm-fkl", "draft_lm"),
+    ("Medusa-1", "medusa.yaml", "medusa", "medusa"),
+]
+
+
+def _capacity(kind):
+    """A capacity row: K, τ, the bar, τ per prompt (4), acceptance per position (4), outputs equal."""
+
+    def r(j):
+        return j["kinds"][kind]
+
+    return [lambda j: r(j)["num_speculative_tokens"], lambda j: r(j)["mean_acceptance_length"], lambda j: r(j)["bar"],
+            *[lambda j, i=i: r(j)["per_prompt"][i] for i in range(4)],
+            *[lambda j, i=i: r(j)["per_position_acceptance"][i] for i in range(4)],
+            lambda j: "yes" if r(j)["outputs_match_target"] else "no"]  # fmt: skip
+
+
 def _served_range(temperature, what):
     return [lambda j: min(_served(j, temperature, None, what)), lambda j: max(_served(j, temperature, None, what))]
 
@@ -420,12 +447,8 @@ QUOTED = [
      _verify_cost("linear")),
     *[(RESULTS, f"| {name} | oneDNN (chosen) | {{}} | {{}} | {{}} |", STEPS_BF16.format(m), _verify_cost("onednn"))
       for name, m in (("SmolLM2-135M", "smollm2"), ("Qwen2.5-Coder-1.5B", "qwen-coder"))],
-    (RESULTS, "| EAGLE-3 | 4 | {} | {} |", CAPACITY.format("eagle3"),
-     [lambda j: j["kinds"]["eagle3"]["mean_acceptance_length"], lambda j: j["kinds"]["eagle3"]["bar"]]),
-    (RESULTS, "| draft LM | 4 | {} | {} |", CAPACITY.format("draft_lm"),
-     [lambda j: j["kinds"]["draft_lm"]["mean_acceptance_length"], lambda j: j["kinds"]["draft_lm"]["bar"]]),
-    (RESULTS, "| DFlash | 4 | {} | {} |", CAPACITY.format("dflash"),
-     [lambda j: j["kinds"]["dflash"]["mean_acceptance_length"], lambda j: j["kinds"]["dflash"]["bar"]]),
+    *[(RESULTS, f"| {name} | `{recipe}` | {{}} | {{}} | {{}} | {{}} {{}} {{}} {{}} | {{}} {{}} {{}} {{}} | {{}} |",
+       CAPACITY.format(file), _capacity(kind)) for name, recipe, file, kind in CAPACITY_ROWS],
     (RESULTS, "vLLM `eagle3`, K=4, {}, the built-in chat and code", SMOL_SERVED,
      [lambda j: _dtype(j["stamp"]["dtype"])]),
     (RESULTS, "| SmolLM2 quickstart EAGLE-3 | {} | ours | {} |", SMOL_CC,
