@@ -134,19 +134,25 @@ def root_cause(log: pathlib.Path) -> str | None:
     return found[0][:300] if found else None
 
 
+def use_kernel(target, kernel: str | None) -> None:
+    """Put the target's linears on `kernel` (None: leave them), repacking only on a change."""
+    from draftsmith.infer.kernels import use_linear_kernel
+
+    if kernel is not None and target.__dict__.get("_bench_kernel") != kernel:
+        use_linear_kernel(target.model, kernel)
+        target.__dict__["_bench_kernel"] = kernel
+
+
 def ours_runner(target, kernel: str | None = None):
     """`run(prompt, n)` -> one timed plain generation: the bench's step (Engine, no drafter), with
     the target's linears on `kernel` (infer/kernels.py; None: as they are). Switching kernels
     repacks a packed kernel's weights, before the timed request, not in it."""
     from draftsmith.infer.engine import Engine
-    from draftsmith.infer.kernels import use_linear_kernel
 
     engine = Engine(target)
 
     def run(prompt, n) -> dict:
-        if kernel is not None and getattr(target, "_bench_kernel", None) != kernel:
-            use_linear_kernel(target.model, kernel)
-            target._bench_kernel = kernel
+        use_kernel(target, kernel)
         r = engine.generate(prompt, n, eos_token_ids=(), speculative=False)
         times = r.extra.get("step_times_s") or {}
         steps = [a + b for a, b in zip(times.get("draft", []), times.get("verify", []))]
@@ -265,7 +271,7 @@ def bench_model(model, dtype, install, args, out) -> None:
         print(table_line(row), flush=True)
         save_partial(out, args)
     if args.profile:
-        ours_runner(target, kernels[0])(prompt, 1)  # the profile runs on the ratio's kernel
+        use_kernel(target, kernels[0])  # the profile runs on the ratio's kernel
         prof = {"model": model, "dtype": dtype, "ours_kernel": kernels[0]}
         prof["ours"] = profile_ours(target, prompt, args.profile_steps)
         if profiled is None and install is not None:
