@@ -53,8 +53,10 @@ class KVCache:
         self.hf = (
             StaticCache(config=config, max_cache_len=max_length) if layout == "static" else DynamicCache(config=config)
         )
-        # transformers <= 5.18: StaticLayer has no crop(); decided once here, not on every rollback
-        self._move_pointers = not all(hasattr(layer, "crop") for layer in self.hf.layers)
+        # Where transformers' own write pointers stand. A forward that writes the buffers itself
+        # (models/fused.py) leaves them behind, and a static rollback only moves `length`: they
+        # are set right before transformers' next forward (`sync`), not at every step.
+        self.hf_length = 0
 
     def reset(self) -> None:
         """Empty, as a new cache of this size: static buffers zeroed in place (the addresses CUDA
@@ -63,17 +65,42 @@ class KVCache:
             self.hf.reset()
         else:
             self.hf = DynamicCache(config=self.config)
-        self.length = 0
+        self.length = self.hf_length = 0
 
     def forward_kwargs(self, model) -> dict:
-        """{keyword: transformers cache} for `model(...)`, whichever keyword this transformers uses."""
+        """{keyword: transformers cache} for `model(...)`, whichever keyword this transformers uses,
+        its write pointers at `length` (`sync`): every transformers forward over this cache takes
+        its cache from here."""
+        self.sync()
         return {_cache_argument(type(model)): self.hf}
 
-    def advance(self, n: int) -> None:
-        """Record that a forward wrote n more positions (transformers advanced its own pointer)."""
+    def advance(self, n: int, by_transformers: bool = True) -> None:
+        """Record that a forward wrote n more positions (`by_transformers`: transformers' forward,
+        which advanced its own pointers; else a forward that wrote the buffers itself)."""
         self.length += n
+        if by_transformers:
+            self.hf_length = self.length
         if self.length > self.max_length:
             raise RuntimeError(f"KV cache overflow: {self.length} > {self.max_length} positions")
+
+    def sync(self) -> None:
+        """Set transformers' write pointers to `length` before its forward: a static layer
+        writes its new keys at its pointer (in place: CUDA graphs keep its address)."""
+        if self.layout == "static" and self.hf_length != self.length:
+            for layer in self.hf.layers:
+                layer.cumulative_length.fill_(self.length)
+            self.hf_length = self.length
+
+    def buffers(self, like: torch.Tensor, num_kv_heads: int, head_dim: int) -> list:
+        """The static layers, their key/value buffers allocated (in `like`'s dtype and device)
+        for a forward that writes them itself."""
+        if self.layout != "static":
+            raise ValueError("only a static cache has buffers to write in place")
+        for layer in self.hf.layers:
+            if not layer.is_initialized:
+                empty = like.new_empty(1, num_kv_heads, 1, head_dim)
+                layer.lazy_initialization(empty, empty)
+        return self.hf.layers
 
     def kv_length(self, q: int) -> int:
         """Keys a forward of q new tokens attends over: what a 4D attention mask must span."""
@@ -84,13 +111,12 @@ class KVCache:
         if new_length > self.length or new_length < 0:
             raise ValueError(f"cannot crop a cache of length {self.length} to {new_length}")
         if new_length < self.length:
-            # transformers' crop takes a negative count of positions to remove: for static layers
-            # it only moves the write pointer, for dynamic ones it slices (a view, no copy).
-            if self._move_pointers:  # in place: CUDA graphs keep the pointer's static address
-                for layer in self.hf.layers:
-                    layer.cumulative_length.sub_(self.length - new_length)
-            else:
+            # A static layer's stale entries stay until overwritten (attention never reads past
+            # `length`); its write pointer is set by `sync` before transformers' next forward. A
+            # dynamic cache slices now (transformers' crop of a negative count: a view, no copy).
+            if self.layout == "dynamic":
                 self.hf.crop(new_length - self.length)
+                self.hf_length = new_length
             self.length = new_length
 
     def compact(self, start: int, keep: torch.Tensor) -> None:
@@ -108,9 +134,9 @@ class KVCache:
                 else:
                     setattr(layer, name, torch.cat([buf[:, :, :start], kept], dim=2))
         if self.layout == "static":
-            self.crop(start + m)  # moves each layer's write pointer
+            self.crop(start + m)
         else:
-            self.length = start + m  # dynamic layers derive their length from the tensors
+            self.length = self.hf_length = start + m  # dynamic layers derive their length from the tensors
 
 
 class CachePool:

@@ -18,12 +18,14 @@ from draftsmith.infer.cache import CachePool, KVCache
 from draftsmith.infer.hardware import auto_dtype, use_affinity_threads
 
 from .capture import HiddenCapture
+from .fused import FusedForward, why_not_fused
 from .placement import load_split_causal_lm, placement_of, plan_device_map
 from .sources import load_causal_lm, load_tokenizer, resolve_model
 
 log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+FORWARDS = ("auto", "fused", "transformers")  # the target's eager forward (Target.fused_forward)
 
 
 def parse_dtype(dtype) -> torch.dtype:
@@ -128,6 +130,11 @@ class Target:
         # Hooks on the layers a drafter reads (models/capture.py); a compiled forward keeps
         # transformers' `output_hidden_states`, which its graphs were traced with.
         self._capture = HiddenCapture.of(model) if self.parts == "whole" and not self.compiled else None
+        # The eager forward: models/fused.py's where it supports the model ("auto" and "fused"),
+        # else transformers'. Built at the first forward that uses it (a trainer may wrap the
+        # model's layers before then, e.g. Medusa-2's LoRA, which keeps transformers' forward).
+        self.forward_impl = "auto"
+        self._fused: FusedForward | None = None
 
     @classmethod
     def load(
@@ -138,6 +145,7 @@ class Target:
         compile: bool | None = None,
         parts: str = "whole",
         device_map: str | dict | None = None,
+        forward: str = "auto",
     ) -> Target:
         """dtype "auto": what the machine runs fastest (infer/hardware.py: bf16 on CUDA, and on a
         CPU with AMX/AVX512-BF16 where measured faster; else fp32). On CPU torch's threads are set
@@ -147,7 +155,12 @@ class Target:
         device_map: "auto" (the fewest GPUs that hold it) or "balanced" (all visible GPUs) spread
         the decoder layers over the GPUs (models/placement.py); a dict of module name -> device is
         used as given. Without one, device "cuda" spreads a target whose weights exceed the GPU's
-        free memory in the same way. `target.placement` then says where it went."""
+        free memory in the same way. `target.placement` then says where it went.
+
+        forward: the eager forward, "auto" (models/fused.py's on CPU where the model is
+        supported, else transformers'), "fused" (wherever supported) or "transformers"."""
+        if forward not in FORWARDS:
+            raise DraftsmithError(f"unknown target forward {forward!r}: choose one of {', '.join(FORWARDS)}")
         device = check_device(device) if device is not None else default_device()
         reason = None
         if dtype == "auto":
@@ -172,6 +185,7 @@ class Target:
             else:
                 model = load_split_causal_lm(name_or_path, parse_dtype(dtype), device_map)
         target = cls(model, tokenizer, name_or_path, source, compile=compile)
+        target.forward_impl = forward
         target.dtype_reason = reason or "asked for"
         if target.placement is not None:
             p = target.placement
@@ -180,6 +194,43 @@ class Target:
         log.info("target %s in %s (%s)%s", name_or_path, dtype, target.dtype_reason,
                  ": embedding, final norm and LM head only" if parts == "readers" else "")  # fmt: skip
         return target
+
+    def fused_forward(self) -> FusedForward | None:
+        """The fused forward the target decodes with, or None for transformers' forward: always
+        when compiled (the graphs are traced over transformers' forward), split over devices or
+        only the feature readers, or when `forward_impl` is "transformers"; "auto" takes it on
+        CPU, "fused" on any device; where the model is not supported, see `forward_why`."""
+        if self.forward_impl not in FORWARDS:
+            raise DraftsmithError(f"unknown target forward {self.forward_impl!r}: choose one of {', '.join(FORWARDS)}")
+        if self.forward_impl == "transformers" or self.compiled or self.parts != "whole" or self.placement:
+            return None
+        if self.forward_impl == "auto" and self.device.type != "cpu":
+            return None
+        if self._fused is not None and not self._fused.stale:
+            return self._fused
+        self._fused = FusedForward(self.model) if why_not_fused(self.model) is None else None
+        return self._fused
+
+    @property
+    def forward_why(self) -> str:
+        """Which forward the target decodes with, and why (every report records it)."""
+        if self.fused_forward() is not None:
+            return "fused (models/fused.py)"
+        if self.forward_impl == "transformers":
+            return "transformers (asked for)"
+        if self.compiled or self.parts != "whole" or self.placement:
+            return "transformers (compiled, split over devices or feature readers only)"
+        if self.forward_impl == "auto" and self.device.type != "cpu":
+            return f"transformers ({self.device.type}: compiled or eager, fused only on CPU by default)"
+        return f"transformers (not fused: {why_not_fused(self.model)})"
+
+    def linear_modules(self) -> torch.nn.Module:
+        """The modules holding every linear the target's forward calls, for a CPU matmul kernel
+        to route (infer/kernels.py): the fused forward's own fused projections (not the
+        per-projection modules it leaves unused, whose packed copies would only take memory),
+        else the model."""
+        fused = self.fused_forward()
+        return fused.linears if fused is not None else self.model
 
     def use_cpu_matmul(self, choice: str, rows: int, drafter=None, draft_dtype: str = "auto") -> dict:
         """Route the target's (and the drafter's model's) few-row matmuls through `choice`
@@ -204,11 +255,12 @@ class Target:
         for role, model in (("target", self.model), ("draft", draft)):
             if not isinstance(model, torch.nn.Module):
                 continue
+            routed = self.linear_modules() if role == "target" else model
             if choice == "auto":
                 name, why, timings = choose_linear_kernel(model, rows, self.device)
             else:
                 name, why, timings = choice, "asked for", None
-            use_linear_kernel(model, name)
+            use_linear_kernel(routed, name)
             chosen[role] = {"kernel": name, "why": why, "rows": rows, "timings": timings}
         self.cpu_matmul = chosen
         return chosen
@@ -253,6 +305,15 @@ class Target:
         q = input_ids.shape[1]
         if position_ids is None:
             position_ids = torch.arange(cache.length, cache.length + q, device=input_ids.device).unsqueeze(0)
+        fused = self.fused_forward() if cache.layout == "static" else None
+        if fused is not None:
+            keep = last_rows(logits_to_keep, q, input_ids.device)
+            n = len(fused.layers) + 1
+            if hidden_layers and not all(-n <= i < n for i in hidden_layers):
+                self._no_such_layers(hidden_layers, n)
+            logits, hidden = fused(input_ids, cache, position_ids, attention_mask, keep, hidden_layers)
+            cache.advance(q, by_transformers=False)
+            return logits, hidden
         # Only decode/verify forwards (all logits kept) take the compiled path: prefill shapes vary
         # with every prompt and would recompile.
         fwd = self._forward if logits_to_keep == 0 and cache.layout == "static" else self.model.forward
