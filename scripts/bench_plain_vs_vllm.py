@@ -134,25 +134,32 @@ def root_cause(log: pathlib.Path) -> str | None:
     return found[0][:300] if found else None
 
 
-def use_kernel(target, kernel: str | None) -> None:
-    """Put the target's linears on `kernel` (None: leave them), repacking only on a change."""
+def use_side(target, forward: str, kernel: str | None) -> None:
+    """Run the target's `forward` (Target.FORWARDS) with its linears on `kernel` (None: leave
+    them), repacking only on a change; a change first drops every packed copy, so one side's
+    copies are in memory at a time (a 1.5B fp32 target's are 6 GB)."""
     from draftsmith.infer.kernels import use_linear_kernel
 
-    if kernel is not None and target.__dict__.get("_bench_kernel") != kernel:
-        use_linear_kernel(target.model, kernel)
-        target.__dict__["_bench_kernel"] = kernel
+    if target.__dict__.get("_bench_side") != (forward, kernel):
+        if kernel is not None:  # the current forward's copies (its fused projections' too) and the model's
+            use_linear_kernel(target.linear_modules(), "linear")
+            use_linear_kernel(target.model, "linear")
+        target.forward_impl = forward
+        if kernel is not None:
+            use_linear_kernel(target.linear_modules(), kernel)
+        target.__dict__["_bench_side"] = (forward, kernel)
 
 
-def ours_runner(target, kernel: str | None = None):
-    """`run(prompt, n)` -> one timed plain generation: the bench's step (Engine, no drafter), with
-    the target's linears on `kernel` (infer/kernels.py; None: as they are). Switching kernels
-    repacks a packed kernel's weights, before the timed request, not in it."""
+def ours_runner(target, forward: str = "auto", kernel: str | None = None):
+    """`run(prompt, n)` -> one timed plain generation: the bench's step (Engine, no drafter), the
+    target on `forward` with its linears on `kernel` (infer/kernels.py; None: as they are).
+    Switching repacks a packed kernel's weights before the timed request, not in it."""
     from draftsmith.infer.engine import Engine
 
     engine = Engine(target)
 
     def run(prompt, n) -> dict:
-        use_kernel(target, kernel)
+        use_side(target, forward, kernel)
         r = engine.generate(prompt, n, eos_token_ids=(), speculative=False)
         times = r.extra.get("step_times_s") or {}
         steps = [a + b for a, b in zip(times.get("draft", []), times.get("verify", []))]
@@ -164,6 +171,24 @@ def ours_runner(target, kernel: str | None = None):
         }
 
     return run
+
+
+def ours_sides(target, kernels: list[str], forwards: list[str]) -> list[tuple[str, object]]:
+    """[(name, run)] for every (forward, kernel): the first is "ours" (the ratio's side), the
+    others "ours:" and what differs from it (a kernel, a forward, or forward+kernel)."""
+    sides = []
+    for forward in forwards:
+        for kernel in kernels:
+            if not sides:
+                name = "ours"
+            elif forward == forwards[0]:
+                name = f"ours:{kernel}"
+            elif kernel == kernels[0]:
+                name = f"ours:{forward}"
+            else:
+                name = f"ours:{forward}+{kernel}"
+            sides.append((name, ours_runner(target, forward, kernel)))
+    return sides
 
 
 def triple(run, prompt, short, long) -> dict:
@@ -243,13 +268,15 @@ def bench_model(model, dtype, install, args, out) -> None:
         torch.set_num_threads(args.ours_threads)
     prompt = [(1000 + i) % target.vocab_size for i in range(args.prompt_len)]
     kernels = ours_kernels(target, args)
-    ours = [("ours" if i == 0 else f"ours:{k}", ours_runner(target, k)) for i, k in enumerate(kernels)]
+    ours = ours_sides(target, kernels, args.forward)
+    use_side(target, args.forward[0], kernels[0])
+    forward_why = target.forward_why
     max_len = args.prompt_len + args.long + 16
     variants = args.variants if install is not None else [None]
     profiled = None
     for variant in variants:
         row = {"model": model, "dtype": dtype, "variant": variant, "ours_threads": torch.get_num_threads(),
-               "ours_kernel": kernels[0], "cpu_matmul": target.cpu_matmul}  # fmt: skip
+               "ours_kernel": kernels[0], "ours_forward": forward_why, "cpu_matmul": target.cpu_matmul}  # fmt: skip
         worker = None
         try:
             if variant is not None:
@@ -271,8 +298,8 @@ def bench_model(model, dtype, install, args, out) -> None:
         print(table_line(row), flush=True)
         save_partial(out, args)
     if args.profile:
-        use_kernel(target, kernels[0])  # the profile runs on the ratio's kernel
-        prof = {"model": model, "dtype": dtype, "ours_kernel": kernels[0]}
+        use_side(target, args.forward[0], kernels[0])  # the profile runs on the ratio's side
+        prof = {"model": model, "dtype": dtype, "ours_kernel": kernels[0], "ours_forward": forward_why}
         prof["ours"] = profile_ours(target, prompt, args.profile_steps)
         if profiled is None and install is not None:
             profiled = profile_apart(install, model_dir, dtype, max_len, prompt, args)
@@ -314,7 +341,8 @@ def table_line(row) -> str:
     o, v = row.get("ours"), row.get("vllm")
     if o is None:
         return f"{row['model']} {row['dtype']} vLLM {row['variant']}: not measured"
-    line = f"{row['model']} {row['dtype']} ours ({row['ours_kernel']}): prefill {o['prefill_ms']:.1f} ms, "
+    side = f"{(row.get('ours_forward') or '').split(' ')[0]}, {row['ours_kernel']}"
+    line = f"{row['model']} {row['dtype']} ours ({side}): prefill {o['prefill_ms']:.1f} ms, "
     line += f"decode {o['decode_ms_per_token']:.1f} ms/token"
     for name, other in row.items():
         if name.startswith("ours:"):
@@ -342,15 +370,16 @@ def table(rows) -> str:
             if n.startswith("ours:")
         )
         cells.append([
-            r["model"], r["dtype"], r["variant"] or "(vLLM absent)", r.get("ours_kernel"),
+            r["model"], r["dtype"], r["variant"] or "(vLLM absent)",
+            f"{(r.get('ours_forward') or '').split(' ')[0]}, {r.get('ours_kernel')}".strip(", "),
             f(o.get("prefill_ms")), f(v.get("prefill_ms")),
             f(o.get("decode_ms_per_token")), f(v.get("decode_ms_per_token")),
             f(o.get("tokens_per_s")), f(v.get("tokens_per_s")),
             f(r.get("ratio"), ".2f"), goal, others or None,
         ])  # fmt: skip
-    head = ["model", "dtype", "vLLM variant", "our kernel", "prefill ms ours", "prefill ms vLLM", "decode ms/tok ours",
-            "decode ms/tok vLLM", "tok/s ours", "tok/s vLLM", "ours/vLLM", f"≥ {GOAL}",
-            "ours on other kernels: decode ms/tok"]  # fmt: skip
+    head = ["model", "dtype", "vLLM variant", "our forward, kernel", "prefill ms ours", "prefill ms vLLM",
+            "decode ms/tok ours", "decode ms/tok vLLM", "tok/s ours", "tok/s vLLM", "ours/vLLM", f"≥ {GOAL}",
+            "ours on other sides: decode ms/tok"]  # fmt: skip
     return markdown_table(head, cells)
 
 
@@ -380,6 +409,12 @@ def main(argv=None) -> int:
         help="our side's matmul kernels, comma-separated, of: auto, linear, transposed, onednn (infer/kernels.py); "
         "the first is the one the ratio is taken with (default auto: what `draftsmith bench` runs)",
     )
+    ap.add_argument(
+        "--forward",
+        default="auto",
+        help="our target's forwards, comma-separated, of: auto, fused, transformers (models/target.py), each timed "
+        "with every kernel of --cpu-matmul; the first is the ratio's (default auto: what `draftsmith bench` runs)",
+    )
     ap.add_argument("--verify-rows", type=int, default=5, help="the rows --cpu-matmul auto measures at (K+1)")
     ap.add_argument("--profile", action="store_true", help="also profile a few decode steps of each side")
     ap.add_argument("--profile-steps", type=int, default=8)
@@ -389,7 +424,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     args.variants = [v for v in args.variants.split(",") if v]
     args.cpu_matmul = [k for k in args.cpu_matmul.split(",") if k]
+    args.forward = [f for f in args.forward.split(",") if f]
     from draftsmith.infer.kernels import CHOICES
+    from draftsmith.models.target import FORWARDS
+
+    for f in args.forward or [""]:
+        if f not in FORWARDS:
+            raise DraftsmithError(f"--forward: unknown {f!r}; choose from {', '.join(FORWARDS)}")
 
     for k in args.cpu_matmul or [""]:
         if k not in CHOICES:
@@ -415,7 +456,8 @@ def main(argv=None) -> int:
     out = {
         "settings": {
             k: getattr(args, k)
-            for k in ("prompt_len", "short", "long", "repeats", "pause_s", "kv_cache_gib", "ours_threads", "cpu_matmul")
+            for k in ("prompt_len", "short", "long", "repeats", "pause_s", "kv_cache_gib", "ours_threads")
+            + ("cpu_matmul", "forward")
         },
         "goal": GOAL,
         "vllm": {"installed": install is not None, "folder": str(folder) if folder else None}

@@ -105,6 +105,7 @@ def _wrap(obj, name: str, scope: str):
 def _labelled(target):
     """The LM head and transformers' causal-mask builder of `target` labelled for the profile."""
     head = target.model.get_output_embeddings()
+    own = head.__dict__.get("forward")  # a CPU matmul kernel's forward (infer/kernels.py), kept after
     _wrap(head, "forward", "lm_head")
     module = sys.modules.get(type(target.model).__module__)
     mask_builders = [n for n in ("create_causal_mask", "create_sliding_window_causal_mask") if hasattr(module, n)]
@@ -114,7 +115,10 @@ def _labelled(target):
     try:
         yield
     finally:
-        del head.forward
+        if own is None:
+            del head.forward
+        else:
+            head.forward = own
         for n, fn in saved.items():
             setattr(module, n, fn)
 

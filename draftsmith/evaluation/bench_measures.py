@@ -43,6 +43,7 @@ def environment(target, drafter, engine=None) -> dict:
         "device": str(dev),
         "compiled": bool(getattr(target, "compiled", False)),
         "cpu_matmul": getattr(target, "cpu_matmul", None),
+        "target_forward": getattr(target, "forward_why", None),  # models/fused.py's or transformers'
         "placement": getattr(target, "placement", None),  # a target split over GPUs: where, and the caveat
         "hardware": torch.cuda.get_device_name(dev)
         if dev.type == "cuda"

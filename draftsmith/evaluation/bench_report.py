@@ -169,6 +169,8 @@ def format_table(result: dict) -> str:
     compiled = result.get("compiled") or any(a["compiled"] for a in (result.get("baselines") or {}).values())
     if graphs and (compiled or any(graphs.values())):  # eager and healthy: nothing to say
         lines.append(graphs_line(graphs))
+    if result.get("target_forward"):
+        lines.append(f"target forward: {result['target_forward']}")
     for role, c in (result.get("cpu_matmul") or {}).items():  # what --cpu-matmul / --draft-dtype chose, and why
         lines.append(f"{role}: {c.get('kernel') or c.get('dtype')} ({c['why']})")
     for field in GROUP_FIELDS:

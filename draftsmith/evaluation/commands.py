@@ -94,6 +94,14 @@ def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
         "drafting forwards (fixed shapes; prefill stays eager); auto (default): on CUDA only",
     )
     p.add_argument(
+        "--target-forward",
+        choices=["auto", "fused", "transformers"],  # models/target.py Target.FORWARDS
+        default="auto",
+        help="the target's eager forward: fused (one q/k/v and one gate/up projection per layer, attention over "
+        "the valid prefix: fewer, larger operator calls; Llama, Mistral, Qwen2 and Qwen3 models) or "
+        "transformers' own; auto (default): fused on CPU where the model is supported (recorded in every report)",
+    )
+    p.add_argument(
         "--cpu-matmul",
         choices=["auto", "linear", "transposed", "onednn"],  # infer/kernels.py CHOICES (kept out of the import)
         default="auto",
@@ -308,6 +316,7 @@ def _setup(args):
         device=args.device,
         compile=compile_,
         device_map=getattr(args, "device_map", None),
+        forward=getattr(args, "target_forward", "auto"),
     )
     target.note = note
     drafter = load_drafter(ckpt or args.draft, target, "--target") if args.draft else None
