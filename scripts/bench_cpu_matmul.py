@@ -102,7 +102,7 @@ def step_costs(target_name: str, draft_name: str, k: int, dtype: str) -> dict:
     prompt = load_prompts("humaneval", target.tokenizer, 1)[0]
     out = {}
     for name in KERNELS:
-        use_linear_kernel(target.model, name)
+        use_linear_kernel(target.linear_modules(), name)
         use_linear_kernel(drafter.model, name)
         c = Engine(target, drafter, k).measure_step_costs(prompt.ids, max_new_tokens=64)
         out[name] = {
@@ -110,7 +110,7 @@ def step_costs(target_name: str, draft_name: str, k: int, dtype: str) -> dict:
             "t_verify_ms": 1e3 * c["t_verify"],
             "t_draft_k_ms": 1e3 * c["t_draft_k"],
         }
-    use_linear_kernel(target.model, "linear")
+    use_linear_kernel(target.linear_modules(), "linear")
     base = out["linear"]["t_step_ms"]
     print(f"{target_name} with {draft_name}, K={k}, {str(target.dtype)[6:]}, prompt of {len(prompt.ids)} tokens")
     print(f"{'kernel':<12}{'step ms':>9}{'verify ms':>11}{'x step':>8}{'draft/token ms':>16}{'x step':>8}")
