@@ -126,7 +126,8 @@ DRIVER_CHECK = "results/serve-bench/driver-check/{}/results.json"
 CAPACITY = "results/capacity/smollm2-135m-instruct-{}.json"
 ALL_KINDS_TRAIN = "results/train-precision/smollm2-all-kinds.json"
 PLAIN_EPYC = "results/plain-vs-vllm/epyc.json"
-STEPS_BF16 = "results/cpu-matmul/{}-steps-bf16.json"
+PLAIN_FUSED = "results/plain-vs-vllm/epyc-fused.json"
+STEPS_BF16 = "results/cpu-matmul/{}-steps-bf16-fused.json"
 
 
 def _long(j, trainer, point, key="tau"):
@@ -221,6 +222,40 @@ def _plain_row(model, dtype, variant):
             lambda j: round(row(j)["ours"]["prefill_ms"]), lambda j: round(row(j)["vllm"]["prefill_ms"])]  # fmt: skip
 
 
+def _fused_row(model, dtype, variant):
+    """A row of the fused-forward table: ours (fused), ours on transformers' forward, vLLM (decode
+    ms/token), ours/vLLM and transformers' forward/vLLM (tokens/s), our prefill and vLLM's (ms)."""
+
+    def row(j):
+        (r,) = [r for r in j["rows"] if (r["model"], r["dtype"], r["variant"]) == (model, dtype, variant)]
+        return r
+
+    def ms(j, side):
+        return row(j)[side]["decode_ms_per_token"]
+
+    return [lambda j: ms(j, "ours"), lambda j: ms(j, "ours:transformers"), lambda j: ms(j, "vllm"),
+            lambda j: row(j)["ratio"], lambda j: ms(j, "vllm") / ms(j, "ours:transformers"),
+            lambda j: round(row(j)["ours"]["prefill_ms"]), lambda j: round(row(j)["vllm"]["prefill_ms"])]  # fmt: skip
+
+
+FUSED_ROWS = [  # (model, dtype, variant) measured in the fused-forward run
+    ("smollm2-135m-instruct", "float32", "documented"),
+    ("smollm2-135m-instruct", "float32", "crosscheck"),
+    ("smollm2-135m-instruct", "bfloat16", "documented"),
+    ("smollm2-135m-instruct", "bfloat16", "crosscheck"),
+    ("qwen2.5-coder-1.5b-instruct", "float32", "crosscheck"),
+    ("qwen2.5-coder-1.5b-instruct", "bfloat16", "documented"),
+    ("qwen2.5-coder-1.5b-instruct", "bfloat16", "crosscheck"),
+]
+
+
+def _fused_rows():
+    names = {"smollm2-135m-instruct": "SmolLM2-135M", "qwen2.5-coder-1.5b-instruct": "Qwen2.5-Coder-1.5B"}
+    short = {"float32": "fp32", "bfloat16": "bf16"}
+    return [(RESULTS, f"| {names[m]}, {short[d]} | {v} |" + " {} |" * 7, PLAIN_FUSED, _fused_row(m, d, v))
+            for m, d, v in FUSED_ROWS]  # fmt: skip
+
+
 def _plain_rows():
     names = {"smollm2-135m-instruct": "SmolLM2-135M", "qwen2.5-coder-1.5b-instruct": "Qwen2.5-Coder-1.5B"}
     out = []
@@ -249,6 +284,7 @@ CAPACITY_ROWS = [  # (the page's name, its recipe cell, the JSON's file suffix, 
     ),
     ("draft LM, forward KL (the recipe)", "draft_lm.yaml", "draft_lm-fkl", "draft_lm"),
     ("Medusa-1", "medusa.yaml", "medusa", "medusa"),
+    ("PARD", "pard.yaml", "pard", "pard"),
 ]
 
 
@@ -436,9 +472,17 @@ QUOTED = [
        [lambda j: min(c["modes"]["auto"]["over_first"] for c in j["comparison"]),
         lambda j: max(c["modes"]["auto"]["over_first"] for c in j["comparison"])]) for page in (README, RESULTS)],
     *_plain_rows(),
-    (RESULTS, "| | {} / {}, {} / {} of vLLM's |", PLAIN_EPYC,
-     [_plain_row(m, d, "documented")[3] for m in ("qwen2.5-coder-1.5b-instruct", "smollm2-135m-instruct")
-      for d in ("float32", "bfloat16")]),
+    *_fused_rows(),
+    (README, "(documented settings): ours at {} / {} of vLLM's tokens/s, {} / {} on transformers' forward, "
+     "AVX-512 + AVX512-BF16 | | {}× / {}× |", PLAIN_FUSED,
+     [_fused_row("smollm2-135m-instruct", d, "documented")[3] for d in ("bfloat16", "float32")]
+     + [_fused_row("smollm2-135m-instruct", d, "documented")[4] for d in ("bfloat16", "float32")]
+     + [lambda j, d=d: _fused_row("smollm2-135m-instruct", d, "documented")[1](j)
+        / _fused_row("smollm2-135m-instruct", d, "documented")[0](j) for d in ("bfloat16", "float32")]),
+    (RESULTS, "forward in the same run: {}, {} / {}) | | {}, {} / {} of vLLM's |", PLAIN_FUSED,
+     [_fused_row(m, d, "documented")[i] for i in (4, 3)
+      for m, d in (("qwen2.5-coder-1.5b-instruct", "bfloat16"), ("smollm2-135m-instruct", "float32"),
+                   ("smollm2-135m-instruct", "bfloat16"))]),
     (RESULTS, "in plain steps: SmolLM2-135M / Qwen2.5-Coder-1.5B | | {} / {} |", STEPS_BF16.format("smollm2"),
      [lambda j: j["kernels"]["onednn"]["verify_over_step"],
       lambda j: _verify_cost("onednn")[2](json.loads((ROOT / STEPS_BF16.format("qwen-coder")).read_text()))]),
