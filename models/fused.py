@@ -98,6 +98,12 @@ class FusedForward:
     `why_not_fused` says no)."""
 
     def __init__(self, model):
+        # Built at a target's first forward, often inside the engine's inference mode: the fused
+        # weights must be ordinary tensors, whose version counter a kernel's packed copy reads.
+        with torch.inference_mode(False), torch.no_grad():
+            self._build(model)
+
+    def _build(self, model):
         self.model = model
         config = model.config
         decoder = model.model

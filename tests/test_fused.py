@@ -183,3 +183,17 @@ def test_a_long_prefill_takes_the_causal_path_and_agrees():
         got.append((first[0], first[1], last))
     for w, g in zip(*got):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_at_the_first_forward_in_inference_mode_takes_a_packed_kernel():
+    """The engine's first forward runs in inference mode and builds the fusion there: its weights
+    stay ordinary tensors that a kernel can pack and keep fresh."""
+    from draftsmith.infer.kernels import use_linear_kernel
+
+    t = _target(_tiny("llama"), "fused")
+    with torch.inference_mode():
+        fused = t.fused_forward()
+    assert not fused.layers[0][1].weight.is_inference()
+    use_linear_kernel(t.linear_modules(), "onednn")  # packs each weight, keyed on its version counter
+    with torch.inference_mode():
+        t.forward(torch.tensor([[1, 2, 3]]), KVCache(t.config, 8))
