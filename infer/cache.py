@@ -96,11 +96,13 @@ class KVCache:
         for a forward that writes them itself."""
         if self.layout != "static":
             raise ValueError("only a static cache has buffers to write in place")
-        for layer in self.hf.layers:
-            if not layer.is_initialized:
-                empty = like.new_empty(1, num_kv_heads, 1, head_dim)
-                layer.lazy_initialization(empty, empty)
-        return self.hf.layers
+        layers = self.hf.layers
+        if not layers[-1].is_initialized:  # a forward initialises every layer: checked once
+            empty = like.new_empty(1, num_kv_heads, 1, head_dim)
+            for layer in layers:
+                if not layer.is_initialized:
+                    layer.lazy_initialization(empty, empty)
+        return layers
 
     def kv_length(self, q: int) -> int:
         """Keys a forward of q new tokens attends over: what a 4D attention mask must span."""

@@ -135,6 +135,7 @@ class Target:
         # model's layers before then, e.g. Medusa-2's LoRA, which keeps transformers' forward).
         self.forward_impl = "auto"
         self._fused: FusedForward | None = None
+        self._unfused: str | None = None  # why the model cannot be fused, once found
 
     @classmethod
     def load(
@@ -159,7 +160,7 @@ class Target:
 
         forward: the eager forward, "auto" (models/fused.py's on CPU where the model is
         supported, else transformers'), "fused" (wherever supported) or "transformers"."""
-        if forward not in FORWARDS:
+        if forward not in FORWARDS:  # before loading anything
             raise DraftsmithError(f"unknown target forward {forward!r}: choose one of {', '.join(FORWARDS)}")
         device = check_device(device) if device is not None else default_device()
         reason = None
@@ -195,34 +196,49 @@ class Target:
                  ": embedding, final norm and LM head only" if parts == "readers" else "")  # fmt: skip
         return target
 
+    @property
+    def forward_impl(self) -> str:
+        """The eager forward asked for: one of FORWARDS (see `fused_forward`)."""
+        return self._forward_impl
+
+    @forward_impl.setter
+    def forward_impl(self, name: str) -> None:
+        if name not in FORWARDS:
+            raise DraftsmithError(f"unknown target forward {name!r}: choose one of {', '.join(FORWARDS)}")
+        self._forward_impl = name
+
+    def _kept_on_transformers(self) -> str | None:
+        """Why the target keeps transformers' forward whatever the model (None: it may fuse)."""
+        if self.forward_impl == "transformers":
+            return "asked for"
+        if self.compiled or self.parts != "whole" or self.placement:
+            return "compiled, split over devices or feature readers only"
+        if self.forward_impl == "auto" and self.device.type != "cpu":
+            return f"{self.device.type}: compiled or eager, fused only on CPU by default"
+        return None
+
     def fused_forward(self) -> FusedForward | None:
         """The fused forward the target decodes with, or None for transformers' forward: always
         when compiled (the graphs are traced over transformers' forward), split over devices or
         only the feature readers, or when `forward_impl` is "transformers"; "auto" takes it on
-        CPU, "fused" on any device; where the model is not supported, see `forward_why`."""
-        if self.forward_impl not in FORWARDS:
-            raise DraftsmithError(f"unknown target forward {self.forward_impl!r}: choose one of {', '.join(FORWARDS)}")
-        if self.forward_impl == "transformers" or self.compiled or self.parts != "whole" or self.placement:
+        CPU, "fused" on any device; where the model is not supported, see `forward_why`. Called
+        at every forward: a model found unsupported is not examined again."""
+        if self._kept_on_transformers() is not None or self._unfused is not None:
             return None
-        if self.forward_impl == "auto" and self.device.type != "cpu":
-            return None
-        if self._fused is not None and not self._fused.stale:
-            return self._fused
-        self._fused = FusedForward(self.model) if why_not_fused(self.model) is None else None
+        if self._fused is None or self._fused.stale:
+            self._unfused = why_not_fused(self.model)
+            self._fused = FusedForward(self.model) if self._unfused is None else None
         return self._fused
 
     @property
     def forward_why(self) -> str:
         """Which forward the target decodes with, and why (every report records it)."""
+        kept = self._kept_on_transformers()
+        if kept is not None:
+            return f"transformers ({kept})"
         if self.fused_forward() is not None:
             return "fused (models/fused.py)"
-        if self.forward_impl == "transformers":
-            return "transformers (asked for)"
-        if self.compiled or self.parts != "whole" or self.placement:
-            return "transformers (compiled, split over devices or feature readers only)"
-        if self.forward_impl == "auto" and self.device.type != "cpu":
-            return f"transformers ({self.device.type}: compiled or eager, fused only on CPU by default)"
-        return f"transformers (not fused: {why_not_fused(self.model)})"
+        return f"transformers (not fused: {self._unfused})"
 
     def linear_modules(self) -> torch.nn.Module:
         """The modules holding every linear the target's forward calls, for a CPU matmul kernel
