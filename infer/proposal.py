@@ -74,6 +74,8 @@ class Drafter:
     max_speculative_tokens: int | None = None
     # A draft vocabulary (FR-Spec): the target ids it proposes from; None: the whole vocabulary.
     draft_ids: torch.Tensor | None = None
+    # Which forward its own model drafts with, for reports (models/fused.py's or transformers'); None: no such choice.
+    forward_why: str | None = None
 
     @property
     def default_num_speculative_tokens(self) -> int:
@@ -86,6 +88,11 @@ class Drafter:
 
     def as_assistant_model(self):
         """A transformers model for `generate(assistant_model=...)` baselines, or None."""
+        return None
+
+    def linear_modules(self) -> torch.nn.Module | None:
+        """The modules holding every linear its drafting forward calls, for a CPU matmul kernel to
+        route (infer/kernels.py `use_linear_kernel`); None: it has no model of its own."""
         return None
 
     def start(self, prompt: torch.Tensor, max_length: int, hidden: torch.Tensor | None = None) -> None:
@@ -119,6 +126,7 @@ class WrappedDrafter(Drafter):
     supports_trees = property(lambda self: self.inner.supports_trees)
     max_speculative_tokens = property(lambda self: self.inner.max_speculative_tokens)
     draft_ids = property(lambda self: self.inner.draft_ids)
+    forward_why = property(lambda self: self.inner.forward_why)
     default_num_speculative_tokens = property(lambda self: self.inner.default_num_speculative_tokens)
 
     def max_tree_nodes(self, tree: TreeConfig) -> int:
@@ -126,6 +134,9 @@ class WrappedDrafter(Drafter):
 
     def as_assistant_model(self):
         return self.inner.as_assistant_model()
+
+    def linear_modules(self):
+        return self.inner.linear_modules()
 
     def start(self, prompt, max_length, hidden=None) -> None:
         self.inner.start(prompt, max_length, hidden)

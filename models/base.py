@@ -16,15 +16,59 @@ from __future__ import annotations
 
 from draftsmith.infer.proposal import Drafter, kind_default_k
 
+from .fused import FusedForward, LazyFused
 from .target import compile_decode
 
 
 class TrainedDrafter(Drafter):
+    # A kind whose model is a whole causal LM fed its own tokens (the draft LM, PARD) drafts on
+    # CPU through models/fused.py's forward where the target decodes with it (the target's
+    # forward_impl, same rule): at batch 1 its few-row forwards are per-operator cost as much as
+    # the target's. `_compiled` is then the kind's compiled forward (or None).
+    fusable = False
+    _compiled = None
+
     def __init__(self, model, target, name: str, freeze: bool = True):
         # freeze=False: the trainer measures real acceptance on the live model it is training.
         self.model = model.eval().requires_grad_(False) if freeze else model
         self.target, self.name = target, name
         self.target_vocab = target.vocab_size
+        self._frozen = freeze
+        self._fused = LazyFused()
+
+    def _kept_on_transformers(self) -> str | None:
+        """Why the draft keeps transformers' forward whatever the model (None: it may fuse)."""
+        impl = self.target.forward_impl
+        if impl == "transformers":
+            return "the target's forward asked for"
+        if self._compiled is not None or not self._frozen:
+            # training: fusing re-points the projections' weights, which an optimizer or a
+            # sharded wrapper owns
+            return "compiled, or training"
+        if impl == "auto" and self.model.device.type != "cpu":
+            return f"{self.model.device.type}: fused only on CPU by default"
+        return None
+
+    def fused_forward(self) -> FusedForward | None:
+        """The fused forward the draft decodes with, or None (transformers')."""
+        if not self.fusable or self._kept_on_transformers() is not None:
+            return None
+        return self._fused.get(self.model)
+
+    @property
+    def forward_why(self) -> str | None:
+        if not self.fusable:
+            return None
+        kept = self._kept_on_transformers()
+        if kept is not None:
+            return f"transformers ({kept})"
+        if self.fused_forward() is not None:
+            return "fused (models/fused.py)"
+        return f"transformers (not fused: {self._fused.why})"
+
+    def linear_modules(self):
+        fused = self.fused_forward()
+        return fused.linears if fused is not None else self.model
 
     def compiled(self, forward):
         """`forward` compiled (fixed shapes, CUDA graphs) when the target runs compiled, else None:

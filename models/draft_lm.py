@@ -105,6 +105,7 @@ def load_draft_model(name_or_path: str, target):
 class DraftLM(TrainedDrafter):
     kind = "draft_lm"
     needs_hidden_states = False
+    fusable = True
 
     def __init__(self, model, target, name: str, freeze: bool = True, draft_ids: torch.Tensor | None = None):
         super().__init__(model, target, name, freeze)
@@ -166,6 +167,11 @@ class DraftLM(TrainedDrafter):
         """Feed ids [1, q] into the draft's cache; next-token logits after the last one."""
         q = ids.shape[1]
         pos = torch.arange(self.cache.length, self.cache.length + q, device=ids.device).unsqueeze(0)
+        fused = self.fused_forward() if self.cache.layout == "static" else None
+        if fused is not None:
+            logits, _ = fused(ids, self.cache, pos, None, last_rows(1, q, ids.device), None)
+            self.cache.advance(q, by_transformers=False)
+            return self._in_target_vocab(logits[-1])
         if decode and self._compiled is not None and q <= 2:  # all q rows' logits: one fixed shape per q
             # A fresh tensor: a slice of the engine's sequence has other strides than the drafted
             # token's reshape, and torch.compile guards on strides (a second graph for q = 1).
@@ -180,7 +186,10 @@ class DraftLM(TrainedDrafter):
             logits_to_keep=keep,
         )
         self.cache.advance(q)
-        logits = out.logits[0, -1]
+        return self._in_target_vocab(out.logits[0, -1])
+
+    def _in_target_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """The draft's next-token logits [V_draft] placed over the target's vocabulary."""
         if self.draft_ids is not None:  # the draft vocabulary's logits, placed among the target's ids
             full = logits.new_full((self.target_vocab,), float("-inf"))
             return full.index_copy_(0, self.draft_ids.to(logits.device), logits)

@@ -70,15 +70,36 @@ def why_not_fused(model) -> str | None:
     return None
 
 
+def _joined(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    """The tensors as one, without a copy, where they already lie end to end in one storage in
+    this order (a model fused before, whose projections are views of the fused weight); else None."""
+    first = tensors[0]
+    at, storage = first.data_ptr(), first.untyped_storage().data_ptr()
+    for t in tensors:
+        if not t.is_contiguous() or t.untyped_storage().data_ptr() != storage or t.data_ptr() != at:
+            return None
+        at += t.numel() * t.element_size()
+    shape = (sum(t.shape[0] for t in tensors), *first.shape[1:])
+    return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), shape)
+
+
+def _concat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    tensors = [t.detach() for t in tensors]
+    joined = _joined(tensors)
+    return joined if joined is not None else torch.cat(tensors)
+
+
 def _fuse(modules: list[torch.nn.Linear]) -> torch.nn.Linear:
     """One nn.Linear whose output is the modules' outputs concatenated; each module's weight
-    (and bias) becomes a view into the fused one, so no memory is added."""
-    weight = torch.cat([m.weight.detach() for m in modules])
+    (and bias) becomes a view into the fused one, so no memory is added. Fusing a model twice
+    (the target and a draft sharing it, or a rebuild) finds the views and copies nothing, so
+    neither build moves the other's weights."""
+    weight = _concat([m.weight for m in modules])
     has_bias = modules[0].bias is not None
     fused = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=has_bias, device="meta")
     fused.weight = torch.nn.Parameter(weight, requires_grad=False)
     if has_bias:
-        fused.bias = torch.nn.Parameter(torch.cat([m.bias.detach() for m in modules]), requires_grad=False)
+        fused.bias = torch.nn.Parameter(_concat([m.bias for m in modules]), requires_grad=False)
     at = 0
     for m in modules:
         n = m.weight.shape[0]
@@ -141,13 +162,14 @@ class FusedForward:
     def _fingerprint(self) -> tuple:
         a, m = self._first.self_attn, self._first.mlp
         mods = tuple(getattr(a, n) for n in PROJECTIONS) + tuple(getattr(m, n) for n in MLP)
-        return mods, a.q_proj.weight.data_ptr(), a.q_proj.weight.dtype, a.q_proj.weight.device
+        head = self.model.get_output_embeddings()
+        return mods, head, a.q_proj.weight.data_ptr(), a.q_proj.weight.dtype, a.q_proj.weight.device
 
     @property
     def stale(self) -> bool:
-        """The model changed after fusing: a projection replaced (e.g. by a LoRA layer) or its
-        weights moved (`.to(dtype)`). The first layer stands for all: such changes apply to
-        every layer alike."""
+        """The model changed after fusing: a projection or the LM head replaced (a LoRA layer, a
+        draft vocabulary's smaller head) or the weights moved (`.to(dtype)`). The first layer
+        stands for all: such changes apply to every layer alike."""
         return self._fingerprint() != self._check
 
     def _products(self) -> list:
@@ -173,7 +195,7 @@ class FusedForward:
         logits_to_keep as `last_rows` gives it (0 or row indices)."""
         q, past = input_ids.shape[1], cache.length
         total = past + q
-        x = self.embed.forward(input_ids[0])
+        x = self.embed(input_ids[0])
         layers = cache.buffers(x, self.num_kv_heads, self.head_dim)
         products, head = self._products()
         nh, nkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
@@ -241,4 +263,21 @@ class FusedForward:
         return logits, hidden
 
 
-__all__ = ["FusedForward", "MODEL_TYPES", "why_not_fused"]
+class LazyFused:
+    """A model's `FusedForward`, built at its first use and again when it went stale; a model
+    found unsupported is not examined again (`why` says why)."""
+
+    def __init__(self):
+        self.forward: FusedForward | None = None
+        self.why: str | None = None
+
+    def get(self, model) -> FusedForward | None:
+        if self.why is not None:
+            return None
+        if self.forward is None or self.forward.stale:
+            self.why = why_not_fused(model)
+            self.forward = FusedForward(model) if self.why is None else None
+        return self.forward
+
+
+__all__ = ["FusedForward", "LazyFused", "MODEL_TYPES", "why_not_fused"]

@@ -119,6 +119,7 @@ class Pard(TrainedDrafter):
 
     kind = "pard"
     needs_hidden_states = False
+    fusable = True
 
     def __init__(self, model, target, name: str, mask_token_id: int | None = None, freeze: bool = True):
         super().__init__(model, target, name, freeze)
@@ -170,6 +171,12 @@ class Pard(TrainedDrafter):
         """Feed ids [1, q] into the draft's cache; logits [keep, V_target] of the last `keep` positions."""
         q = ids.shape[1]
         pos = torch.arange(self.cache.length, self.cache.length + q, device=ids.device).unsqueeze(0)
+        self.forwards += 1
+        fused = self.fused_forward() if self.cache.layout == "static" else None
+        if fused is not None:  # the context and masks attend causally, as in transformers' forward
+            logits, _ = fused(ids, self.cache, pos, None, last_rows(keep, q, ids.device), None)
+            self.cache.advance(q, by_transformers=False)
+            return self._in_target_vocab(logits[-keep:])
         if decode and self._compiled is not None:  # every row's logits: one fixed shape per q
             forward, rows = self._compiled, 0
         else:
@@ -182,9 +189,12 @@ class Pard(TrainedDrafter):
             logits_to_keep=rows,
         )
         self.cache.advance(q)
-        self.forwards += 1
-        logits = out.logits[0, -keep:]
-        # Same tokenizer, but the embedding matrices may be padded differently: align to the target's.
+        return self._in_target_vocab(out.logits[0, -keep:])
+
+    def _in_target_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits [keep, V_draft] over the target's vocabulary (the same tokenizer, but the
+        embedding matrices may be padded differently)."""
+        keep = logits.shape[0]
         v = self.target_vocab
         if logits.shape[-1] > v:
             logits = logits[:, :v]

@@ -18,7 +18,7 @@ from draftsmith.infer.cache import CachePool, KVCache
 from draftsmith.infer.hardware import auto_dtype, use_affinity_threads
 
 from .capture import HiddenCapture
-from .fused import FusedForward, why_not_fused
+from .fused import FusedForward, LazyFused
 from .placement import load_split_causal_lm, placement_of, plan_device_map
 from .sources import load_causal_lm, load_tokenizer, resolve_model
 
@@ -134,8 +134,7 @@ class Target:
         # else transformers'. Built at the first forward that uses it (a trainer may wrap the
         # model's layers before then, e.g. Medusa-2's LoRA, which keeps transformers' forward).
         self.forward_impl = "auto"
-        self._fused: FusedForward | None = None
-        self._unfused: str | None = None  # why the model cannot be fused, once found
+        self._fused = LazyFused()
 
     @classmethod
     def load(
@@ -223,12 +222,9 @@ class Target:
         only the feature readers, or when `forward_impl` is "transformers"; "auto" takes it on
         CPU, "fused" on any device; where the model is not supported, see `forward_why`. Called
         at every forward: a model found unsupported is not examined again."""
-        if self._kept_on_transformers() is not None or self._unfused is not None:
+        if self._kept_on_transformers() is not None:
             return None
-        if self._fused is None or self._fused.stale:
-            self._unfused = why_not_fused(self.model)
-            self._fused = FusedForward(self.model) if self._unfused is None else None
-        return self._fused
+        return self._fused.get(self.model)
 
     @property
     def forward_why(self) -> str:
@@ -238,7 +234,7 @@ class Target:
             return f"transformers ({kept})"
         if self.fused_forward() is not None:
             return "fused (models/fused.py)"
-        return f"transformers (not fused: {self._unfused})"
+        return f"transformers (not fused: {self._fused.why})"
 
     def linear_modules(self) -> torch.nn.Module:
         """The modules holding every linear the target's forward calls, for a CPU matmul kernel
@@ -271,7 +267,7 @@ class Target:
         for role, model in (("target", self.model), ("draft", draft)):
             if not isinstance(model, torch.nn.Module):
                 continue
-            routed = self.linear_modules() if role == "target" else model
+            routed = self.linear_modules() if role == "target" else drafter.linear_modules()
             if choice == "auto":
                 name, why, timings = choose_linear_kernel(model, rows, self.device)
             else:

@@ -197,3 +197,89 @@ def test_fused_at_the_first_forward_in_inference_mode_takes_a_packed_kernel():
     use_linear_kernel(t.linear_modules(), "onednn")  # packs each weight, keyed on its version counter
     with torch.inference_mode():
         t.forward(torch.tensor([[1, 2, 3]]), KVCache(t.config, 8))
+
+
+def _draft_pair(pard: bool = False):
+    """Two draft LMs (or PARD drafters) on copies of one random qwen2 model: the first drafts on
+    transformers' forward (its target's forward asked for), the second on the fused one."""
+    import copy
+
+    from draftsmith.models.draft_lm import DraftLM
+    from draftsmith.models.pard import Pard
+
+    model = _tiny("qwen2")
+    drafts = []
+    for forward in ("transformers", "auto"):
+        target = _target(_tiny("llama"), forward)
+        name = f"random qwen2 ({forward})"
+        draft = copy.deepcopy(model)
+        drafts.append(Pard(draft, target, name, mask_token_id=96) if pard else DraftLM(draft, target, name))
+    return drafts
+
+
+def _draft_steps(draft, seed: int = 3):
+    """Proposals (tokens, probabilities) over a prefill, drafted steps, partial acceptances and a
+    plain step between them (accept without a propose), sampled at temperature 1."""
+    from draftsmith.infer.sampling import SamplingConfig
+
+    ids = torch.randint(0, 97, (1, 40), generator=torch.Generator().manual_seed(seed))
+    sampling, gen = SamplingConfig(temperature=1.0), torch.Generator().manual_seed(seed)
+    draft.start(ids[:, :10], 64)
+    out = []
+    with torch.inference_mode():
+        for n, accepted in ((11, 2), (14, 0), (15, None), (17, 4), (22, 1)):
+            if accepted is None:  # a plain step: the next propose catches up on two tokens
+                draft.accept(0)
+                continue
+            p = draft.propose(ids[:, :n], 4, sampling, gen)
+            out.append((p.tokens, p.probs))
+            draft.accept(accepted)
+    return out
+
+
+def test_a_draft_lm_drafts_on_the_fused_forward_as_on_transformers():
+    slow, fast = _draft_pair()
+    assert slow.forward_why.startswith("transformers") and fast.forward_why.startswith("fused")
+    for (ta, pa), (tb, pb) in zip(_draft_steps(slow), _draft_steps(fast), strict=True):
+        assert torch.equal(ta, tb)
+        torch.testing.assert_close(pb, pa, rtol=1e-5, atol=1e-6)
+    # A draft vocabulary swaps the LM head after the first fusion: the fused forward follows it.
+    vocab = torch.arange(0, 97, 3)
+    for d in (slow, fast):
+        d.set_draft_vocab(vocab)
+    for (ta, pa), (tb, pb) in zip(_draft_steps(slow, 4), _draft_steps(fast, 4), strict=True):
+        assert torch.equal(ta, tb) and bool(torch.isin(tb, vocab).all())
+        torch.testing.assert_close(pb, pa, rtol=1e-5, atol=1e-6)
+    assert fast.fused_forward().lm_head is fast.model.get_output_embeddings()
+
+
+def test_pard_drafts_on_the_fused_forward_as_on_transformers():
+    slow, fast = _draft_pair(pard=True)
+    assert fast.forward_why.startswith("fused")
+    for (ta, pa), (tb, pb) in zip(_draft_steps(slow), _draft_steps(fast), strict=True):
+        assert torch.equal(ta, tb)
+        torch.testing.assert_close(pb, pa, rtol=1e-5, atol=1e-6)
+    assert slow.forwards == fast.forwards
+
+
+def test_the_draft_kernel_routes_the_fused_products_and_training_keeps_transformers():
+    from draftsmith.models.draft_lm import DraftLM
+
+    _, fast = _draft_pair()
+    chosen = fast.target.use_cpu_matmul("transposed", 5, fast, draft_dtype="float32")
+    assert chosen["draft"]["kernel"] == "transposed"
+    linears = fast.fused_forward().linears
+    assert all(m.__dict__.get("_kernel") is not None for m in linears)  # the products the draft calls
+    live = DraftLM(_tiny("qwen2"), fast.target, "training", freeze=False)
+    assert live.fused_forward() is None and "training" in live.forward_why
+
+
+def test_fusing_a_model_twice_copies_nothing():
+    """A draft sharing the target's model (or a rebuild) finds the fused weights and reuses them,
+    so neither fusion moves the other's weights and neither goes stale."""
+    model = _tiny("llama", attention_bias=True)
+    first = FusedForward(model)
+    second = FusedForward(model)
+    assert second.layers[0][1].weight.data_ptr() == first.layers[0][1].weight.data_ptr()
+    assert second.layers[0][1].bias.data_ptr() == first.layers[0][1].bias.data_ptr()
+    assert not first.stale and not second.stale

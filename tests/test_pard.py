@@ -146,9 +146,10 @@ def test_plain_causal_lm_is_not_a_pard_checkpoint(tiny_target, tmp_path):
 
 
 def count_forwards(model) -> list[int]:
-    """Query lengths of every forward of `model` from now on."""
+    """Query lengths of every forward of `model` from now on (transformers' or the fused one:
+    both embed the ids once per forward)."""
     calls = []
-    model.register_forward_pre_hook(lambda _m, _a, kw: calls.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    model.get_input_embeddings().register_forward_pre_hook(lambda _m, args: calls.append(args[0].shape[-1]))
     return calls
 
 

@@ -44,6 +44,7 @@ def environment(target, drafter, engine=None) -> dict:
         "compiled": bool(getattr(target, "compiled", False)),
         "cpu_matmul": getattr(target, "cpu_matmul", None),
         "target_forward": getattr(target, "forward_why", None),  # models/fused.py's or transformers'
+        "draft_forward": None if drafter is None else drafter.forward_why,
         "placement": getattr(target, "placement", None),  # a target split over GPUs: where, and the caveat
         "hardware": torch.cuda.get_device_name(dev)
         if dev.type == "cuda"

@@ -171,6 +171,8 @@ def format_table(result: dict) -> str:
         lines.append(graphs_line(graphs))
     if result.get("target_forward"):
         lines.append(f"target forward: {result['target_forward']}")
+    if result.get("draft_forward"):
+        lines.append(f"draft forward: {result['draft_forward']}")
     for role, c in (result.get("cpu_matmul") or {}).items():  # what --cpu-matmul / --draft-dtype chose, and why
         lines.append(f"{role}: {c.get('kernel') or c.get('dtype')} ({c['why']})")
     for field in GROUP_FIELDS:
