@@ -113,12 +113,13 @@ def __getattr__(name: str):
     return Forced
 
 
-def stub_vllm(ckpt, target, *, off_by_one: bool = False):
+def stub_vllm(ckpt, target, *, off_by_one: bool = False, started: list | None = None):
     """A stand-in for draftsmith.shipping.engines.vllm_engine.VLLMEngine (where vLLM is not
     installed) that decodes with draftsmith's own runtime, the checkpoint's drafter when given a
     draft: it agrees with our runtime, unless `off_by_one` makes it report one draft too many per
     prompt. Monkeypatch it over `vllm_engine.VLLMEngine` (and `engines.resolve_vllm` with
-    `stub_vllm_install`)."""
+    `stub_vllm_install`). `started` collects what each engine was started with (its keyword
+    arguments: `draft_dir`, the resolved `vllm` install, `dtype`, `parallel`, ...)."""
     from draftsmith.models import load_drafter
     from draftsmith.shipping.crosscheck import OurRuntime
 
@@ -129,6 +130,8 @@ def stub_vllm(ckpt, target, *, off_by_one: bool = False):
             self.versions, self.load_s = {"vllm": "0.0-stub", "torch": "stub"}, 0.0
             self.draft = draft_dir is not None
             self.options = kwargs  # what crosscheck passed (dtype, parallelism): tests read it
+            if started is not None:
+                started.append({"draft_dir": draft_dir, **kwargs})
 
         def generate(self, prompt_ids, max_tokens, stop_ids=()):
             out = self.runtime.generate(prompt_ids, max_tokens)
@@ -142,9 +145,10 @@ def stub_vllm(ckpt, target, *, off_by_one: bool = False):
 
 
 def stub_vllm_install(folder, chosen: list | None = None):
-    """A stand-in for draftsmith.shipping.installs.resolve_vllm: every choice resolves to a vLLM
-    "installed" in `folder` (nothing runs it: stub_vllm decodes); `chosen` collects the choices
-    (--vllm values) it was asked for."""
+    """A stand-in for draftsmith.shipping.installs.resolve_vllm: a named choice (a --vllm PATH)
+    resolves to a vLLM whose python is that path, no choice to one "installed" in `folder`; none
+    is checked or run (stub_vllm decodes). `chosen` collects the choices (--vllm values) it was
+    asked for."""
     import pathlib
 
     from draftsmith.shipping.installs import VLLMInstall
@@ -154,6 +158,9 @@ def stub_vllm_install(folder, chosen: list | None = None):
             return choice
         if chosen is not None:
             chosen.append(choice)
+        if choice is not None and str(choice).strip():
+            python = pathlib.Path(str(choice).strip())
+            return VLLMInstall(python, python.parent.parent, "0.0-stub", "vllm", "--vllm")
         return VLLMInstall(pathlib.Path(folder) / "bin" / "python", pathlib.Path(folder), "0.0-stub", "vllm", "stub")
 
     return resolve
