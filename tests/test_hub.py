@@ -165,6 +165,32 @@ def test_card_maps_builtin_targets_to_hub_ids_and_notes_the_gguf(ckpt, tmp_path)
     assert "hf download me/smol-eagle3 --local-dir drafter" in card
 
 
+def test_the_card_serves_with_the_switches_the_checkpoint_trained_with(ckpt, tmp_path):
+    """A checkpoint trained with thinking off (Qwen3's recipes): the card's vLLM lines make that the
+    server's default, and it says to send them in each request with another server; a checkpoint
+    that recorded none gets none."""
+    off = {"enable_thinking": False}
+    run = tmp_path / "run"
+    shutil.copytree(ckpt.parent, run)
+    meta = json.loads((run / "final" / "drafter.json").read_text())
+    (run / "final" / "drafter.json").write_text(json.dumps(meta | {"chat_template_kwargs": off}))
+    card = publish(run / "final", REPO, dry_run=True, stage_dir=tmp_path / "staged")["card"]
+    served = [line for line in card.splitlines() if line.startswith("vllm serve")]
+    assert served and all(
+        line.endswith(" --default-chat-template-kwargs '{\"enable_thinking\": false}'") for line in served
+    )
+    assert '`{"messages": [...], "chat_template_kwargs": {"enable_thinking": false}}`' in card
+    assert "`data.chat_template_kwargs`" in card
+    (sglang,) = [line for line in card.splitlines() if line.startswith("python -m sglang.launch_server")]
+    assert "chat-template" not in sglang  # SGLang takes them in the request, as the note says
+    from draftsmith.shipping.card import _template_call  # transformers' snippet (causal-LM drafts) renders with them
+
+    assert _template_call(off) == ", enable_thinking=False" and _template_call({"a-b": 1}) == ", **{'a-b': 1}"
+
+    plain = publish(ckpt, REPO, dry_run=True, stage_dir=tmp_path / "plain")["card"]
+    assert "vllm serve" in plain and '"chat_template_kwargs"' not in plain and "--default-chat-template" not in plain
+
+
 def test_staging_refuses_a_non_empty_folder_and_non_checkpoints(ckpt, tmp_path):
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "old.txt").write_text("stale")

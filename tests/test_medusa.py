@@ -344,6 +344,10 @@ def test_medusa2_refuses_zero3(tiny_target, monkeypatch):
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")  # what `accelerate launch` sets for zero3.yaml
     with pytest.raises(DraftsmithError, match="ZeRO-3"):
         MedusaTask(load_recipe(TINY2).drafter, tiny_target)
+    monkeypatch.delenv("ACCELERATE_DEEPSPEED_ZERO_STAGE")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", '{"zero_optimization": {"stage": 3}}')  # a DeepSpeed config
+    with pytest.raises(DraftsmithError, match="ZeRO-3"):
+        MedusaTask(load_recipe(TINY2).drafter, tiny_target)
 
 
 @pytest.mark.slow

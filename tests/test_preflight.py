@@ -88,6 +88,65 @@ def test_acceptance_during_training_is_refused_under_zero3(tmp_path, no_loading,
         loop.Trainer(load_recipe(path, every))
 
 
+def test_a_deepspeed_config_file_of_stage_3_is_refused_too(tmp_path, no_loading, monkeypatch):
+    """ZeRO-3 named by the DeepSpeed config file accelerate hands over (an accelerate config's
+    deepspeed_config_file, or --deepspeed_config_file), not by zero_stage: the same one line, before
+    any model loads; its stage wins over the environment's, "auto" leaves it to the environment."""
+    from draftsmith.train.preflight import launch_zero_stage
+
+    monkeypatch.delenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", raising=False)
+    path = write_recipe(tmp_path)
+    (tmp_path / "regenerated.jsonl").write_text(json.dumps({"index": 0, "messages": []}) + "\n")
+    every = ["--logging.acceptance_every=5", "--logging.acceptance_prompts=4"]
+    ds = tmp_path / "ds.json"
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(ds))  # what `accelerate launch` sets for it
+    for stage, zero_stage, refused in ((3, None, True), (2, None, False), ("auto", "3", True), ("auto", None, False),
+                                       (2, "3", False)):  # fmt: skip
+        ds.write_text(json.dumps({"zero_optimization": {"stage": stage}, "train_micro_batch_size_per_gpu": "auto"}))
+        if zero_stage:
+            monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", zero_stage)
+        else:
+            monkeypatch.delenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", raising=False)
+        assert launch_zero_stage() == (3 if refused else 2), (stage, zero_stage)
+        if refused:
+            message = trainer_error(load_recipe(path, every))
+            assert message.startswith("logging.acceptance_every 5 under DeepSpeed ZeRO-3") and "\n" not in message
+        else:
+            with pytest.raises(AssertionError, match="target was loaded"):
+                loop.Trainer(load_recipe(path, every))
+    monkeypatch.delenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", raising=False)
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", '{"zero_optimization": {"stage": 3}}')  # the JSON itself
+    assert launch_zero_stage() == 3
+    monkeypatch.delenv("ACCELERATE_DEEPSPEED_CONFIG_FILE")
+    assert launch_zero_stage() is None  # no DeepSpeed
+
+
+def test_the_loop_refuses_where_it_finds_zero3(tmp_path, no_loading, monkeypatch):
+    """A ZeRO-3 run that preflight could not see (the accelerator is the last word) is refused with
+    the same line as soon as the accelerator exists, and measuring τ during training under ZeRO-3
+    raises it rather than skipping; the end-of-run measurement of an acceptance_every=0 run (the
+    documented ZeRO-3 launch) is still skipped, for draftsmith eval to make."""
+    import types
+
+    monkeypatch.delenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", raising=False)
+    monkeypatch.delenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", raising=False)
+    monkeypatch.setattr(loop, "is_zero3", lambda acc: True)
+    path = write_recipe(tmp_path)
+    (tmp_path / "regenerated.jsonl").write_text(json.dumps({"index": 0, "messages": []}) + "\n")
+    every = ["--logging.acceptance_every=5", "--logging.acceptance_prompts=4"]
+    recipe = load_recipe(path, every)
+    message = trainer_error(recipe)
+    assert message.startswith("logging.acceptance_every 5 under DeepSpeed ZeRO-3") and "\n" not in message
+
+    def trainer(recipe):  # what measure_acceptance reads of a trainer
+        return types.SimpleNamespace(recipe=recipe, acc=None, main=True, data=types.SimpleNamespace(eval_prompts=[1]))
+
+    with pytest.raises(DraftsmithError) as e:
+        loop.Trainer.measure_acceptance(trainer(recipe))
+    assert str(e.value) == message
+    assert loop.Trainer.measure_acceptance(trainer(load_recipe(path, [*every, "--logging.acceptance_every=0"]))) is None
+
+
 def test_the_pages_zero3_lines_turn_acceptance_off():
     """Every ZeRO-3 launch on the pages and in the recipes' headers passes acceptance_every=0 where
     its recipe measures τ during training."""

@@ -427,6 +427,8 @@ def test_a_checkpoint_is_exported_and_both_servers_started(tmp_path, tiny_cache,
     assert (out / "export-vllm" / "config.json").is_file() and "--speculative-config" not in plain_argv
     result = json.loads((out / "results.json").read_text())
     assert result["stamp"]["checkpoint"]["kind"] == "eagle3" and result["stamp"]["speculative_config"] == spec
+    assert (result["stamp"]["chat_template_kwargs"], result["stamp"]["chat_template_kwargs_from"]) == ({}, "none")
+    assert "chat template switches: none (none recorded)" in stdout  # the tiny recipe records none
     assert result["stamp"]["vllm"] == {
         "python": sys.executable,
         "version": "0.0-fake",

@@ -2,7 +2,8 @@
 regenerated chats a recipe reads (`data.source: regenerated` through a server), the feature cache a
 drafter trains from. A run that would stop in the data builder or the feature reader stops here,
 in a second, instead of after the target has loaded on every GPU. Also a recipe that asks for what
-the launch cannot give: τ during training under DeepSpeed ZeRO-3 (the drafter is sharded there)."""
+the launch cannot give: τ during training under DeepSpeed ZeRO-3 (the drafter is sharded there),
+whether the launch's accelerate config names stage 3 or the DeepSpeed config file it hands over does."""
 
 from __future__ import annotations
 
@@ -44,11 +45,48 @@ def check_before_loading(recipe, recipe_path: str = "") -> None:
             f"draftsmith features {recipe_path or 'RECIPE'} --output-dir {features}, or train with "
             "--drafter.features=online"
         )
-    zero3 = os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3"  # what accelerate launch sets for zero3.yaml
-    log = recipe.logging
-    if zero3 and log.acceptance_every > 0 and log.acceptance_prompts > 0:
-        raise DraftsmithError(
-            f"logging.acceptance_every {log.acceptance_every} under DeepSpeed ZeRO-3: the drafter is sharded, so "
-            "τ is not measured during training and best/ could not follow it; add --logging.acceptance_every=0 "
-            "(best/ is then final/; measure it with draftsmith eval) or launch with zero2.yaml or ddp.yaml"
-        )
+    if launch_zero_stage() == 3 and acceptance_during_training(recipe):
+        raise DraftsmithError(zero3_acceptance_refusal(recipe))
+
+
+def acceptance_during_training(recipe) -> bool:
+    """The recipe measures τ during training (what best/ follows), not only at the end."""
+    return recipe.logging.acceptance_every > 0 and recipe.logging.acceptance_prompts > 0
+
+
+def zero3_acceptance_refusal(recipe) -> str:
+    """The one line for τ during training under ZeRO-3, wherever the launch is found to be ZeRO-3."""
+    return (
+        f"logging.acceptance_every {recipe.logging.acceptance_every} under DeepSpeed ZeRO-3: the drafter is sharded, "
+        "so τ is not measured during training and best/ could not follow it; add --logging.acceptance_every=0 "
+        "(best/ is then final/; measure it with draftsmith eval) or launch with zero2.yaml or ddp.yaml"
+    )
+
+
+def launch_zero_stage() -> int | None:
+    """The DeepSpeed ZeRO stage `accelerate launch` set this process up for, read as accelerate
+    will read it (None: no DeepSpeed, or a stage it does not say): a DeepSpeed config file's
+    zero_optimization.stage (an accelerate config's deepspeed_config_file, or
+    --deepspeed_config_file: ACCELERATE_DEEPSPEED_CONFIG_FILE) where it names one, else
+    ACCELERATE_DEEPSPEED_ZERO_STAGE (an accelerate config's zero_stage, e.g. zero3.yaml)."""
+    stage = os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE")
+    config = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
+    if config and config != "none":
+        found = (_deepspeed_config(config).get("zero_optimization") or {}).get("stage")
+        if isinstance(found, int) or (isinstance(found, str) and found.isdigit()):
+            return int(found)
+        stage = stage or "2"  # "auto" or none: accelerate's default
+    return int(stage) if stage and stage.isdigit() else None
+
+
+def _deepspeed_config(config: str) -> dict:
+    """A DeepSpeed config as accelerate takes it: a JSON file's path or the JSON itself; {} where
+    it is neither (accelerate reports that itself)."""
+    import json
+
+    try:
+        path = pathlib.Path(config).expanduser()
+        found = json.loads(path.read_text() if path.is_file() else config)
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}

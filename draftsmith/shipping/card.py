@@ -234,14 +234,52 @@ def _table(results: list[dict], target: dict) -> list[str]:
     return lines + [f"- {n}" for n in notes]
 
 
+def switches(meta: dict) -> dict:
+    """The chat template's switches the checkpoint was trained with (e.g. Qwen3's enable_thinking:
+    false), {} for none: the card's serving lines render prompts with them."""
+    found = meta.get("chat_template_kwargs")
+    return dict(found) if isinstance(found, dict) else {}
+
+
+def _served_with(line: str, kwargs: dict) -> str:
+    """A `vllm serve` line that renders every request's chat template with `kwargs` unless the
+    request says otherwise (vLLM's --default-chat-template-kwargs); other lines as they are."""
+    if not kwargs or not line.startswith("vllm serve "):
+        return line
+    return f"{line} --default-chat-template-kwargs '{json.dumps(kwargs)}'"
+
+
+def _switches_note(kwargs: dict) -> list[str]:
+    shown = json.dumps(kwargs)
+    return [
+        f"The draft was trained on prompts rendered with the chat template's switches `{shown}` (its recipe's "
+        "`data.chat_template_kwargs`): serve and query the target with them, or the draft sees prompts it was not "
+        "trained on and acceptance falls. The vLLM lines below make them the server's default "
+        "(`--default-chat-template-kwargs`); with another server, send them in each chat request, e.g. "
+        f'`{{"messages": [...], "chat_template_kwargs": {shown}}}`.',
+        "",
+    ]
+
+
+def _template_call(kwargs: dict) -> str:
+    """apply_chat_template's keyword arguments for the switches, as Python source."""
+    if all(k.isidentifier() for k in kwargs):
+        return "".join(f", {k}={v!r}" for k, v in kwargs.items())
+    return f", **{kwargs!r}"
+
+
 def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None, proven: dict | None = None) -> list[str]:
     """Serving commands from each export's draftsmith_export.json (its `serve` lines: the repo id
-    for the export at the root, else the export folder as downloaded: drafter/<format>);
-    `proven`: format -> its cross-check record."""
+    for the export at the root, else the export folder as downloaded: drafter/<format>), with the
+    chat template's switches the checkpoint trained with; `proven`: format -> its cross-check record."""
     kind, base = meta["kind"], target["hub_id"] or target["name"]
+    kwargs = switches(meta)
+    if exports is not None and kwargs:  # the vLLM lines serve them as the default
+        exports = {f: {k: _served_with(v, kwargs) if k in ("serve", "serve_explicit") else v for k, v in e.items()}
+                   for f, e in exports.items()}  # fmt: skip
     root = next((f for f in _staged_formats() if (exports or {}).get(f.name, {}).get("root")), None)
     local = f"drafter/{CHECKPOINT_DIR}" if root else "drafter"  # draftsmith's checkpoint, once downloaded
-    lines = []
+    lines = _switches_note(kwargs) if kwargs else []
     if root is not None:  # the engine that loads this repo by its id: one line, no download
         e = exports[root.name]
         lines += [
@@ -315,7 +353,7 @@ def _serving(repo_id: str, meta: dict, target: dict, exports: dict | None, prove
             f"draft.generation_config.num_assistant_tokens = {k}  # read from here, not from generate()",
             'draft.generation_config.num_assistant_tokens_schedule = "constant"',
             'text = tok.apply_chat_template([{"role": "user", "content": "Hello!"}], add_generation_prompt=True, '
-            "tokenize=False)",
+            f"tokenize=False{_template_call(kwargs)})",
             'inputs = tok(text, return_tensors="pt", add_special_tokens=False)',
             "out = target.generate(**inputs, assistant_model=draft, max_new_tokens=128)",
             'print(tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))',

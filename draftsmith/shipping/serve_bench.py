@@ -72,11 +72,14 @@ def add_arguments(p) -> None:
         metavar="TOKENS",
         help="also a long-context category: Python source of about TOKENS tokens to explain (default 0: none)",
     )
+    from draftsmith.evaluation.switches import TEMPLATE_FLAG, TEMPLATE_HELP
+
+    p.add_argument(TEMPLATE_FLAG, dest="chat_template_kwargs", default=None, help=TEMPLATE_HELP + " (chat API only)")
     p.add_argument(
         "--thinking",
         default=None,
         help="on,off (or one of them): every category once per setting of the chat template's enable_thinking "
-        "switch (Qwen3 and others), as rows 'CATEGORY thinking:on/off' (chat API only)",
+        "switch (Qwen3 and others), as rows 'CATEGORY thinking:on/off', on top of the other switches (chat API only)",
     )
     p.add_argument("--num-prompts", type=int, default=None, help="the first N prompts of each set (default: all)")
     p.add_argument("--concurrency", default="1,4,16,64", help="requests in flight, comma list (default 1,4,16,64)")
@@ -387,16 +390,54 @@ def _stamp(args, version, info) -> dict:
         "num_requests": args.num_requests,
         "max_tokens": args.max_tokens,
         "api": args.api,
+        **_template_stamp(args),
         **info,
     }
+
+
+def _template_stamp(args) -> dict:
+    """The chat template's switches the requests carried and where they came from (the flag, the
+    checkpoint, none), with --thinking's settings where it split the rows."""
+    kwargs, source = getattr(args, "template", None) or ({}, "none")
+    out = {"chat_template_kwargs": kwargs, "chat_template_kwargs_from": source}
+    if args.thinking:
+        out["thinking"] = [v.strip() for v in args.thinking.split(",") if v.strip()]
+    return out
+
+
+def choose_template(args, ckpt) -> tuple[dict, str]:
+    """(switches, source) for every request, by eval's and bench's rule (the flag, else the
+    checkpoint's record, else none), and the line saying which; the completions API renders no
+    chat template, so it sends none (the flag or --thinking there is refused)."""
+    from draftsmith.evaluation.switches import TEMPLATE_FLAG, chosen_template, template_line
+
+    kwargs, source = chosen_template(args.chat_template_kwargs, ckpt.meta if ckpt is not None else None)
+    if args.api != "chat":
+        if args.thinking:
+            raise DraftsmithError("--thinking switches the chat template: it needs --api chat")
+        if source == TEMPLATE_FLAG and kwargs:
+            raise DraftsmithError(f"{TEMPLATE_FLAG} switches the chat template: it needs --api chat")
+        skipped = f" (the checkpoint's {json.dumps(kwargs)} cannot be sent)" if kwargs else ""
+        print(f"chat template switches: none (--api {args.api} renders no chat template){skipped}", flush=True)
+        return {}, f"--api {args.api}"
+    line = template_line(kwargs, source)
+    if args.thinking:
+        line += f"; enable_thinking per row (--thinking {args.thinking})"
+    print(line, flush=True)
+    return kwargs, source
 
 
 def run(args) -> int:
     levels, temps = _check(args)
     thinking = [v.strip() for v in args.thinking.split(",") if v.strip()] if args.thinking else None
-    if thinking and args.api != "chat":
-        raise DraftsmithError("--thinking switches the chat template: it needs --api chat")
-    sets = load_requests(args.prompts, args.num_prompts, args.categories, args.long_context, thinking)
+    ckpt = None
+    if args.checkpoint:  # its recorded switches, also where --base-url serves it
+        from draftsmith.models.checkpoint import Checkpoint
+
+        ckpt = Checkpoint.open(args.checkpoint)
+    args.template = choose_template(args, ckpt)
+    sets = load_requests(args.prompts, args.num_prompts, args.categories, args.long_context, thinking,
+                         args.template[0])  # fmt: skip
     out = pathlib.Path(args.output_dir).expanduser()
     info: dict = {}
     drafted, baseline, version = {}, {}, None
@@ -412,7 +453,7 @@ def run(args) -> int:
             sweep(args.base_url, model, "--base-url", sets, levels, temps, args, True, drafted)
             sweep(args.baseline_url, base_model, "--baseline-url", sets, levels, temps, args, False, baseline)
         else:
-            version, info = _managed(args, out, sets, levels, temps, drafted, baseline)
+            version, info = _managed(args, ckpt, out, sets, levels, temps, drafted, baseline)
     except DraftsmithError as e:
         kept = _keep_what_finished(out, drafted, baseline, str(e), args, version)
         if kept:
@@ -449,17 +490,15 @@ def served_dtype(log: pathlib.Path) -> str | None:
     return found.group(1) if found else None
 
 
-def _managed(args, out: pathlib.Path, sets, levels, temps, drafted: dict, baseline: dict):
+def _managed(args, ckpt, out: pathlib.Path, sets, levels, temps, drafted: dict, baseline: dict):
     """Export the checkpoint, then serve the target with the drafter and sweep, then without it and sweep
     (one server at a time: both at once would share the machine and skew each other's figures)."""
-    from draftsmith.models.checkpoint import Checkpoint
     from draftsmith.models.sources import resolve_model
     from draftsmith.shipping.engines.vllm_engine import VLLMServer
     from draftsmith.shipping.export import EXPORT_META, export
     from draftsmith.shipping.export.common import layout
     from draftsmith.shipping.installs import resolve_vllm
 
-    ckpt = Checkpoint.open(args.checkpoint)
     target = args.target or ckpt.target_to_load()[0]
     if target is None:
         raise DraftsmithError(f"{ckpt.path}: names no target; pass --target")

@@ -1,6 +1,6 @@
 """serve-bench's requests: the prompt sets as chat messages by category (MT-Bench first turns,
-HumanEval, the built-in sets, a SPEED-Bench-layout file), a long-context category, and the
-thinking switch as rows of its own."""
+HumanEval, the built-in sets, a SPEED-Bench-layout file), a long-context category, the chat
+template's switches every request carries, and the thinking switch as rows of its own."""
 
 from __future__ import annotations
 
@@ -38,8 +38,11 @@ def load_requests(
     categories: str | None = None,
     long_context: int = 0,
     thinking: list[str] | None = None,
+    template_kwargs: dict | None = None,
 ) -> dict[str, list[Request]]:
-    """category -> its prompts (as chat messages), in the sets' order."""
+    """category -> its prompts (as chat messages), in the sets' order, each carrying the chat
+    template's switches `template_kwargs` (the checkpoint's or the flag's); `thinking` sets
+    enable_thinking on top of them, one row per setting."""
     from draftsmith.evaluation import prompts as P
 
     found: dict[str, list[Request]] = {}
@@ -68,13 +71,15 @@ def load_requests(
         found = {c: found[c] for c in wanted}
     if long_context:  # asked for by itself: kept whatever --categories picks
         found["long-context"] = long_context_requests(long_context)
+    base = dict(template_kwargs or {})
+    found = {c: [Request(r.category, r.messages, dict(base) or None) for r in reqs] for c, reqs in found.items()}
     if thinking:
         switch = {"on": True, "off": False}
         bad = [v for v in thinking if v not in switch]
         if bad:
             raise DraftsmithError(f"--thinking: {', '.join(map(repr, bad))}; give on, off or on,off")
         found = {
-            f"{c} thinking:{v}": [Request(r.category, r.messages, {"enable_thinking": switch[v]}) for r in reqs]
+            f"{c} thinking:{v}": [Request(r.category, r.messages, base | {"enable_thinking": switch[v]}) for r in reqs]
             for c, reqs in found.items()
             for v in thinking
         }

@@ -20,7 +20,6 @@ softmax(target_logits[t+k]) (Medusa-2: the adapted target's, the one that will v
 from __future__ import annotations
 
 import copy
-import os
 import pathlib
 import typing
 from dataclasses import dataclass, field
@@ -101,7 +100,9 @@ class MedusaTask(TrainingTask):
         self.version = 2 if cfg.mode == "medusa2" else 1
         self.heads = self._init_heads()
         self.peft_model = None
-        if self.version == 2 and os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
+        from draftsmith.train.preflight import launch_zero_stage  # the accelerate config's, or its DeepSpeed file's
+
+        if self.version == 2 and launch_zero_stage() == 3:
             raise DraftsmithError(
                 "drafter.mode medusa2 under DeepSpeed ZeRO-3 is not supported: the fine-tuned target "
                 "would be sharded and could not be saved whole; use configs/accelerate/zero2.yaml or ddp.yaml"

@@ -38,7 +38,7 @@ from draftsmith.train.distributed import (
     shutdown,
 )
 from draftsmith.train.losses import expected_acceptance_length
-from draftsmith.train.preflight import check_before_loading
+from draftsmith.train.preflight import acceptance_during_training, check_before_loading, zero3_acceptance_refusal
 from draftsmith.train.tasks.base import TrainingTask
 from draftsmith.train.trainer import checkpoint, faults
 from draftsmith.train.trainer.curves import CURVES, plot_curves
@@ -66,6 +66,8 @@ class Trainer:
         # the prompts' template switches (Qwen3's enable_thinking): eval, bench and crosscheck render with them
         self.folder.meta = {"chat_template_kwargs": dict(r.data.chat_template_kwargs)}
         self.acc = acc = make_accelerator(r)
+        if is_zero3(acc) and acceptance_during_training(r):  # however the launch chose ZeRO-3
+            raise DraftsmithError(zero3_acceptance_refusal(r))
         self.main = acc.is_main_process
         self.folder.lock(acc)  # one run per output dir; its checkpoints checked again under the lock
         # SIGTERM: _terminate asks the loop to checkpoint and stop; _raise_on_term (only inside the
@@ -343,7 +345,9 @@ class Trainer:
         if r.acceptance_prompts <= 0 or not self.data.eval_prompts:
             return None
         if is_zero3(acc):
-            if self.main:
+            if acceptance_during_training(self.recipe):  # best/ would silently be final/
+                raise DraftsmithError(zero3_acceptance_refusal(self.recipe))
+            if self.main:  # the end-of-run measurement only: the documented ZeRO-3 launch leaves it to eval
                 log.info(
                     "acceptance through the runtime is skipped under ZeRO-3 (weights are sharded); run draftsmith "
                     "eval on the checkpoint"
