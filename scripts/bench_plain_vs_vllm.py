@@ -228,19 +228,42 @@ def summary(repeats: list[dict], short: int, long: int) -> dict:
     }
 
 
+def tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds used so far by process `pid` and its children (None: gone)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        return sum(sum(p.cpu_times()[:2]) for p in [root, *root.children(recursive=True)])
+    except psutil.Error:
+        return None
+
+
 def measure_pair(ours, vllm, prompt, args) -> dict:
     """Warm every side, then alternate their repeats (A B C A B C ...), a pause between sides so
     one's spinning OpenMP threads have gone to sleep before the next is timed. `ours`: [(name,
-    run)], the first named "ours" (the kernel the ratio is taken with)."""
+    run)], the first named "ours" (the kernel the ratio is taken with). While one of our sides is
+    timed, the idle vLLM worker's CPU use is read (cores it kept busy: `vllm_idle_cores`), so a
+    row says whether the other side shared the machine."""
     sides = list(ours) + ([("vllm", vllm.run)] if vllm is not None else [])
     for _, run in sides:
         triple(run, prompt, args.short, args.long)
     got = {name: [] for name, _ in sides}
+    idle = {name: [] for name, _ in ours}
+    pid = vllm.process.proc.pid if vllm is not None else None
     for _ in range(args.repeats):
         for name, run in sides:
             time.sleep(args.pause_s)
+            before, t = (tree_cpu_s(pid), time.perf_counter()) if pid and name != "vllm" else (None, 0.0)
             got[name].append(triple(run, prompt, args.short, args.long))
-    return {name: summary(reps, args.short, args.long) for name, reps in got.items()}
+            after = tree_cpu_s(pid) if before is not None else None
+            if after is not None:
+                idle[name].append((after - before) / (time.perf_counter() - t))
+    out = {name: summary(reps, args.short, args.long) for name, reps in got.items()}
+    for name, shares in idle.items():
+        if shares:
+            out[name]["vllm_idle_cores"] = max(shares)
+    return out
 
 
 def load_target(model, dtype):
@@ -353,6 +376,8 @@ def table_line(row) -> str:
             "ms/token | ours/vLLM "
             + (f"{row['ratio']:.2f}" if "ratio" in row else "n/a (a side's decode time is not positive)")
         )
+    if o.get("vllm_idle_cores") is not None:
+        line += f" | idle vLLM used {o['vllm_idle_cores']:.2f} cores while ours ran"
     return line
 
 

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -159,6 +160,7 @@ def test_fake_vllm_variants_ratio_and_a_failed_start(tiny_cache, tmp_path):
         assert v["end_to_end_tokens_per_s"] == pytest.approx(LONG / (0.010 + 0.002 * LONG))
         assert row["ratio"] == pytest.approx(row["ours"]["tokens_per_s"] / 500.0)
         assert row["meets_goal"] is (row["ratio"] >= result["goal"])
+        assert 0 <= row["ours"]["vllm_idle_cores"] < 0.5  # the idle worker's CPU use while ours ran: it waits
     (prof,) = result["profiles"]
     assert prof["variant"] == "crosscheck"  # the in-process variant: the model runs in the profiler's process
     g = prof["vllm"]["groups_ms_per_step"]
@@ -166,6 +168,27 @@ def test_fake_vllm_variants_ratio_and_a_failed_start(tiny_cache, tmp_path):
     assert g["sampling/engine"] == pytest.approx(0.05) and g["untracked"] == pytest.approx(12.0 - 4.75)
     _check_profile(prof["ours"])
     assert "ours/vLLM" in stdout and "| tiny-random | float32 | documented |" in stdout
+
+
+def test_the_cpu_time_of_a_process_tree_counts_its_children_and_a_gone_one_is_none():
+    import subprocess
+
+    from bench_plain_vs_vllm import tree_cpu_s
+
+    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+                              "'import time\\nt=time.process_time()\\nwhile time.process_time()-t<0.3: pass\\n"
+                              "time.sleep(60)'])"])  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while (tree_cpu_s(child.pid) or 0) < 0.3 and time.monotonic() < deadline:  # the grandchild's 0.3 s
+            time.sleep(0.1)
+        assert tree_cpu_s(child.pid) >= 0.3
+    finally:
+        for p in __import__("psutil").Process(child.pid).children(recursive=True):
+            p.kill()
+        child.kill()
+        child.wait()
+    assert tree_cpu_s(child.pid) is None
 
 
 def test_a_short_request_slower_than_the_long_one_is_noise_not_a_negative_decode_time():
