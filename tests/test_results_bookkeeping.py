@@ -127,6 +127,7 @@ CAPACITY = "results/capacity/smollm2-135m-instruct-{}.json"
 ALL_KINDS_TRAIN = "results/train-precision/smollm2-all-kinds.json"
 PLAIN_EPYC = "results/plain-vs-vllm/epyc.json"
 PLAIN_FUSED = "results/plain-vs-vllm/epyc-fused.json"
+PLAIN_AGAIN = "results/plain-vs-vllm/epyc-{}.json"  # smollm2-idle, qwen-fp32-documented
 QWEN_BENCH = "results/bench/qwen-coder-draft-lm-code-fused{}.json"  # "": the draft on transformers' forward
 STEPS_BF16 = "results/cpu-matmul/{}-steps-bf16-fused.json"
 
@@ -223,8 +224,25 @@ def _plain_row(model, dtype, variant):
             lambda j: round(row(j)["ours"]["prefill_ms"]), lambda j: round(row(j)["vllm"]["prefill_ms"])]  # fmt: skip
 
 
+def _again_row(dtype: str, variant: str) -> list:
+    """Getters of a row of the measured-again table: decode ms ours, vLLM, ratio, prefill ms ours,
+    vLLM, the idle vLLM's cores while ours ran."""
+
+    def row(j):
+        (r,) = [r for r in j["rows"] if r["dtype"] == dtype and r["variant"] == variant]
+        return r
+
+    return [lambda j: row(j)["ours"]["decode_ms_per_token"], lambda j: row(j)["vllm"]["decode_ms_per_token"],
+            lambda j: row(j)["ratio"], lambda j: row(j)["ours"]["prefill_ms"], lambda j: row(j)["vllm"]["prefill_ms"],
+            lambda j: row(j)["ours"]["vllm_idle_cores"]]  # fmt: skip
+
+
+def _json(path: str) -> dict:
+    return json.loads((ROOT / path).read_text())
+
+
 def _qwen_fused_cc() -> dict:
-    return json.loads((ROOT / "results/crosscheck/qwen-coder-draft-lm-code-fused.json").read_text())
+    return _json("results/crosscheck/qwen-coder-draft-lm-code-fused.json")
 
 
 def _fused_row(model, dtype, variant):
@@ -478,6 +496,14 @@ QUOTED = [
         lambda j: max(c["modes"]["auto"]["over_first"] for c in j["comparison"])]) for page in (README, RESULTS)],
     *_plain_rows(),
     *_fused_rows(),
+    *[(RESULTS, f"| {label} | {variant} | {{}} | {{}} | {{}} | {{}} | {{}} | {{}} |", PLAIN_AGAIN.format(file),
+       _again_row(dtype, variant.split(",")[0]))
+      for label, variant, file, dtype in (  # the table's rows; the summary row below quotes the ratios
+          ("SmolLM2-135M, fp32, 5 repeats", "documented", "smollm2-idle", "float32"),
+          ("SmolLM2-135M, fp32, 5 repeats", "crosscheck", "smollm2-idle", "float32"),
+          ("SmolLM2-135M, bf16, 5 repeats", "documented", "smollm2-idle", "bfloat16"),
+          ("SmolLM2-135M, bf16, 5 repeats", "crosscheck", "smollm2-idle", "bfloat16"),
+          ("Qwen2.5-Coder-1.5B, fp32", "documented, 1 GiB KV", "qwen-fp32-documented", "float32"))],
     *[(RESULTS, f"| {forward} | {{}} ± {{}} ({{}}) | {{}} ms | {verify}{{}} ms | {{}}× |", QWEN_BENCH.format(suffix),
        [lambda j: j[TAU], lambda j: j[TAU + "_se"], lambda j: j["drafts"],
         lambda j: j["step_costs_s"]["t_draft_k"] * 1e3,
@@ -488,6 +514,10 @@ QUOTED = [
        [lambda j: j[TAU], lambda j: _qwen_fused_cc()["runtimes"]["vllm"][TAU], lambda j: j["speedup"],
         lambda j: _qwen_fused_cc()["runtimes"]["vllm"]["speedup"]])
       for page, phrase in ((README, "(target and draft on the fused forward) / vLLM-CPU, same machine"),)],
+    (RESULTS, "1 GiB KV cache | | {} / {}, {} / {}; {} of vLLM's |", PLAIN_AGAIN.format("smollm2-idle"),
+     [_again_row(d, v)[2] for v, d in (("documented", "float32"), ("documented", "bfloat16"),
+                                       ("crosscheck", "float32"), ("crosscheck", "bfloat16"))]
+     + [lambda j: _again_row("float32", "documented")[2](_json(PLAIN_AGAIN.format("qwen-fp32-documented")))]),
     (RESULTS, "(target and draft on the fused forward) / vLLM-CPU in crosscheck | {} / {} | {}× / {}× |",
      QWEN_BENCH.format("-draft"),
      [lambda j: j[TAU], lambda j: _qwen_fused_cc()["runtimes"]["vllm"][TAU], lambda j: j["speedup"],
