@@ -57,14 +57,7 @@ class TrainedDrafter(Drafter):
 
     @property
     def forward_why(self) -> str | None:
-        if not self.fusable:
-            return None
-        kept = self._kept_on_transformers()
-        if kept is not None:
-            return f"transformers ({kept})"
-        if self.fused_forward() is not None:
-            return "fused (models/fused.py)"
-        return f"transformers (not fused: {self._fused.why})"
+        return self._fused.describe(self.model, self._kept_on_transformers()) if self.fusable else None
 
     def linear_modules(self):
         fused = self.fused_forward()

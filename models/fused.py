@@ -279,5 +279,14 @@ class LazyFused:
             self.forward = FusedForward(model) if self.why is None else None
         return self.forward
 
+    def describe(self, model, kept: str | None) -> str:
+        """Which forward `model` decodes with, and why (every report records it); `kept`: why its
+        owner keeps transformers' forward whatever the model (None: it may fuse)."""
+        if kept is not None:
+            return f"transformers ({kept})"
+        if self.get(model) is not None:
+            return "fused (models/fused.py)"
+        return f"transformers (not fused: {self.why})"
+
 
 __all__ = ["FusedForward", "LazyFused", "MODEL_TYPES", "why_not_fused"]

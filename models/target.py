@@ -229,12 +229,7 @@ class Target:
     @property
     def forward_why(self) -> str:
         """Which forward the target decodes with, and why (every report records it)."""
-        kept = self._kept_on_transformers()
-        if kept is not None:
-            return f"transformers ({kept})"
-        if self.fused_forward() is not None:
-            return "fused (models/fused.py)"
-        return f"transformers (not fused: {self._fused.why})"
+        return self._fused.describe(self.model, self._kept_on_transformers())
 
     def linear_modules(self) -> torch.nn.Module:
         """The modules holding every linear the target's forward calls, for a CPU matmul kernel
