@@ -31,7 +31,9 @@ slower on the AVX2 EPYC). Either way only what the draft proposes changes, never
 `choose_linear_kernel` times each kernel on copies of the model's own largest weight (the MLP's,
 which dominate a step; enough copies to exceed the caches, as a forward streams its weights) at
 the verify's row count and at one row, and keeps the one whose verify plus decode step costs
-least; the measurement is cached per CPU, threads, torch version, shape and dtype like
+least; a prefill's many rows (more than MAX_ROWS) stay on the library's GEMM unless the chosen
+kernel's PROMPT_ROWS_MEASURED-row product measured faster too (`takes_prompt_rows`). The
+measurement is cached per CPU, threads, torch version, shape and dtype like
 `--dtype auto`'s (infer/hardware.py), and every report records the choice with its timings.
 CUDA always keeps `linear`. A forward that torch.compile traces (`--compile on`) always takes
 F.linear, whichever kernel was chosen: the compiler lowers and packs the plain product itself
@@ -79,7 +81,8 @@ class Kernel:
 KERNELS = {"linear": Kernel(None), "transposed": Kernel(_transposed), "onednn": Kernel(_onednn, _onednn_pack, True)}
 CHOICES = ("auto", *KERNELS)
 MIN_GAIN = 0.9  # a candidate must take at most this fraction of linear's time to be chosen
-MAX_ROWS = 64  # verify and tree sizes; longer inputs (prefill) keep the library's GEMM, not measured here
+MAX_ROWS = 64  # verify and tree sizes; longer inputs (prefill) keep the library's GEMM unless measured slower
+PROMPT_ROWS_MEASURED = 128  # the prefill a kernel is timed at against the library's GEMM (`prompt_rows`)
 
 
 def _kernel_weight(module: torch.nn.Module, kernel: Kernel) -> torch.Tensor:
@@ -99,7 +102,8 @@ def _kernel_weight(module: torch.nn.Module, kernel: Kernel) -> torch.Tensor:
 def _forward(kernel: Kernel):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if rows > MAX_ROWS or (rows == 1 and not kernel.one_row):  # a prefill, or a GEMV left to the library
+        prefill = rows > MAX_ROWS and not self.__dict__.get("_prompt_rows")
+        if prefill or (rows == 1 and not kernel.one_row):  # a prefill, or a GEMV left to the library
             return F.linear(x, self.weight, self.bias)
         if torch.compiler.is_compiling():  # a compiled forward: the compiler picks (and packs) its own
             return F.linear(x, self.weight, self.bias)
@@ -138,11 +142,12 @@ def routing_generation() -> int:
     return _generation
 
 
-def use_linear_kernel(model: torch.nn.Module, name: str) -> int:
+def use_linear_kernel(model: torch.nn.Module, name: str, prompt_rows: bool = False) -> int:
     """Route every nn.Linear of `model` through kernel `name` for its few-row products (and its
-    one-row ones where the kernel takes them; "linear" restores the default); -> how many layers
-    now use it. A kernel that keeps its own copy of the weights makes it here, so a dtype it
-    cannot pack on this CPU is refused at once, not in the middle of a decode."""
+    one-row ones where the kernel takes them; with `prompt_rows`, a prefill's many rows too;
+    "linear" restores the default); -> how many layers now use it. A kernel that keeps its own
+    copy of the weights makes it here, so a dtype it cannot pack on this CPU is refused at once,
+    not in the middle of a decode."""
     from draftsmith.errors import DraftsmithError
 
     if name not in KERNELS:
@@ -152,7 +157,7 @@ def use_linear_kernel(model: torch.nn.Module, name: str) -> int:
     kernel, count = KERNELS[name], 0
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
-            for attr in ("forward", "_kernel", "_kernel_weight", "_kernel_key"):  # a previous choice and its copy
+            for attr in ("forward", "_kernel", "_kernel_weight", "_kernel_key", "_prompt_rows"):  # a previous choice
                 module.__dict__.pop(attr, None)
             if kernel.pack is not None:  # its own copy of the weight, made now
                 if module.weight.device.type != "cpu":
@@ -169,6 +174,7 @@ def use_linear_kernel(model: torch.nn.Module, name: str) -> int:
             if kernel.fn is not None:
                 module.forward = _forward(kernel).__get__(module)
                 module.__dict__["_kernel"] = kernel
+                module.__dict__["_prompt_rows"] = prompt_rows
             count += 1
     return count
 
@@ -222,6 +228,7 @@ def measure(weight: torch.Tensor, rows: int, repeats: int = 9) -> dict:
     one = torch.randn(1, weight.shape[1], generator=g).to(weight.dtype)
     many = torch.randn(rows, weight.shape[1], generator=g).to(weight.dtype)
     weights = stream_copies(weight)
+    prompt = torch.randn(PROMPT_ROWS_MEASURED, weight.shape[1], generator=g).to(weight.dtype)
     out = {"one_row_s": _time(None, one, weights, repeats)}
     for name, kernel in KERNELS.items():
         try:
@@ -232,7 +239,17 @@ def measure(weight: torch.Tensor, rows: int, repeats: int = 9) -> dict:
         out[f"{name}_s"] = _time(kernel.fn, many, ws, repeats)
         if kernel.one_row:
             out[f"{name}_one_row_s"] = _time(kernel.fn, one, ws, repeats)
+        if kernel.one_row or kernel.fn is None:  # a prefill GEMM is compute-bound: a few copies, a few repeats
+            out[f"{name}_prompt_s"] = _time(kernel.fn, prompt, ws[:4], 3)
     return out
+
+
+def takes_prompt_rows(name: str, timings: dict | None) -> bool:
+    """Whether kernel `name` also takes a prefill's rows: its PROMPT_ROWS_MEASURED-row product
+    measured at most MIN_GAIN of the library's GEMM (oneDNN's packed weight, fp32: 0.61-0.65x on
+    Qwen2.5-Coder-1.5B's weights on the AVX512-BF16 EPYC; bf16 0.88-0.95x)."""
+    mine, library = ((timings or {}).get(f"{n}_prompt_s") for n in (name, "linear"))
+    return name != "linear" and bool(mine and library) and mine <= MIN_GAIN * library
 
 
 def _machine_key(w: torch.Tensor, what) -> str:
@@ -240,8 +257,8 @@ def _machine_key(w: torch.Tensor, what) -> str:
     cpu = cpu_info()
     flags = sorted(k for k, v in (cpu["flags"] or {}).items() if v)
     # v2: the kernels' one-row timings and the draft's prefill joined the measurement, which now
-    # streams from memory
-    return f"{cpu['model']}|{flags}|{torch.get_num_threads()}|{torch.__version__}|{tuple(w.shape)}|{w.dtype}|{what}|v2"
+    # streams from memory; v3: a prefill's rows per kernel (`takes_prompt_rows`)
+    return f"{cpu['model']}|{flags}|{torch.get_num_threads()}|{torch.__version__}|{tuple(w.shape)}|{w.dtype}|{what}|v3"
 
 
 def choose_linear_kernel(model: torch.nn.Module, rows: int, device) -> tuple[str, str, dict | None]:

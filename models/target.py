@@ -245,7 +245,12 @@ class Target:
         the fastest), and run a draft that needs no target features in `draft_dtype` ("auto":
         bfloat16 where its one-row product measured faster); -> the choices and why, which every
         report records."""
-        from draftsmith.infer.kernels import choose_draft_dtype, choose_linear_kernel, use_linear_kernel
+        from draftsmith.infer.kernels import (
+            choose_draft_dtype,
+            choose_linear_kernel,
+            takes_prompt_rows,
+            use_linear_kernel,
+        )
 
         chosen = {}
         draft = getattr(drafter, "model", None)
@@ -267,8 +272,9 @@ class Target:
                 name, why, timings = choose_linear_kernel(model, rows, self.device)
             else:
                 name, why, timings = choice, "asked for", None
-            use_linear_kernel(routed, name)
-            chosen[role] = {"kernel": name, "why": why, "rows": rows, "timings": timings}
+            prompt_rows = takes_prompt_rows(name, timings)  # measured: "auto" only
+            use_linear_kernel(routed, name, prompt_rows)
+            chosen[role] = {"kernel": name, "why": why, "rows": rows, "timings": timings, "prompt_rows": prompt_rows}
         self.cpu_matmul = chosen
         return chosen
 

@@ -145,8 +145,10 @@ def use_side(target, forward: str, kernel: str | None) -> None:
             use_linear_kernel(target.linear_modules(), "linear")
             use_linear_kernel(target.model, "linear")
         target.forward_impl = forward
-        if kernel is not None:
-            use_linear_kernel(target.linear_modules(), kernel)
+        if kernel is not None:  # the chosen kernel takes a prefill's rows where the choice measured it faster
+            chosen = (target.cpu_matmul or {}).get("target") or {}
+            prompt_rows = chosen.get("kernel") == kernel and bool(chosen.get("prompt_rows"))
+            use_linear_kernel(target.linear_modules(), kernel, prompt_rows)
         target.__dict__["_bench_side"] = (forward, kernel)
 
 

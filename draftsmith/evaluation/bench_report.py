@@ -174,7 +174,8 @@ def format_table(result: dict) -> str:
     if result.get("draft_forward"):
         lines.append(f"draft forward: {result['draft_forward']}")
     for role, c in (result.get("cpu_matmul") or {}).items():  # what --cpu-matmul / --draft-dtype chose, and why
-        lines.append(f"{role}: {c.get('kernel') or c.get('dtype')} ({c['why']})")
+        prefill = "; prefills too" if c.get("prompt_rows") else ""
+        lines.append(f"{role}: {c.get('kernel') or c.get('dtype')} ({c['why']}{prefill})")
     for field in GROUP_FIELDS:
         for g, m in result.get(field, {}).items():
             rate, speed = m["draft_acceptance_rate"], m.get("speedup")
