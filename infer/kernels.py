@@ -122,11 +122,11 @@ def rows_linear(module: torch.nn.Linear) -> Callable[[torch.Tensor], torch.Tenso
     kernel = module.__dict__.get("_kernel")
     if kernel is None:
         return module.forward  # F.linear, or a forward someone else put there
-    fn = kernel.fn
+    fn, limit = kernel.fn, float("inf") if module.__dict__.get("_prompt_rows") else MAX_ROWS
 
     def product(x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0]
-        if rows > MAX_ROWS or (rows == 1 and not kernel.one_row):
+        if rows > limit or (rows == 1 and not kernel.one_row):
             return F.linear(x, module.weight, module.bias)
         return fn(x, _kernel_weight(module, kernel), module.bias)
 
