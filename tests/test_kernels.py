@@ -54,36 +54,30 @@ def test_a_dtype_onednn_cannot_pack_is_refused_by_name(monkeypatch):
         kernels.use_linear_kernel(torch.nn.Linear(8, 8, dtype=torch.bfloat16), "onednn")
 
 
-def test_one_row_and_prefill_keep_the_library_path():
-    layer = torch.nn.Linear(16, 8)
+@pytest.fixture
+def recording(monkeypatch):
+    """A kernel "recording" that notes the rows of every product it is given: the rows list."""
     calls = []
-    kernels.KERNELS["recording"] = kernels.Kernel(
-        lambda x, w, b: calls.append(x.shape[0]) or torch.nn.functional.linear(x, w, b)
-    )
-    try:
-        kernels.use_linear_kernel(layer, "recording")
-        for rows in (1, 5, kernels.MAX_ROWS, kernels.MAX_ROWS + 1):
-            layer(torch.randn(1, rows, 16))
-    finally:
-        kernels.KERNELS.pop("recording")
-    assert calls == [5, kernels.MAX_ROWS]
+    kernel = kernels.Kernel(lambda x, w, b: calls.append(x.shape[0]) or torch.nn.functional.linear(x, w, b))
+    monkeypatch.setitem(kernels.KERNELS, "recording", kernel)
+    return calls
 
 
-def test_a_kernel_takes_a_prefill_only_where_it_measured_faster_there():
+def test_one_row_and_prefill_keep_the_library_path(recording):
     layer = torch.nn.Linear(16, 8)
-    calls = []
-    kernels.KERNELS["recording"] = kernels.Kernel(
-        lambda x, w, b: calls.append(x.shape[0]) or torch.nn.functional.linear(x, w, b)
-    )
-    try:
-        kernels.use_linear_kernel(layer, "recording", prompt_rows=True)
-        for rows in (1, 5, kernels.MAX_ROWS + 1, 300):
-            layer(torch.randn(1, rows, 16))
-        fused = kernels.rows_linear(layer)  # the fused forward's bound product, 2-D rows
-        fused(torch.randn(300, 16))
-    finally:
-        kernels.KERNELS.pop("recording")
-    assert calls == [5, kernels.MAX_ROWS + 1, 300, 300]
+    kernels.use_linear_kernel(layer, "recording")
+    for rows in (1, 5, kernels.MAX_ROWS, kernels.MAX_ROWS + 1):
+        layer(torch.randn(1, rows, 16))
+    assert recording == [5, kernels.MAX_ROWS]
+
+
+def test_a_kernel_takes_a_prefill_only_where_it_measured_faster_there(recording):
+    layer = torch.nn.Linear(16, 8)
+    kernels.use_linear_kernel(layer, "recording", prompt_rows=True)
+    for rows in (1, 5, kernels.MAX_ROWS + 1, 300):
+        layer(torch.randn(1, rows, 16))
+    kernels.rows_linear(layer)(torch.randn(300, 16))  # the fused forward's bound product, 2-D rows
+    assert recording == [5, kernels.MAX_ROWS + 1, 300, 300]
     faster = {"linear_prompt_s": 1.0, "onednn_prompt_s": 0.6}
     assert kernels.takes_prompt_rows("onednn", faster)
     assert not kernels.takes_prompt_rows("onednn", {**faster, "onednn_prompt_s": 0.95})  # within MIN_GAIN
