@@ -403,6 +403,37 @@ def test_the_card_claims_an_engine_only_from_a_passing_crosscheck_of_this_checkp
     assert "Proven with" not in vllm_section(tmp_path / "s4")[1]
 
 
+def test_crosscheck_times_our_side_on_the_kernel_asked_for(ckpt, tmp_path, monkeypatch, tiny_target):
+    """--cpu-matmul in crosscheck: our target and draft run on that kernel, and the report says so,
+    so that our side times what bench times."""
+    from draftsmith.shipping import engines
+    from draftsmith.shipping.crosscheck import crosscheck, format_crosscheck
+    from draftsmith.shipping.engines import vllm_engine
+
+    monkeypatch.setattr(engines, "resolve_vllm", stub_vllm_install(tmp_path))
+    monkeypatch.setattr(vllm_engine, "VLLMEngine", stub_vllm(ckpt, tiny_target))
+    result = crosscheck(
+        ckpt, ["vllm"], "chat", k=3, max_new_tokens=8, num_prompts=2, workdir=tmp_path / "cc", progress=False,
+        cpu_matmul="transposed",
+    )  # fmt: skip
+    assert {role: c["kernel"] for role, c in result["cpu_matmul"].items()} == {
+        "target": "transposed",
+        "draft": "transposed",
+    }
+    assert all(c["why"] == "asked for" and c["rows"] == 4 for c in result["cpu_matmul"].values())
+    assert "ours, target: transposed (asked for)" in format_crosscheck(result).splitlines()
+    assert result["runtimes"]["ours"]["outputs_equal_plain"] == 2  # the kernel changes no greedy output here
+
+
+def test_the_sampled_crosscheck_takes_no_kernel_choice(tmp_path, capsys):
+    from draftsmith.cli import main
+
+    missing = tmp_path / "no-checkpoint"  # refused before the checkpoint is opened
+    assert main(["crosscheck", str(missing), "--temperature", "1", "--cpu-matmul", "auto"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--cpu-matmul" in err and "Traceback" not in err
+
+
 def test_the_card_names_the_gpu_and_dtype_agreement_was_shown_on():
     """A record of `crosscheck --device cuda --dtype bfloat16` (written by hand: no GPU here), and
     one written before --device existed (our side on the CPU, the record naming only the CPU)."""

@@ -101,6 +101,15 @@ def group_table(rows: dict) -> list[str]:
     return lines
 
 
+def kernel_lines(cpu_matmul: dict | None) -> list[str]:
+    """What --cpu-matmul / --draft-dtype chose for each role, and why (bench's and crosscheck's reports)."""
+    lines = []
+    for role, c in (cpu_matmul or {}).items():
+        prefill = "; prefills too" if c.get("prompt_rows") else ""
+        lines.append(f"{role}: {c.get('kernel') or c.get('dtype')} ({c['why']}{prefill})")
+    return lines
+
+
 def format_table(result: dict) -> str:
     """A plain-text table of the methods plus the acceptance summary."""
     tree = result.get("tree")
@@ -173,9 +182,7 @@ def format_table(result: dict) -> str:
         lines.append(f"target forward: {result['target_forward']}")
     if result.get("draft_forward"):
         lines.append(f"draft forward: {result['draft_forward']}")
-    for role, c in (result.get("cpu_matmul") or {}).items():  # what --cpu-matmul / --draft-dtype chose, and why
-        prefill = "; prefills too" if c.get("prompt_rows") else ""
-        lines.append(f"{role}: {c.get('kernel') or c.get('dtype')} ({c['why']}{prefill})")
+    lines += kernel_lines(result.get("cpu_matmul"))
     for field in GROUP_FIELDS:
         for g, m in result.get(field, {}).items():
             rate, speed = m["draft_acceptance_rate"], m.get("speedup")

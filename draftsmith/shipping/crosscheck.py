@@ -369,11 +369,15 @@ def crosscheck(
     device: str = "cpu",
     template_flag: str | None = None,
     vllm=None,
+    cpu_matmul: str = "linear",
 ) -> dict:
     """The checkpoint's greedy decodes in each engine and in our runtime, compared token for token
     and count for count. Prompts are rendered with the chat-template switches the checkpoint trained
     with (`template_flag`: the --chat-template-kwargs JSON instead); the report names them. `vllm`:
-    which vLLM (--vllm PATH; None: $DRAFTSMITH_VLLM, else .engines/vllm)."""
+    which vLLM (--vllm PATH; None: $DRAFTSMITH_VLLM, else .engines/vllm). `cpu_matmul`: our
+    runtime's few-row matmul on CPU, as bench's --cpu-matmul ("linear", the default: torch's
+    F.linear; "auto": the kernel bench would choose here, so that our side times what bench
+    times); the draft keeps the run's dtype, as the engines' does."""
     from draftsmith.evaluation.bench import cpu_info
     from draftsmith.evaluation.prompts import chosen_template, load_prompt_sets, template_line, template_switches
     from draftsmith.models import Checkpoint, Target, load_drafter
@@ -418,11 +422,15 @@ def crosscheck(
     setup.parallel, setup.vllm = {key: v for key, v in (parallel or {}).items() if v}, vllm
     if "vllm" in engines:
         share_the_gpu(setup, on)
+    chosen = target.use_cpu_matmul(cpu_matmul, k + 1, drafter, dtype)  # the draft stays in `dtype`
     runtimes = {"ours plain": OurRuntime(target), "ours": OurRuntime(target, drafter, k)}
     if any(engine_format(e).draft_first for e in engines):
-        runtimes["ours (draft-first)"] = OurRuntime(
-            target, full_vocabulary(load_drafter(opened, target)), k, draft_first=True
-        )
+        first = full_vocabulary(load_drafter(opened, target))
+        if "draft" in chosen:  # the same kernel for its own copy of the draft
+            from draftsmith.infer.kernels import use_linear_kernel
+
+            use_linear_kernel(first.linear_modules(), chosen["draft"]["kernel"], chosen["draft"]["prompt_rows"])
+        runtimes["ours (draft-first)"] = OurRuntime(target, first, k, draft_first=True)
     info = {}
     try:
         for e in engines:
@@ -482,6 +490,7 @@ def crosscheck(
         "device": str(on),
         "hardware": hardware_name(on),
         "placement": getattr(target, "placement", None),  # a target spread over several GPUs says so
+        "cpu_matmul": chosen,
         "cpu": cpu_info(),
         "wall_s": wall,
         "runtimes": rows,

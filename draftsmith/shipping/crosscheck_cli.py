@@ -62,6 +62,13 @@ def add_arguments(parser) -> None:
         default=1000,
         help="with --temperature: drafted tokens a side, at least (default 1000)",
     )
+    parser.add_argument(
+        "--cpu-matmul",
+        choices=["auto", "linear", "transposed", "onednn"],  # infer/kernels.py CHOICES (kept out of the import)
+        default="linear",
+        help="CPU: our runtime's few-row matmul, as bench's --cpu-matmul; linear (default): torch's F.linear; "
+        "auto: the kernel bench chooses on this machine, so that our side times what bench times (recorded)",
+    )
     parser.add_argument("--workdir", default=None, help="exports and engine logs (default: beside the checkpoint)")
     parser.add_argument(
         "--gpu-memory-utilization",
@@ -141,6 +148,7 @@ def run(args) -> int:
         args.device,
         args.chat_template_kwargs,
         args.vllm,
+        args.cpu_matmul,
     )
     print(format_crosscheck(result))
     if args.json:  # stamped (machine, date, commit, command) like every other report

@@ -88,6 +88,7 @@ def hardware_name(device) -> str:
 
 def format_crosscheck(result: dict) -> str:
     from draftsmith.evaluation.bench import format_cpu
+    from draftsmith.evaluation.bench_report import kernel_lines
 
     device = result.get("device", "cpu")
     lines = [
@@ -98,6 +99,7 @@ def format_crosscheck(result: dict) -> str:
         f"cpu: {format_cpu(result['cpu'])}",
         f"{'runtime':<20}{'tau':>6}{'accept':>8}{'tok/s':>8}{'speedup':>9}{'=plain':>8}{'=ours':>7}  per-position",
     ]
+    lines[2:2] = [f"ours, {line}" for line in kernel_lines(result.get("cpu_matmul"))]
     n = result["num_prompts"]
     for name, r in result["runtimes"].items():
         ag = r.get("agreement")

@@ -315,6 +315,10 @@ def run(args) -> int:
         return crosscheck_cli.run(args)
     if args.device != "cpu":
         raise DraftsmithError("--temperature: the sampled comparison runs our side on the CPU (--device cpu)")
+    if args.cpu_matmul != "linear":  # it compares acceptance statistics and times nothing
+        raise DraftsmithError(
+            "--cpu-matmul times our greedy side; the sampled comparison (--temperature) times nothing"
+        )
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     if engines != ["vllm"]:
         raise DraftsmithError(
