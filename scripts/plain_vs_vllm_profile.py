@@ -103,10 +103,27 @@ def _wrap(obj, name: str, scope: str):
 
 @contextlib.contextmanager
 def _labelled(target):
-    """The LM head and transformers' causal-mask builder of `target` labelled for the profile."""
+    """The LM head and transformers' causal-mask builder of `target` labelled for the profile. The
+    fused forward (models/fused.py) calls the head's routed product, not its module: labelled there."""
+    import torch
+
     head = target.model.get_output_embeddings()
     own = head.__dict__.get("forward")  # a CPU matmul kernel's forward (infer/kernels.py), kept after
     _wrap(head, "forward", "lm_head")
+    fused = target.fused_forward() if hasattr(target, "fused_forward") else None
+    if fused is not None:
+        products = fused._products
+
+        def labelled_products():
+            layers, product = products()
+
+            def labelled(x):
+                with torch.profiler.record_function("lm_head"):
+                    return product(x)
+
+            return layers, labelled
+
+        fused._products = labelled_products
     module = sys.modules.get(type(target.model).__module__)
     mask_builders = [n for n in ("create_causal_mask", "create_sliding_window_causal_mask") if hasattr(module, n)]
     saved = {n: getattr(module, n) for n in mask_builders}
@@ -121,6 +138,8 @@ def _labelled(target):
             head.forward = own
         for n, fn in saved.items():
             setattr(module, n, fn)
+        if fused is not None:
+            del fused._products
 
 
 def profile_ours(target, prompt: list[int], steps: int) -> dict:
