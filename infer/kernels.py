@@ -31,10 +31,13 @@ slower on the AVX2 EPYC). Either way only what the draft proposes changes, never
 `choose_linear_kernel` times each kernel on copies of the model's own largest weight (the MLP's,
 which dominate a step; enough copies to exceed the caches, as a forward streams its weights) at
 the verify's row count and at one row, and keeps the one whose verify plus decode step costs
-least; a prefill's many rows (more than MAX_ROWS) stay on the library's GEMM unless the chosen
-kernel's PROMPT_ROWS_MEASURED-row product measured faster too (`takes_prompt_rows`). The
-measurement is cached per CPU, threads, torch version, shape and dtype like
-`--dtype auto`'s (infer/hardware.py), and every report records the choice with its timings.
+least. The LM head is timed and chosen on its own (`output_head`): its shape is unlike the
+layers', and on the AVX2 EPYC its one-row product took 8.2 ms on oneDNN against 15.2 ms with
+`F.linear` (SmolLM2's 49152x576 fp32 head) where the layers' choice was `transposed`. A
+prefill's many rows (more than MAX_ROWS) stay on the library's GEMM unless the chosen kernel's
+PROMPT_ROWS_MEASURED-row product measured faster too (`takes_prompt_rows`). The measurement is
+cached per CPU, threads, torch version, shape and dtype like `--dtype auto`'s
+(infer/hardware.py), and every report records the choice with its timings.
 CUDA always keeps `linear`. A forward that torch.compile traces (`--compile on`) always takes
 F.linear, whichever kernel was chosen: the compiler lowers and packs the plain product itself
 (inductor cannot lower oneDNN's packed weight), so the choice applies to the eager forwards.
@@ -261,12 +264,27 @@ def _machine_key(w: torch.Tensor, what) -> str:
     return f"{cpu['model']}|{flags}|{torch.get_num_threads()}|{torch.__version__}|{tuple(w.shape)}|{w.dtype}|{what}|v3"
 
 
-def choose_linear_kernel(model: torch.nn.Module, rows: int, device) -> tuple[str, str, dict | None]:
-    """(kernel name, why, timings) for `model`'s forwards of `rows` rows on `device`."""
+def output_head(model: torch.nn.Module, routed: torch.nn.Module | None = None) -> torch.nn.Linear | None:
+    """`model`'s LM head where it is a linear layer (among `routed`'s modules, when given): the
+    one product whose shape is unlike the layers' (49152x576 against SmolLM2's largest 3072x576),
+    so `choose_linear_kernel(..., weight=)` times it on its own."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if not isinstance(head, torch.nn.Linear) or head.weight.device.type == "meta":
+        return None
+    if routed is not None and not any(m is head for m in routed.modules()):
+        return None
+    return head
+
+
+def choose_linear_kernel(
+    model: torch.nn.Module, rows: int, device, weight: torch.Tensor | None = None
+) -> tuple[str, str, dict | None]:
+    """(kernel name, why, timings) for `model`'s forwards of `rows` rows on `device`, timed on
+    its largest layer weight, or on `weight` (the LM head's: `output_head`)."""
     device = torch.device(device)
     if device.type != "cpu":
         return "linear", f"{device.type}: the library's own kernels", None
-    w = _largest_weight(model)
+    w = _largest_weight(model) if weight is None else weight
     key = _machine_key(w, rows)
     with measurement_cache("cpu_matmul.json") as cached:
         if key not in cached:
@@ -344,6 +362,7 @@ __all__ = [
     "choose_draft_dtype",
     "choose_linear_kernel",
     "measure",
+    "output_head",
     "routing_generation",
     "rows_linear",
     "use_linear_kernel",

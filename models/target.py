@@ -242,12 +242,13 @@ class Target:
     def use_cpu_matmul(self, choice: str, rows: int, drafter=None, draft_dtype: str = "auto") -> dict:
         """Route the target's (and the drafter's model's) few-row matmuls through `choice`
         (infer/kernels.py: "auto" measures the candidates at `rows` rows on this machine and keeps
-        the fastest), and run a draft that needs no target features in `draft_dtype` ("auto":
-        bfloat16 where its one-row product measured faster); -> the choices and why, which every
-        report records."""
+        the fastest, for the layers and, on its own, for the LM head), and run a draft that needs
+        no target features in `draft_dtype` ("auto": bfloat16 where its one-row product measured
+        faster); -> the choices and why, which every report records."""
         from draftsmith.infer.kernels import (
             choose_draft_dtype,
             choose_linear_kernel,
+            output_head,
             takes_prompt_rows,
             use_linear_kernel,
         )
@@ -275,6 +276,12 @@ class Target:
             prompt_rows = takes_prompt_rows(name, timings)  # measured: "auto" only
             use_linear_kernel(routed, name, prompt_rows)
             chosen[role] = {"kernel": name, "why": why, "rows": rows, "timings": timings, "prompt_rows": prompt_rows}
+            head = output_head(model, routed) if choice == "auto" else None
+            if head is not None:  # the LM head's own choice: its shape is unlike the layers'
+                name, why, timings = choose_linear_kernel(model, rows, self.device, weight=head.weight)
+                prompt_rows = takes_prompt_rows(name, timings)
+                use_linear_kernel(head, name, prompt_rows)
+                chosen[role]["lm_head"] = {"kernel": name, "why": why, "timings": timings, "prompt_rows": prompt_rows}
         self.cpu_matmul = chosen
         return chosen
 

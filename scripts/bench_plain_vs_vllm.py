@@ -149,6 +149,9 @@ def use_side(target, forward: str, kernel: str | None) -> None:
             chosen = (target.cpu_matmul or {}).get("target") or {}
             prompt_rows = chosen.get("kernel") == kernel and bool(chosen.get("prompt_rows"))
             use_linear_kernel(target.linear_modules(), kernel, prompt_rows)
+            head = chosen.get("lm_head")
+            if chosen.get("kernel") == kernel and head:  # auto's side: the LM head on its own choice, as bench runs it
+                use_linear_kernel(target.model.get_output_embeddings(), head["kernel"], bool(head["prompt_rows"]))
         target.__dict__["_bench_side"] = (forward, kernel)
 
 
@@ -362,11 +365,19 @@ def profile_apart(install, model_dir, dtype, max_len, prompt, args):
         worker.close()
 
 
+def side_label(row) -> str:
+    """Our side's forward and kernel, and the LM head's where auto chose it another."""
+    chosen = (row.get("cpu_matmul") or {}).get("target") or {}
+    head = (chosen.get("lm_head") or {}).get("kernel") if chosen.get("kernel") == row.get("ours_kernel") else None
+    kernel = row.get("ours_kernel") if head in (None, row.get("ours_kernel")) else f"{row['ours_kernel']}, head {head}"
+    return f"{(row.get('ours_forward') or '').split(' ')[0]}, {kernel}".strip(", ")
+
+
 def table_line(row) -> str:
     o, v = row.get("ours"), row.get("vllm")
     if o is None:
         return f"{row['model']} {row['dtype']} vLLM {row['variant']}: not measured"
-    side = f"{(row.get('ours_forward') or '').split(' ')[0]}, {row['ours_kernel']}"
+    side = side_label(row)
     line = f"{row['model']} {row['dtype']} ours ({side}): prefill {o['prefill_ms']:.1f} ms, "
     line += f"decode {o['decode_ms_per_token']:.1f} ms/token"
     for name, other in row.items():
@@ -398,7 +409,7 @@ def table(rows) -> str:
         )
         cells.append([
             r["model"], r["dtype"], r["variant"] or "(vLLM absent)",
-            f"{(r.get('ours_forward') or '').split(' ')[0]}, {r.get('ours_kernel')}".strip(", "),
+            side_label(r),
             f(o.get("prefill_ms")), f(v.get("prefill_ms")),
             f(o.get("decode_ms_per_token")), f(v.get("decode_ms_per_token")),
             f(o.get("tokens_per_s")), f(v.get("tokens_per_s")),

@@ -114,6 +114,39 @@ def test_auto_measures_once_per_machine_and_says_why(target, tmp_path, monkeypat
     assert name == "linear" and measured == [5, 4, 3] and "onednn" not in why
 
 
+def test_auto_chooses_the_lm_head_on_its_own(target, tmp_path, monkeypatch):
+    """The head's shape is unlike the layers': auto times it apart and may put it on another
+    kernel; a kernel asked for by name takes every product, the head's too."""
+    from draftsmith.evaluation.bench_report import kernel_lines
+
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
+    head = kernels.output_head(target.model)
+    assert head is not None and any(m is head for m in target.linear_modules().modules())
+    layers = {"one_row_s": 1.0, "linear_s": 4.0, "transposed_s": 1.4, "onednn_s": 1.2, "onednn_one_row_s": 1.5}
+    at_head = {**layers, "onednn_one_row_s": 0.5}  # oneDNN streams the tall head faster
+    measured = []
+
+    def measure(w, rows):
+        measured.append(tuple(w.shape))
+        return dict(at_head if w is head.weight else layers)
+
+    monkeypatch.setattr(kernels, "measure", measure)
+    drafter = load_drafter("truncated:2", target)
+    prompt = target.tokenizer("The quick brown fox")["input_ids"]
+    plain = Engine(target).generate(prompt, 24)
+    chosen = target.use_cpu_matmul("auto", 5, drafter, "float32")
+    assert chosen["target"]["kernel"] == "transposed" and chosen["target"]["lm_head"]["kernel"] == "onednn"
+    assert "x".join(map(str, head.weight.shape)) in chosen["target"]["lm_head"]["why"]
+    assert tuple(head.weight.shape) in measured
+    assert head.__dict__["_kernel"] is kernels.KERNELS["onednn"]
+    layer = next(m for m in target.linear_modules().modules() if isinstance(m, torch.nn.Linear) and m is not head)
+    assert layer.__dict__["_kernel"] is kernels.KERNELS["transposed"]
+    assert Engine(target, drafter, 4).generate(prompt, 24).tokens == plain.tokens
+    assert any(line.startswith("target LM head: onednn (") for line in kernel_lines(chosen))
+    chosen = target.use_cpu_matmul("transposed", 5, drafter, "float32")
+    assert "lm_head" not in chosen["target"] and head.__dict__["_kernel"] is kernels.KERNELS["transposed"]
+
+
 def test_cuda_keeps_the_library_kernels(target):
     assert kernels.choose_linear_kernel(target.model, 5, "cuda")[0] == "linear"
 

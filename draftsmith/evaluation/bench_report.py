@@ -105,8 +105,10 @@ def kernel_lines(cpu_matmul: dict | None) -> list[str]:
     """What --cpu-matmul / --draft-dtype chose for each role, and why (bench's and crosscheck's reports)."""
     lines = []
     for role, c in (cpu_matmul or {}).items():
-        prefill = "; prefills too" if c.get("prompt_rows") else ""
-        lines.append(f"{role}: {c.get('kernel') or c.get('dtype')} ({c['why']}{prefill})")
+        for what, got in ((role, c), (f"{role} LM head", c.get("lm_head"))):
+            if got:
+                prefill = "; prefills too" if got.get("prompt_rows") else ""
+                lines.append(f"{what}: {got.get('kernel') or got.get('dtype')} ({got['why']}{prefill})")
     return lines
 
 
