@@ -410,10 +410,12 @@ def test_crosscheck_times_our_side_on_the_kernel_asked_for(ckpt, tmp_path, monke
     from draftsmith.shipping.crosscheck import crosscheck, format_crosscheck
     from draftsmith.shipping.engines import vllm_engine
 
+    mine = tmp_path / "final"  # crosscheck keeps a record in the checkpoint: not in the shared one
+    shutil.copytree(ckpt, mine)
     monkeypatch.setattr(engines, "resolve_vllm", stub_vllm_install(tmp_path))
-    monkeypatch.setattr(vllm_engine, "VLLMEngine", stub_vllm(ckpt, tiny_target))
+    monkeypatch.setattr(vllm_engine, "VLLMEngine", stub_vllm(mine, tiny_target))
     result = crosscheck(
-        ckpt, ["vllm"], "chat", k=3, max_new_tokens=8, num_prompts=2, workdir=tmp_path / "cc", progress=False,
+        mine, ["vllm"], "chat", k=3, max_new_tokens=8, num_prompts=2, workdir=tmp_path / "cc", progress=False,
         cpu_matmul="transposed",
     )  # fmt: skip
     assert {role: c["kernel"] for role, c in result["cpu_matmul"].items()} == {
