@@ -278,9 +278,11 @@ class Target:
             chosen[role] = {"kernel": name, "why": why, "rows": rows, "timings": timings, "prompt_rows": prompt_rows}
             head = output_head(model, routed) if choice == "auto" else None
             if head is not None:  # the LM head's own choice: its shape is unlike the layers'
+                routed_as = (name, prompt_rows)
                 name, why, timings = choose_linear_kernel(model, rows, self.device, weight=head.weight)
                 prompt_rows = takes_prompt_rows(name, timings)
-                use_linear_kernel(head, name, prompt_rows)
+                if (name, prompt_rows) != routed_as:  # else routed (and packed) already
+                    use_linear_kernel(head, name, prompt_rows)
                 chosen[role]["lm_head"] = {"kernel": name, "why": why, "timings": timings, "prompt_rows": prompt_rows}
         self.cpu_matmul = chosen
         return chosen
