@@ -64,6 +64,25 @@ def _transposed(x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return torch.addmm(bias.unsqueeze(1), weight, x2d.t()).t().contiguous()
 
 
+def _split(x2d: torch.Tensor, blocks: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The product as one batched matmul over the weight's row blocks (`_split_blocks`): MKL's
+    batched GEMM runs the blocks on separate threads, where its one-row GEMV runs on one."""
+    rows, (t, n, d) = x2d.shape[0], blocks.shape
+    xt = x2d.t().expand(t, d, rows)
+    y = torch.bmm(blocks, xt) if bias is None else torch.baddbmm(bias.view(t, n, 1), blocks, xt)
+    return y.view(1, t * n) if rows == 1 else y.view(t * n, rows).t().contiguous()
+
+
+def _split_blocks(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` [n, d] as [t, n/t, d]: one block of rows per thread (t the most threads, up to
+    torch's, that divide n); a view, so no memory is added."""
+    n, d = weight.shape
+    t = torch.get_num_threads()
+    while n % t:
+        t -= 1
+    return weight.detach().reshape(t, n // t, d)
+
+
 def _onednn(x2d: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x2d.contiguous(), packed, bias, "none", [], "")
 
@@ -81,7 +100,12 @@ class Kernel:
     one_row: bool = False  # also takes the one-row products of decode steps
 
 
-KERNELS = {"linear": Kernel(None), "transposed": Kernel(_transposed), "onednn": Kernel(_onednn, _onednn_pack, True)}
+KERNELS = {
+    "linear": Kernel(None),
+    "transposed": Kernel(_transposed),
+    "split": Kernel(_split, _split_blocks, True),
+    "onednn": Kernel(_onednn, _onednn_pack, True),
+}
 CHOICES = ("auto", *KERNELS)
 MIN_GAIN = 0.9  # a candidate must take at most this fraction of linear's time to be chosen
 MAX_ROWS = 64  # verify and tree sizes; longer inputs (prefill) keep the library's GEMM unless measured slower
@@ -94,7 +118,7 @@ def _kernel_weight(module: torch.nn.Module, kernel: Kernel) -> torch.Tensor:
     if kernel.pack is None:
         return module.weight
     w = module.weight
-    key = (w.data_ptr(), w.dtype, w._version)
+    key = (w.data_ptr(), w.dtype, w._version, torch.get_num_threads())  # split's blocks: one per thread
     if module.__dict__.get("_kernel_key") != key:
         with torch.no_grad():
             module.__dict__["_kernel_weight"] = kernel.pack(w)
@@ -260,8 +284,9 @@ def _machine_key(w: torch.Tensor, what) -> str:
     cpu = cpu_info()
     flags = sorted(k for k, v in (cpu["flags"] or {}).items() if v)
     # v2: the kernels' one-row timings and the draft's prefill joined the measurement, which now
-    # streams from memory; v3: a prefill's rows per kernel (`takes_prompt_rows`)
-    return f"{cpu['model']}|{flags}|{torch.get_num_threads()}|{torch.__version__}|{tuple(w.shape)}|{w.dtype}|{what}|v3"
+    # streams from memory; v3: a prefill's rows per kernel (`takes_prompt_rows`); v4: the split
+    # kernel joined the candidates
+    return f"{cpu['model']}|{flags}|{torch.get_num_threads()}|{torch.__version__}|{tuple(w.shape)}|{w.dtype}|{what}|v4"
 
 
 def output_head(model: torch.nn.Module, routed: torch.nn.Module | None = None) -> torch.nn.Linear | None:

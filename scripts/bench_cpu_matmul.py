@@ -9,6 +9,7 @@ its outputs against a float64 reference (an exact kernel differs from F.linear o
 
     linear         torch's F.linear (x @ W.T; MKL's small-M path for a few rows in fp32)
     transposed     (W @ x.T).T through torch.mm: the weight as the left operand (infer/kernels.py)
+    split          the weight as one block of rows per thread, one batched torch.bmm (infer/kernels.py)
     mkl-packed     torch.ops.mkl._mkl_linear on a weight prepacked by _mkl_reorder_linear_weight
                    for that row count (what inductor's freezing pass emits for fp32 on x86)
     onednn-packed  torch.ops.mkldnn._linear_pointwise on a weight reordered by oneDNN (packed for
@@ -51,7 +52,7 @@ def _timed(fns, x, repeats: int) -> float:
 
 def _one(w: torch.Tensor, rows: int, name: str, compile_: bool):
     """Candidate `name` on weight `w`: a callable on x [rows, in], or raises where unavailable.
-    `linear`, `transposed` and `onednn` are the runtime's own kernels (`--cpu-matmul`)."""
+    `linear`, `transposed`, `split` and `onednn` are the runtime's own kernels (`--cpu-matmul`)."""
     runtime = {"onednn-packed": "onednn"}.get(name, name)
     if runtime in kernels.KERNELS:
         kernel = kernels.KERNELS[runtime]
@@ -78,7 +79,8 @@ def _one(w: torch.Tensor, rows: int, name: str, compile_: bool):
 
 def candidates(weights: list[torch.Tensor], rows: int, compile_: bool) -> dict:
     """name -> (one callable per weight copy, exact?) or a string saying why it is unavailable."""
-    names = ["linear", "transposed", "mkl-packed", "onednn-packed", *(["compiled"] if compile_ else []), "int8-weight"]
+    compiled = ["compiled"] if compile_ else []
+    names = ["linear", "transposed", "split", "mkl-packed", "onednn-packed", *compiled, "int8-weight"]
     out = {}
     for name in names:
         ws = weights[:1] if name == "compiled" else weights  # one compiled graph: its weight stays cache-warm

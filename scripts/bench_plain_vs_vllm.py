@@ -444,8 +444,8 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--cpu-matmul",
         default="auto",
-        help="our side's matmul kernels, comma-separated, of: auto, linear, transposed, onednn (infer/kernels.py); "
-        "the first is the one the ratio is taken with (default auto: what `draftsmith bench` runs)",
+        help="our side's matmul kernels, comma-separated, of: auto, linear, transposed, split, onednn "
+        "(infer/kernels.py); the first is the one the ratio is taken with (default auto: what `draftsmith bench` runs)",
     )
     ap.add_argument(
         "--forward",

@@ -20,8 +20,9 @@ def target(tiny_cache):
 
 @pytest.mark.parametrize("rows", [1, 2, 5, 17])
 @pytest.mark.parametrize("bias", [False, True])
-def test_every_kernel_computes_the_linear_product(rows, bias):
-    layer = torch.nn.Linear(48, 80, bias=bias)
+@pytest.mark.parametrize("out", [80, 81])  # 81: split's blocks cannot be one per thread
+def test_every_kernel_computes_the_linear_product(rows, bias, out):
+    layer = torch.nn.Linear(48, out, bias=bias)
     x = torch.randn(3, rows, 48)
     want = layer(x)
     for name in kernels.KERNELS:
@@ -43,6 +44,25 @@ def test_onednn_takes_one_row_too_and_repacks_a_changed_weight():
     assert layer.__dict__["_kernel_weight"] is not packed
     kernels.use_linear_kernel(layer, "linear")  # switching back frees the copy
     assert "_kernel_weight" not in layer.__dict__ and "forward" not in layer.__dict__
+
+
+def test_split_views_the_weight_in_one_block_per_thread(monkeypatch):
+    """No copy: the blocks are the weight's own storage, one block of rows per thread (fewer
+    where the rows do not divide), made again when the thread count changes."""
+    layer = torch.nn.Linear(32, 24)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    kernels.use_linear_kernel(layer, "split")
+    blocks = layer.__dict__["_kernel_weight"]
+    assert blocks.shape == (4, 6, 32) and blocks.data_ptr() == layer.weight.data_ptr()
+    x = torch.randn(1, 32)
+    torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 5)  # 24 rows: 4 blocks of 6
+    layer(x)
+    assert layer.__dict__["_kernel_weight"].shape == (4, 6, 32)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    x = torch.randn(5, 32)
+    torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+    assert layer.__dict__["_kernel_weight"].shape == (3, 8, 32)
 
 
 def test_a_dtype_onednn_cannot_pack_is_refused_by_name(monkeypatch):
@@ -152,7 +172,7 @@ def test_cuda_keeps_the_library_kernels(target):
 
 
 def test_unknown_kernel_is_named(target):
-    with pytest.raises(DraftsmithError, match="unknown CPU matmul 'fast'.*auto, linear, transposed, onednn"):
+    with pytest.raises(DraftsmithError, match="unknown CPU matmul 'fast'.*auto, linear, transposed, split, onednn"):
         target.use_cpu_matmul("fast", 5)
 
 

@@ -103,11 +103,13 @@ def _common(p: argparse.ArgumentParser, draft_required: bool = True) -> None:
     )
     p.add_argument(
         "--cpu-matmul",
-        choices=["auto", "linear", "transposed", "onednn"],  # infer/kernels.py CHOICES (kept out of the import)
+        # infer/kernels.py CHOICES (kept out of the import)
+        choices=["auto", "linear", "transposed", "split", "onednn"],
         default="auto",
-        help="CPU: the matmul of few-row forwards (verify, catch-up) and, for onednn, one-row steps too; auto "
-        "(default): the fastest of torch's F.linear, the weight-as-left-operand product and oneDNN's packed "
-        "weights, measured at K+1 rows and at one row on this machine (recorded in every report)",
+        help="CPU: the matmul of few-row forwards (verify, catch-up) and, for split and onednn, one-row steps "
+        "too; auto (default): the fastest of torch's F.linear, the weight-as-left-operand product, the weight "
+        "split in one block of rows per thread and oneDNN's packed weights, measured at K+1 rows and at one row "
+        "on this machine (recorded in every report)",
     )
     p.add_argument(
         "--draft-dtype",

@@ -64,7 +64,8 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--cpu-matmul",
-        choices=["auto", "linear", "transposed", "onednn"],  # infer/kernels.py CHOICES (kept out of the import)
+        # infer/kernels.py CHOICES (kept out of the import)
+        choices=["auto", "linear", "transposed", "split", "onednn"],
         default="linear",
         help="CPU: our runtime's few-row matmul, as bench's --cpu-matmul; linear (default): torch's F.linear; "
         "auto: the kernel bench chooses on this machine, so that our side times what bench times (recorded)",
