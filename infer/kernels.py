@@ -13,6 +13,14 @@ only the summation order differs, so outputs equal up to argmax ties: the bench 
     linear        torch's F.linear (the default everywhere; one-row calls take it unless the
                   kernel says otherwise)
     transposed    (W @ x.T).T through torch.mm: the weight as the left operand
+    split         the weight as one block of rows per thread, [t, n/t, d], in one batched product
+                  (torch.bmm; a view, no copy), one row and few rows alike. MKL runs a one-row
+                  fp32 product on a single thread, its batched GEMM runs the blocks on all of
+                  them: on the AVX2 EPYC (2 threads) SmolLM2-135M's 3072x576 fp32 weight took
+                  0.55x F.linear's one-row time for one row and 1.02x for 5 rows (transposed
+                  1.05x), where oneDNN's one-row product took 0.74x; on the 1.5B's 1536x8960
+                  down projection, whose one-row product MKL already threads, it took 1.31x
+                  (results/cpu-matmul/split-avx2.json). bf16 products gain nothing from it there.
     onednn        oneDNN's own linear (torch.ops.mkldnn._linear_pointwise, what inductor's
                   freezing pass emits) on a copy of the weight reordered once into oneDNN's
                   blocked layout, one row and few rows alike. On the AVX2 EPYC above it took
