@@ -38,9 +38,11 @@ slower on the AVX2 EPYC). Either way only what the draft proposes changes, never
 
 `choose_linear_kernel` times each kernel on copies of the model's own largest weight (the MLP's,
 which dominate a step; enough copies to exceed the caches, as a forward streams its weights) at
-the verify's row count and at one row, and keeps the one whose verify plus decode step costs
-least. The LM head is timed and chosen on its own (`output_head`): its shape is unlike the
-layers', and on the AVX2 EPYC its one-row product took 8.2 ms on oneDNN against 15.2 ms with
+the verify's row count and at one row, and keeps the fastest at the verify's rows for few-row
+products and, apart (`choose_one_row_kernel`), the fastest at one row for one-row products (a
+decode step, a one-row draft); a kernel that copies the weights (onednn) must also beat the
+fastest copy-free one by MIN_GAIN. The LM head is timed and chosen on its own (`output_head`):
+its shape is unlike the layers', and on the AVX2 EPYC its one-row product took 8.2 ms on oneDNN against 15.2 ms with
 `F.linear` (SmolLM2's 49152x576 fp32 head) where the layers' choice was `transposed`. A
 prefill's many rows (more than MAX_ROWS) stay on the library's GEMM unless the chosen kernel's
 PROMPT_ROWS_MEASURED-row product measured faster too (`takes_prompt_rows`). The measurement is
@@ -106,13 +108,14 @@ class Kernel:
     fn: Callable | None  # (x [rows, in], the weight as `pack` keeps it, bias) -> [rows, out]; None: F.linear
     pack: Callable | None = None  # weight -> the kernel's own copy (made once per weight)
     one_row: bool = False  # also takes the one-row products of decode steps
+    copies: bool = False  # `pack` makes a copy of the weight (memory), not a view
 
 
 KERNELS = {
     "linear": Kernel(None),
     "transposed": Kernel(_transposed),
     "split": Kernel(_split, _split_blocks, True),
-    "onednn": Kernel(_onednn, _onednn_pack, True),
+    "onednn": Kernel(_onednn, _onednn_pack, True, copies=True),
 }
 CHOICES = ("auto", *KERNELS)
 MIN_GAIN = 0.9  # a candidate must take at most this fraction of linear's time to be chosen
@@ -121,28 +124,34 @@ PROMPT_ROWS_MEASURED = 128  # the prefill a kernel is timed at against the libra
 
 
 def _kernel_weight(module: torch.nn.Module, kernel: Kernel) -> torch.Tensor:
-    """The weight as `kernel` reads it: packed once, again only if the weight changed (dtype,
-    storage or an in-place update)."""
+    """The weight as `kernel` reads it: packed once per kernel, again only if the weight changed
+    (dtype, storage or an in-place update) or, for split's blocks, the thread count."""
     if kernel.pack is None:
         return module.weight
     w = module.weight
-    key = (w.data_ptr(), w.dtype, w._version, torch.get_num_threads())  # split's blocks: one per thread
-    if module.__dict__.get("_kernel_key") != key:
+    key = (w.data_ptr(), w.dtype, w._version, torch.get_num_threads())
+    packed = module.__dict__.setdefault("_kernel_weights", {})
+    got = packed.get(kernel.pack)
+    if got is None or got[0] != key:
         with torch.no_grad():
-            module.__dict__["_kernel_weight"] = kernel.pack(w)
-        module.__dict__["_kernel_key"] = key
-    return module.__dict__["_kernel_weight"]
+            got = packed[kernel.pack] = (key, kernel.pack(w))
+    return got[1]
 
 
-def _forward(kernel: Kernel):
+def _pick(kernel: Kernel, one: Kernel, rows: int) -> Kernel:
+    return one if rows == 1 else kernel
+
+
+def _forward(kernel: Kernel, one: Kernel):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
+        k = _pick(kernel, one, rows)
         prefill = rows > MAX_ROWS and not self.__dict__.get("_prompt_rows")
-        if prefill or (rows == 1 and not kernel.one_row):  # a prefill, or a GEMV left to the library
+        # a prefill, a product left to the library, or a compiled forward (the compiler picks and
+        # packs its own)
+        if prefill or k.fn is None or torch.compiler.is_compiling():
             return F.linear(x, self.weight, self.bias)
-        if torch.compiler.is_compiling():  # a compiled forward: the compiler picks (and packs) its own
-            return F.linear(x, self.weight, self.bias)
-        y = kernel.fn(x.reshape(rows, x.shape[-1]), _kernel_weight(self, kernel), self.bias)
+        y = k.fn(x.reshape(rows, x.shape[-1]), _kernel_weight(self, k), self.bias)
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
     return forward
@@ -154,16 +163,17 @@ def rows_linear(module: torch.nn.Linear) -> Callable[[torch.Tensor], torch.Tenso
     per-call reshapes and checks: ~13 us of a 54 us one-row call on a 1536x576 weight (2-core
     EPYC), which a fused forward (models/fused.py) pays ~120 times a step. Read the routing
     again after `use_linear_kernel` runs (`routing_generation`)."""
-    kernel = module.__dict__.get("_kernel")
+    kernel, one = module.__dict__.get("_kernel"), module.__dict__.get("_one_row_kernel")
     if kernel is None:
         return module.forward  # F.linear, or a forward someone else put there
-    fn, limit = kernel.fn, float("inf") if module.__dict__.get("_prompt_rows") else MAX_ROWS
+    limit = float("inf") if module.__dict__.get("_prompt_rows") else MAX_ROWS
 
     def product(x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0]
-        if rows > limit or (rows == 1 and not kernel.one_row):
+        k = _pick(kernel, one, rows)
+        if rows > limit or k.fn is None:
             return F.linear(x, module.weight, module.bias)
-        return fn(x, _kernel_weight(module, kernel), module.bias)
+        return k.fn(x, _kernel_weight(module, k), module.bias)
 
     return product
 
@@ -177,39 +187,49 @@ def routing_generation() -> int:
     return _generation
 
 
-def use_linear_kernel(model: torch.nn.Module, name: str, prompt_rows: bool = False) -> int:
-    """Route every nn.Linear of `model` through kernel `name` for its few-row products (and its
-    one-row ones where the kernel takes them; with `prompt_rows`, a prefill's many rows too;
-    "linear" restores the default); -> how many layers now use it. A kernel that keeps its own
-    copy of the weights makes it here, so a dtype it cannot pack on this CPU is refused at once,
-    not in the middle of a decode."""
+def use_linear_kernel(model: torch.nn.Module, name: str, prompt_rows: bool = False, one_row: str | None = None) -> int:
+    """Route every nn.Linear of `model` through kernel `name` for its few-row products, and its
+    one-row ones through `one_row` (None: `name` where that kernel takes one-row products, else
+    F.linear); with `prompt_rows`, a prefill's many rows take `name` too. "linear" restores the
+    default; -> how many layers now use it. A kernel that keeps its own copy of the weights makes
+    it here, so a dtype it cannot pack on this CPU is refused at once, not in the middle of a decode."""
     from draftsmith.errors import DraftsmithError
 
-    if name not in KERNELS:
-        raise DraftsmithError(f"unknown CPU matmul {name!r}: choose one of {', '.join(CHOICES)}")
+    for asked in (name, one_row):
+        if asked is not None and asked not in KERNELS:
+            raise DraftsmithError(f"unknown CPU matmul {asked!r}: choose one of {', '.join(CHOICES)}")
     global _generation
     _generation += 1
-    kernel, count = KERNELS[name], 0
+    kernel = KERNELS[name]
+    one_name = one_row or (name if kernel.one_row else "linear")
+    one, count = KERNELS[one_name], 0
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
-            for attr in ("forward", "_kernel", "_kernel_weight", "_kernel_key", "_prompt_rows"):  # a previous choice
+            for attr in (
+                "forward",
+                "_kernel",
+                "_one_row_kernel",
+                "_kernel_weights",
+                "_prompt_rows",
+            ):  # a previous choice
                 module.__dict__.pop(attr, None)
-            if kernel.pack is not None:  # its own copy of the weight, made now
-                if module.weight.device.type != "cpu":
+            for n, k in ((name, kernel), (one_name, one)):
+                if k.pack is None:
+                    continue
+                if module.weight.device.type != "cpu":  # its own copy of the weight, made now
                     raise DraftsmithError(
-                        f"--cpu-matmul {name} is a CPU kernel; this model is on {module.weight.device.type}"
+                        f"--cpu-matmul {n} is a CPU kernel; this model is on {module.weight.device.type}"
                     )
                 try:
-                    _kernel_weight(module, kernel)
+                    _kernel_weight(module, k)
                 except RuntimeError as e:
                     raise DraftsmithError(
-                        f"--cpu-matmul {name} cannot take a {str(module.weight.dtype).removeprefix('torch.')} "
+                        f"--cpu-matmul {n} cannot take a {str(module.weight.dtype).removeprefix('torch.')} "
                         f"weight on this CPU ({first_line(e)}); choose linear or transposed"
                     ) from None
-            if kernel.fn is not None:
-                module.forward = _forward(kernel).__get__(module)
-                module.__dict__["_kernel"] = kernel
-                module.__dict__["_prompt_rows"] = prompt_rows
+            if kernel.fn is not None or one.fn is not None:
+                module.forward = _forward(kernel, one).__get__(module)
+                module.__dict__.update(_kernel=kernel, _one_row_kernel=one, _prompt_rows=prompt_rows)
             count += 1
     return count
 
@@ -323,24 +343,39 @@ def choose_linear_kernel(
         if key not in cached:
             cached[key] = measure(w, rows)
         timings = cached[key]
-    # a verify (rows) plus a decode step (one row): the target pays both (plain decoding the
-    # second), a draft mostly the second
-    cost = {
-        n: timings[f"{n}_s"] + timings.get(f"{n}_one_row_s", timings["one_row_s"])
-        for n in KERNELS
-        if timings.get(f"{n}_s") is not None
-    }
-    best = min(cost, key=cost.get)
+    few = {n: timings[f"{n}_s"] for n in KERNELS if timings.get(f"{n}_s") is not None}
     shape, one = "x".join(map(str, w.shape)), timings["one_row_s"]
     per = ", ".join(
         f"{n} {timings[f'{n}_s'] / one:.2f}x"
-        + (f" (one row {timings[f'{n}_one_row_s'] / one:.2f}x)" if f"{n}_one_row_s" in timings else "")
-        for n in cost
+        + (f" (one row {timings[f'{n}_one_row_s'] / one:.2f}x)" if timings.get(f"{n}_one_row_s") else "")
+        for n in few
     )
     why = f"{rows} rows of a {shape} {str(w.dtype).removeprefix('torch.')} weight vs one row of linear: {per}"
-    if best == "linear" or cost[best] > MIN_GAIN * cost["linear"]:
-        return "linear", why, timings
-    return best, why, timings
+    return _fastest(few), why, timings
+
+
+def choose_one_row_kernel(timings: dict | None) -> str | None:
+    """The kernel of one-row products (decode steps, one-row drafts) from `choose_linear_kernel`'s
+    timings, chosen apart from the few-row kernel: each row count has its own fastest kernel, and
+    a cost of both together let a 5-row verify keep Qwen2.5-Coder-1.5B's LM head on `transposed`
+    (1.21x F.linear's one-row time for 5 rows, 1x for one) over oneDNN (1.57x, 0.70x), which made
+    every plain step slower (docs/results.md). None without timings (the few-row kernel decides)."""
+    if timings is None:
+        return None
+    one = {n: timings.get(f"{n}_one_row_s") for n in KERNELS}
+    one = {"linear": timings["one_row_s"], **{n: t for n, t in one.items() if t is not None}}
+    return _fastest(one)
+
+
+def _fastest(times: dict[str, float]) -> str:
+    """The fastest kernel of `times` (name -> seconds) where it took at most MIN_GAIN of
+    linear's time, else linear; a kernel that copies the weights (memory) must also take at most
+    MIN_GAIN of the fastest one that does not."""
+    best = min(times, key=times.get)
+    if KERNELS[best].copies:
+        lean = min((n for n in times if not KERNELS[n].copies), key=times.get)
+        best = best if times[best] <= MIN_GAIN * times[lean] else lean
+    return best if times[best] <= MIN_GAIN * times["linear"] else "linear"
 
 
 PROMPT_ROWS, DRAFTED_ROWS = 256, 64  # the generation the draft-dtype choice prices: its prefill, then its drafts
@@ -394,6 +429,7 @@ __all__ = [
     "stream_copies",
     "choose_draft_dtype",
     "choose_linear_kernel",
+    "choose_one_row_kernel",
     "measure",
     "output_head",
     "routing_generation",

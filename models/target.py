@@ -248,6 +248,7 @@ class Target:
         from draftsmith.infer.kernels import (
             choose_draft_dtype,
             choose_linear_kernel,
+            choose_one_row_kernel,
             output_head,
             takes_prompt_rows,
             use_linear_kernel,
@@ -273,17 +274,20 @@ class Target:
                 name, why, timings = choose_linear_kernel(model, rows, self.device)
             else:
                 name, why, timings = choice, "asked for", None
+            one_row = choose_one_row_kernel(timings)  # auto: one-row products on their own choice
             prompt_rows = takes_prompt_rows(name, timings)  # measured: "auto" only
-            use_linear_kernel(routed, name, prompt_rows)
-            chosen[role] = {"kernel": name, "why": why, "rows": rows, "timings": timings, "prompt_rows": prompt_rows}
+            use_linear_kernel(routed, name, prompt_rows, one_row)
+            chosen[role] = {"kernel": name, "one_row": one_row, "why": why, "rows": rows, "timings": timings}
+            chosen[role]["prompt_rows"] = prompt_rows
             head = output_head(model, routed) if choice == "auto" else None
             if head is not None:  # the LM head's own choice: its shape is unlike the layers'
-                routed_as = (name, prompt_rows)
+                routed_as = (name, prompt_rows, one_row)
                 name, why, timings = choose_linear_kernel(model, rows, self.device, weight=head.weight)
-                prompt_rows = takes_prompt_rows(name, timings)
-                if (name, prompt_rows) != routed_as:  # else routed (and packed) already
-                    use_linear_kernel(head, name, prompt_rows)
-                chosen[role]["lm_head"] = {"kernel": name, "why": why, "timings": timings, "prompt_rows": prompt_rows}
+                one_row, prompt_rows = choose_one_row_kernel(timings), takes_prompt_rows(name, timings)
+                if (name, prompt_rows, one_row) != routed_as:  # else routed (and packed) already
+                    use_linear_kernel(head, name, prompt_rows, one_row)
+                chosen[role]["lm_head"] = {"kernel": name, "one_row": one_row, "why": why, "timings": timings}
+                chosen[role]["lm_head"]["prompt_rows"] = prompt_rows
         self.cpu_matmul = chosen
         return chosen
 

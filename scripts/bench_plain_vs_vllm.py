@@ -147,11 +147,14 @@ def use_side(target, forward: str, kernel: str | None) -> None:
         target.forward_impl = forward
         if kernel is not None:  # the chosen kernel takes a prefill's rows where the choice measured it faster
             chosen = (target.cpu_matmul or {}).get("target") or {}
-            prompt_rows = chosen.get("kernel") == kernel and bool(chosen.get("prompt_rows"))
-            use_linear_kernel(target.linear_modules(), kernel, prompt_rows)
+            auto = chosen.get("kernel") == kernel  # auto's side: its one-row and LM head choices, as bench runs them
+            prompt_rows = auto and bool(chosen.get("prompt_rows"))
+            use_linear_kernel(target.linear_modules(), kernel, prompt_rows, chosen.get("one_row") if auto else None)
             head = chosen.get("lm_head")
-            if chosen.get("kernel") == kernel and head:  # auto's side: the LM head on its own choice, as bench runs it
-                use_linear_kernel(target.model.get_output_embeddings(), head["kernel"], bool(head["prompt_rows"]))
+            if auto and head:
+                use_linear_kernel(
+                    target.model.get_output_embeddings(), head["kernel"], bool(head["prompt_rows"]), head.get("one_row")
+                )
         target.__dict__["_bench_side"] = (forward, kernel)
 
 
@@ -366,11 +369,20 @@ def profile_apart(install, model_dir, dtype, max_len, prompt, args):
 
 
 def side_label(row) -> str:
-    """Our side's forward and kernel, and the LM head's where auto chose it another."""
+    """Our side's forward and kernel, and, where auto chose them apart, the one-row products' and
+    the LM head's."""
     chosen = (row.get("cpu_matmul") or {}).get("target") or {}
-    head = (chosen.get("lm_head") or {}).get("kernel") if chosen.get("kernel") == row.get("ours_kernel") else None
-    kernel = row.get("ours_kernel") if head in (None, row.get("ours_kernel")) else f"{row['ours_kernel']}, head {head}"
-    return f"{(row.get('ours_forward') or '').split(' ')[0]}, {kernel}".strip(", ")
+    kernel, label = row.get("ours_kernel"), [row.get("ours_kernel")]
+    if chosen.get("kernel") == kernel:
+        one, head = chosen.get("one_row"), chosen.get("lm_head") or {}
+        if one not in (None, kernel):
+            label.append(f"one row {one}")
+        if head.get("kernel") not in (None, kernel) or head.get("one_row") not in (None, one):
+            head_one = head.get("one_row")
+            label.append(
+                f"head {head['kernel']}" + (f" (one row {head_one})" if head_one not in (None, head["kernel"]) else "")
+            )
+    return f"{(row.get('ours_forward') or '').split(' ')[0]}, {', '.join(n for n in label if n)}".strip(", ")
 
 
 def table_line(row) -> str:

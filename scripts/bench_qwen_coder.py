@@ -108,7 +108,7 @@ def bench(target, drafts: dict, library_drafts: dict, prompts_, k: int, max_new_
 
     eos, pad = target.eos_token_ids, target.tokenizer.pad_token_id
     pad = pad if pad is not None else min(eos)
-    chosen = target.cpu_matmul["target"]["kernel"]
+    chosen, chosen_one_row = (target.cpu_matmul["target"].get(n) for n in ("kernel", "one_row"))
     engines = {"plain": Engine(target)}
     runs = {}
     for label, d in drafts.items():
@@ -126,7 +126,7 @@ def bench(target, drafts: dict, library_drafts: dict, prompts_, k: int, max_new_
             try:
                 toks, secs = _hf_generate(target.model, p.ids, max_new_tokens, GREEDY, eos, pad, seed, assistant)
             finally:
-                use_linear_kernel(target.model, chosen)
+                use_linear_kernel(target.model, chosen, one_row=chosen_one_row)
             return GenerationResult(toks, [], "", SpecMetrics(), secs, 0, len(p.ids))
 
         return run

@@ -222,6 +222,20 @@ def test_operator_groups():
     assert group_of("aten::bitwise_and", "mask", "forward") == "mask"
     assert group_of("## Call CompiledFxGraph fx ##", None) == "compiled graph"
     assert group_of("aten::rsqrt", "forward", "forward") == "other"
+    assert group_of("aten::bmm", "forward", "forward") == "linear/matmul"  # --cpu-matmul split
+
+
+def test_the_side_label_names_what_auto_chose_apart():
+    from bench_plain_vs_vllm import side_label
+
+    chosen = {"kernel": "split", "one_row": "split", "lm_head": {"kernel": "transposed", "one_row": "onednn"}}
+    row = {"ours_forward": "fused (models/fused.py)", "ours_kernel": "split", "cpu_matmul": {"target": chosen}}
+    assert side_label(row) == "fused, split, head transposed (one row onednn)"
+    chosen.update(kernel="transposed", one_row="split", lm_head={"kernel": "transposed", "one_row": "split"})
+    row["ours_kernel"] = "transposed"
+    assert side_label(row) == "fused, transposed, one row split"
+    row["ours_kernel"] = "linear"  # a side asked for by name: auto's choices are not its own
+    assert side_label(row) == "fused, linear"
 
 
 @pytest.mark.parametrize(

@@ -35,15 +35,15 @@ def test_every_kernel_computes_the_linear_product(rows, bias, out):
 def test_onednn_takes_one_row_too_and_repacks_a_changed_weight():
     layer = torch.nn.Linear(32, 24)
     kernels.use_linear_kernel(layer, "onednn")
-    packed = layer.__dict__["_kernel_weight"]
+    packed = kernels._kernel_weight(layer, kernels.KERNELS["onednn"])
     x = torch.randn(1, 32)
     torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
     with torch.no_grad():
         layer.weight.mul_(2)  # an in-place update: the packed copy is stale
     torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
-    assert layer.__dict__["_kernel_weight"] is not packed
+    assert kernels._kernel_weight(layer, kernels.KERNELS["onednn"]) is not packed
     kernels.use_linear_kernel(layer, "linear")  # switching back frees the copy
-    assert "_kernel_weight" not in layer.__dict__ and "forward" not in layer.__dict__
+    assert "_kernel_weights" not in layer.__dict__ and "forward" not in layer.__dict__
 
 
 def test_split_views_the_weight_in_one_block_per_thread(monkeypatch):
@@ -52,17 +52,18 @@ def test_split_views_the_weight_in_one_block_per_thread(monkeypatch):
     layer = torch.nn.Linear(32, 24)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
     kernels.use_linear_kernel(layer, "split")
-    blocks = layer.__dict__["_kernel_weight"]
+    split = kernels.KERNELS["split"]
+    blocks = kernels._kernel_weight(layer, split)
     assert blocks.shape == (4, 6, 32) and blocks.data_ptr() == layer.weight.data_ptr()
     x = torch.randn(1, 32)
     torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
     monkeypatch.setattr(torch, "get_num_threads", lambda: 5)  # 24 rows: 4 blocks of 6
     layer(x)
-    assert layer.__dict__["_kernel_weight"].shape == (4, 6, 32)
+    assert kernels._kernel_weight(layer, split).shape == (4, 6, 32)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
     x = torch.randn(5, 32)
     torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
-    assert layer.__dict__["_kernel_weight"].shape == (3, 8, 32)
+    assert kernels._kernel_weight(layer, split).shape == (3, 8, 32)
 
 
 def test_a_dtype_onednn_cannot_pack_is_refused_by_name(monkeypatch):
@@ -117,21 +118,57 @@ def test_greedy_speculative_equals_plain_under_each_kernel(target):
 
 
 def test_auto_measures_once_per_machine_and_says_why(target, tmp_path, monkeypatch):
+    """Each row count takes its fastest kernel: the verify's rows one, one row another; a
+    kernel that copies the weights must beat the fastest copy-free one by MIN_GAIN, and any
+    kernel must beat linear by it."""
     monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
-    # onednn: the fastest verify, but its decode row costs more than linear's; none packs here
-    timings = {"one_row_s": 1.0, "linear_s": 4.0, "transposed_s": 1.4, "onednn_s": 1.2, "onednn_one_row_s": 1.5}
+    # onednn: the fastest verify by a little (it copies the weights), a slower row than linear's
+    timings = {"one_row_s": 1.0, "linear_s": 4.0, "transposed_s": 1.4, "onednn_s": 1.3, "onednn_one_row_s": 1.5}
     measured = []
     monkeypatch.setattr(kernels, "measure", lambda w, rows: measured.append(rows) or dict(timings))
-    name, why, got = kernels.choose_linear_kernel(target.model, 5, "cpu")  # costs 5.0, 2.4, 2.7
-    assert (name, got, measured) == ("transposed", timings, [5])
+    name, why, got = kernels.choose_linear_kernel(target.model, 5, "cpu")
+    assert (name, got, measured) == ("transposed", timings, [5]) and kernels.choose_one_row_kernel(got) == "linear"
     assert "5 rows" in why and "linear 4.00x" in why and "transposed 1.40x" in why
-    assert "onednn 1.20x (one row 1.50x)" in why
+    assert "onednn 1.30x (one row 1.50x)" in why
     assert kernels.choose_linear_kernel(target.model, 5, "cpu")[0] == "transposed" and measured == [5]  # cached
-    timings.update(onednn_one_row_s=0.5)  # a faster decode row too: verify + step 1.7
-    assert kernels.choose_linear_kernel(target.model, 4, "cpu")[0] == "onednn" and measured == [5, 4]
-    timings.update(transposed_s=3.8, onednn_s=None)  # within MIN_GAIN of linear, and onednn cannot pack
-    name, why, _ = kernels.choose_linear_kernel(target.model, 3, "cpu")
-    assert name == "linear" and measured == [5, 4, 3] and "onednn" not in why
+    timings.update(onednn_s=1.2, onednn_one_row_s=0.5)  # oneDNN well ahead at both row counts
+    name, _, got = kernels.choose_linear_kernel(target.model, 4, "cpu")
+    assert name == "onednn" and kernels.choose_one_row_kernel(got) == "onednn" and measured == [5, 4]
+    # the verify's rows within MIN_GAIN of linear, onednn cannot pack, split takes the one row
+    timings.update(transposed_s=3.8, onednn_s=None, onednn_one_row_s=None, split_s=3.9, split_one_row_s=0.6)
+    name, why, got = kernels.choose_linear_kernel(target.model, 3, "cpu")
+    assert name == "linear" and kernels.choose_one_row_kernel(got) == "split" and measured == [5, 4, 3]
+    assert "onednn" not in why and "split 3.90x (one row 0.60x)" in why
+    assert kernels.choose_one_row_kernel(None) is None  # no measurement (CUDA, a kernel asked for)
+
+
+def test_one_row_products_take_their_own_kernel(monkeypatch):
+    calls = []
+
+    def recording(tag):
+        return kernels.Kernel(
+            lambda x, w, b: calls.append((tag, x.shape[0])) or torch.nn.functional.linear(x, w, b), one_row=True
+        )
+
+    monkeypatch.setitem(kernels.KERNELS, "few", recording("few"))
+    monkeypatch.setitem(kernels.KERNELS, "one", recording("one"))
+    layer = torch.nn.Linear(16, 8)
+    kernels.use_linear_kernel(layer, "few", one_row="one")
+    for rows in (1, 5, kernels.MAX_ROWS + 1):
+        layer(torch.randn(1, rows, 16))
+    kernels.rows_linear(layer)(torch.randn(1, 16))  # the fused forward's bound product
+    kernels.rows_linear(layer)(torch.randn(3, 16))
+    assert calls == [("one", 1), ("few", 5), ("one", 1), ("few", 3)]
+    kernels.use_linear_kernel(layer, "few", one_row="linear")  # one-row products back on F.linear
+    layer(torch.randn(1, 16))
+    kernels.rows_linear(layer)(torch.randn(1, 16))
+    layer(torch.randn(2, 16))
+    assert calls[4:] == [("few", 2)]
+    kernels.use_linear_kernel(layer, "few")  # no one-row choice: a kernel that takes one row takes it
+    layer(torch.randn(1, 16))
+    assert calls[-1] == ("few", 1)
+    with pytest.raises(DraftsmithError, match="unknown CPU matmul 'fast'"):
+        kernels.use_linear_kernel(layer, "few", one_row="fast")
 
 
 def test_auto_chooses_the_lm_head_on_its_own(target, tmp_path, monkeypatch):
@@ -142,8 +179,8 @@ def test_auto_chooses_the_lm_head_on_its_own(target, tmp_path, monkeypatch):
     monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
     head = kernels.output_head(target.model)
     assert head is not None and any(m is head for m in target.linear_modules().modules())
-    layers = {"one_row_s": 1.0, "linear_s": 4.0, "transposed_s": 1.4, "onednn_s": 1.2, "onednn_one_row_s": 1.5}
-    at_head = {**layers, "onednn_one_row_s": 0.5}  # oneDNN streams the tall head faster
+    layers = {"one_row_s": 1.0, "linear_s": 4.0, "transposed_s": 1.4, "onednn_s": 1.3, "onednn_one_row_s": 1.5}
+    at_head = {**layers, "onednn_s": 1.0, "onednn_one_row_s": 0.5}  # oneDNN streams the tall head faster
     measured = []
 
     def measure(w, rows):
@@ -161,8 +198,11 @@ def test_auto_chooses_the_lm_head_on_its_own(target, tmp_path, monkeypatch):
     assert head.__dict__["_kernel"] is kernels.KERNELS["onednn"]
     layer = next(m for m in target.linear_modules().modules() if isinstance(m, torch.nn.Linear) and m is not head)
     assert layer.__dict__["_kernel"] is kernels.KERNELS["transposed"]
+    assert layer.__dict__["_one_row_kernel"] is kernels.KERNELS["linear"] and chosen["target"]["one_row"] == "linear"
+    assert head.__dict__["_one_row_kernel"] is kernels.KERNELS["onednn"]
     assert Engine(target, drafter, 4).generate(prompt, 24).tokens == plain.tokens
     assert any(line.startswith("target LM head: onednn (") for line in kernel_lines(chosen))
+    assert any(line.startswith("target: transposed, one row linear (") for line in kernel_lines(chosen))
     chosen = target.use_cpu_matmul("transposed", 5, drafter, "float32")
     assert "lm_head" not in chosen["target"] and head.__dict__["_kernel"] is kernels.KERNELS["transposed"]
 

@@ -108,7 +108,10 @@ def kernel_lines(cpu_matmul: dict | None) -> list[str]:
         for what, got in ((role, c), (f"{role} LM head", c.get("lm_head"))):
             if got:
                 prefill = "; prefills too" if got.get("prompt_rows") else ""
-                lines.append(f"{what}: {got.get('kernel') or got.get('dtype')} ({got['why']}{prefill})")
+                name = got.get("kernel") or got.get("dtype")
+                if got.get("one_row") not in (None, name):  # auto: one-row products on their own choice
+                    name += f", one row {got['one_row']}"
+                lines.append(f"{what}: {name} ({got['why']}{prefill})")
     return lines
 
 

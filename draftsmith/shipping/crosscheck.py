@@ -429,7 +429,8 @@ def crosscheck(
         if "draft" in chosen:  # the same kernel for its own copy of the draft
             from draftsmith.infer.kernels import use_linear_kernel
 
-            use_linear_kernel(first.linear_modules(), chosen["draft"]["kernel"], chosen["draft"]["prompt_rows"])
+            d = chosen["draft"]
+            use_linear_kernel(first.linear_modules(), d["kernel"], d["prompt_rows"], d.get("one_row"))
         runtimes["ours (draft-first)"] = OurRuntime(target, first, k, draft_first=True)
     info = {}
     try:
