@@ -32,7 +32,7 @@ only the summation order differs, so outputs equal up to argmax ties: the bench 
 A draft that runs alone (a draft LM: no target features) mostly decodes one row, a pure weight
 stream, so bf16 (half the bytes) may pay: `choose_draft_dtype` prices a generation's worth of its
 largest weight's products, a prefill and the one-row drafts, in bf16 and in its own dtype (by
-F.linear or onednn, the faster). Without bf16 arithmetic the prefill decides against it (6x
+F.linear, split or onednn, the fastest). Without bf16 arithmetic the prefill decides against it (6x
 slower on the AVX2 EPYC). Either way only what the draft proposes changes, never the output
 (the target verifies every token).
 
@@ -234,13 +234,15 @@ def use_linear_kernel(model: torch.nn.Module, name: str, prompt_rows: bool = Fal
     return count
 
 
-def _largest_weight(model: torch.nn.Module) -> torch.Tensor:
-    """The biggest decoder-layer weight (an MLP projection): the LM head is excluded, its shape
-    is one per model while the layers' repeat, and they make up most of a step."""
+def _largest_weight(model: torch.nn.Module, routed: torch.nn.Module | None = None) -> torch.Tensor:
+    """The biggest decoder-layer weight (an MLP projection) among the linears `routed` (the
+    products a forward calls: a fused forward's gate/up and q/k/v weights, not the projections
+    they join; default: `model`'s): the LM head is excluded, its shape is one per model while
+    the layers' repeat, and they make up most of a step."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     head_w = getattr(head, "weight", None)
     best = None
-    for module in model.modules():
+    for module in (model if routed is None else routed).modules():
         if isinstance(module, torch.nn.Linear) and module.weight is not head_w and module.weight.device.type != "meta":
             if best is None or module.weight.numel() > best.numel():
                 best = module.weight
@@ -330,14 +332,19 @@ def output_head(model: torch.nn.Module, routed: torch.nn.Module | None = None) -
 
 
 def choose_linear_kernel(
-    model: torch.nn.Module, rows: int, device, weight: torch.Tensor | None = None
+    model: torch.nn.Module,
+    rows: int,
+    device,
+    weight: torch.Tensor | None = None,
+    routed: torch.nn.Module | None = None,
 ) -> tuple[str, str, dict | None]:
     """(kernel name, why, timings) for `model`'s forwards of `rows` rows on `device`, timed on
-    its largest layer weight, or on `weight` (the LM head's: `output_head`)."""
+    its largest layer weight (among `routed`'s linears, where given), or on `weight` (the LM
+    head's: `output_head`)."""
     device = torch.device(device)
     if device.type != "cpu":
         return "linear", f"{device.type}: the library's own kernels", None
-    w = _largest_weight(model) if weight is None else weight
+    w = _largest_weight(model, routed) if weight is None else weight
     key = _machine_key(w, rows)
     with measurement_cache("cpu_matmul.json") as cached:
         if key not in cached:
@@ -401,6 +408,7 @@ def choose_draft_dtype(model: torch.nn.Module, device) -> tuple[torch.dtype, str
             weights = stream_copies(w)
             few = weights[:4]  # a prefill GEMM is compute-bound: a few copies, a few repeats
             cached[key] = {"own_s": _time(None, x.to(w.dtype), weights, 9)}
+            cached[key]["own_split_s"] = _time(_split, x.to(w.dtype), [_split_blocks(c) for c in weights], 9)
             try:  # oneDNN's packed layout may stream its own dtype faster than bf16 does
                 cached[key]["own_onednn_s"] = _time(_onednn, x.to(w.dtype), [_onednn_pack(c) for c in weights], 9)
             except RuntimeError:
@@ -410,10 +418,13 @@ def choose_draft_dtype(model: torch.nn.Module, device) -> tuple[torch.dtype, str
             cached[key]["bfloat16_s"] = _time(None, x.bfloat16(), bf16, 9)
             cached[key]["bfloat16_prompt_s"] = _time(None, prompt.bfloat16(), bf16[:4], 3)
         timings = cached[key]
-    own_row = min(t for t in (timings["own_s"], timings.get("own_onednn_s")) if t is not None)
+    own_row = min(t for n in ("own_s", "own_onednn_s", "own_split_s") if (t := timings.get(n)) is not None)
     own = timings["own_prompt_s"] + DRAFTED_ROWS * own_row
     bf16 = timings["bfloat16_prompt_s"] + DRAFTED_ROWS * timings["bfloat16_s"]
-    how = "F.linear or onednn, the faster" if timings.get("own_onednn_s") else "F.linear"
+    how = "/".join(
+        n for n, k in (("F.linear", "own_s"), ("split", "own_split_s"), ("onednn", "own_onednn_s")) if timings.get(k)
+    )
+    how = how if "/" not in how else f"the fastest of {how}"
     why = (
         f"a {PROMPT_ROWS}-row prefill + {DRAFTED_ROWS} one-row drafts of its {'x'.join(map(str, w.shape))} weight "
         f"in bfloat16: {bf16 / own:.2f}x the time in {w.dtype} (one row {timings['bfloat16_s'] / own_row:.2f}x "

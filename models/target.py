@@ -271,7 +271,7 @@ class Target:
                 continue
             routed = self.linear_modules() if role == "target" else drafter.linear_modules()
             if choice == "auto":
-                name, why, timings = choose_linear_kernel(model, rows, self.device)
+                name, why, timings = choose_linear_kernel(model, rows, self.device, routed=routed)
             else:
                 name, why, timings = choice, "asked for", None
             one_row = choose_one_row_kernel(timings)  # auto: one-row products on their own choice

@@ -195,6 +195,13 @@ def test_auto_chooses_the_lm_head_on_its_own(target, tmp_path, monkeypatch):
     assert chosen["target"]["kernel"] == "transposed" and chosen["target"]["lm_head"]["kernel"] == "onednn"
     assert "x".join(map(str, head.weight.shape)) in chosen["target"]["lm_head"]["why"]
     assert tuple(head.weight.shape) in measured
+    # the layers are timed on the largest product the forward calls (the fused gate/up weight),
+    # not on a projection it joins
+    routed = [m.weight for m in target.linear_modules().modules() if isinstance(m, torch.nn.Linear) and m is not head]
+    largest = tuple(max(routed, key=torch.Tensor.numel).shape)
+    assert measured[0] == largest and largest not in {
+        tuple(m.weight.shape) for m in target.model.model.layers[0].mlp.children() if isinstance(m, torch.nn.Linear)
+    }
     assert head.__dict__["_kernel"] is kernels.KERNELS["onednn"]
     layer = next(m for m in target.linear_modules().modules() if isinstance(m, torch.nn.Linear) and m is not head)
     assert layer.__dict__["_kernel"] is kernels.KERNELS["transposed"]
@@ -228,20 +235,27 @@ def test_a_draft_that_runs_alone_takes_its_own_dtype(target):
 def test_draft_dtype_auto_follows_the_measurement(target, tmp_path, monkeypatch):
     monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
     drafter = load_drafter("truncated:2", target)
-    # own dtype: one row by F.linear, by onednn, a prefill; then bfloat16: one row, a prefill
-    times = iter([1.0, 1.2, 64.0, 0.5, 64.0])  # 64 + 64 x 0.5 vs 64 + 64 x 1
+    # own dtype: one row by F.linear, by split, by onednn, a prefill; then bfloat16: one row, a prefill
+    times = iter([1.0, 1.1, 1.2, 64.0, 0.5, 64.0])  # 64 + 64 x 0.5 vs 64 + 64 x 1
     monkeypatch.setattr(kernels, "_time", lambda *a: next(times))
     dtype, why, _ = kernels.choose_draft_dtype(drafter.model, "cpu")
     assert dtype == torch.bfloat16 and "0.75x" in why and "one row 0.50x" in why
     monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path / "other"))
-    times = iter([1.0, 0.5, 64.0, 0.5, 64.0])  # onednn streams fp32 as fast as bf16: the draft stays fp32
+    times = iter([1.0, 1.1, 0.5, 64.0, 0.5, 64.0])  # onednn streams fp32 as fast as bf16: the draft stays fp32
     dtype, why, _ = kernels.choose_draft_dtype(drafter.model, "cpu")
-    assert dtype == torch.float32 and "1.00x" in why and "onednn" in why
+    assert dtype == torch.float32 and "1.00x" in why and "of the fastest of F.linear/split/onednn" in why
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path / "split"))
+    times = iter([1.0, 0.5, 1.2, 64.0, 0.5, 64.0])  # split's blocks on every thread: as fast as bf16 too
+    assert kernels.choose_draft_dtype(drafter.model, "cpu")[0] == torch.float32
     monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path / "third"))
-    times = iter([1.0, 20.0, 0.5, 110.0])  # faster rows, but a bf16 prefill without native bf16 arithmetic
+    times = iter([1.0, 1.5, 20.0, 0.5, 110.0])  # faster rows, but a bf16 prefill without native bf16 arithmetic
     monkeypatch.setattr(kernels, "_onednn_pack", lambda w: (_ for _ in ()).throw(RuntimeError("no")))
     dtype, why, _ = kernels.choose_draft_dtype(drafter.model, "cpu")
-    assert dtype == torch.float32 and "the prefill 5.50x" in why and "one row 0.50x of F.linear" in why
+    assert (
+        dtype == torch.float32
+        and "the prefill 5.50x" in why
+        and "one row 0.50x of the fastest of F.linear/split," in why
+    )
 
 
 def test_a_draft_sharing_the_targets_weights_keeps_them(target):
