@@ -36,13 +36,13 @@ F.linear, split or onednn, the fastest). Without bf16 arithmetic the prefill dec
 slower on the AVX2 EPYC). Either way only what the draft proposes changes, never the output
 (the target verifies every token).
 
-`choose_linear_kernel` times each kernel on copies of the model's own largest weight (the MLP's,
-which dominate a step; enough copies to exceed the caches, as a forward streams its weights) at
-the verify's row count and at one row, and keeps the fastest at the verify's rows for few-row
-products and, apart (`choose_one_row_kernel`), the fastest at one row for one-row products (a
-decode step, a one-row draft); a kernel that copies the weights (onednn) must also beat the
-fastest copy-free one by MIN_GAIN. The LM head is timed and chosen on its own (`output_head`):
-its shape is unlike the layers', and on the AVX2 EPYC its one-row product took 8.2 ms on oneDNN against 15.2 ms with
+`choose_by_shape` times each kernel on copies of every weight shape the forward calls (enough
+copies to exceed the caches, as a forward streams its weights; `choose_linear_kernel` for one
+shape) at the verify's row count and at one row, and keeps for each shape the fastest at the
+verify's rows for few-row products and, apart (`choose_one_row_kernel`), the fastest at one row
+for one-row products (a decode step, a one-row draft); a kernel that copies the weights (onednn)
+must also beat the fastest copy-free one by MIN_GAIN. The LM head is timed and chosen on its own
+(`output_head`): on the AVX2 EPYC its one-row product took 8.2 ms on oneDNN against 15.2 ms with
 `F.linear` (SmolLM2's 49152x576 fp32 head) where the layers' choice was `transposed`. A
 prefill's many rows (more than MAX_ROWS) stay on the library's GEMM unless the chosen kernel's
 PROMPT_ROWS_MEASURED-row product measured faster too (`takes_prompt_rows`). The measurement is
@@ -385,6 +385,49 @@ def _fastest(times: dict[str, float]) -> str:
     return best if times[best] <= MIN_GAIN * times["linear"] else "linear"
 
 
+def shape_key(weight: torch.Tensor) -> str:
+    return "x".join(map(str, weight.shape))
+
+
+def choose_by_shape(model: torch.nn.Module, routed: torch.nn.Module, rows: int, device) -> dict:
+    """`--cpu-matmul auto` for one role: each distinct weight shape among `routed`'s linears timed
+    and chosen on its own, the verify's rows and one row apart, and the LM head (`output_head`).
+    One kernel for every layer weight chose split's one row for Qwen2.5-Coder-1.5B's 17920x1536
+    gate/up weight (0.66x F.linear) and ran its 1536x8960 down projection on it too, at 1.31x where
+    oneDNN took 0.76x (results/cpu-matmul/split-avx2.json). -> the role's report: the largest
+    layer weight's choice at the top level, each shape's under "shapes", the head's under "lm_head"
+    (`route_as_chosen` routes by it)."""
+    head = output_head(model, routed)
+    weights = {}
+    for m in routed.modules():
+        if isinstance(m, torch.nn.Linear) and m is not head and m.weight.device.type != "meta":
+            weights.setdefault(shape_key(m.weight), m.weight)
+    if not weights:
+        raise ValueError("the model has no linear layer to measure")
+
+    def choice(w: torch.Tensor) -> dict:
+        name, why, timings = choose_linear_kernel(model, rows, device, weight=w)
+        one_row, prompt_rows = choose_one_row_kernel(timings), takes_prompt_rows(name, timings)
+        return {"kernel": name, "one_row": one_row, "why": why, "timings": timings, "prompt_rows": prompt_rows}
+
+    shapes = {key: choice(w) for key, w in weights.items()}
+    largest = max(weights, key=lambda key: weights[key].numel())
+    chosen = {**shapes[largest], "rows": rows, "shapes": shapes}
+    if head is not None:
+        chosen["lm_head"] = choice(head.weight)
+    return chosen
+
+
+def route_as_chosen(routed: torch.nn.Module, chosen: dict, head: torch.nn.Module | None = None) -> None:
+    """Route `routed`'s linears as one role's `choose_by_shape` report says: each on its weight
+    shape's choice (the top-level one for a shape not listed), `head` on the head's."""
+    shapes = chosen.get("shapes") or {}
+    for m in routed.modules():
+        if isinstance(m, torch.nn.Linear):
+            c = chosen["lm_head"] if m is head and chosen.get("lm_head") else shapes.get(shape_key(m.weight), chosen)
+            use_linear_kernel(m, c["kernel"], bool(c.get("prompt_rows")), c.get("one_row"))
+
+
 PROMPT_ROWS, DRAFTED_ROWS = 256, 64  # the generation the draft-dtype choice prices: its prefill, then its drafts
 
 
@@ -439,11 +482,14 @@ __all__ = [
     "Kernel",
     "stream_copies",
     "choose_draft_dtype",
+    "choose_by_shape",
     "choose_linear_kernel",
     "choose_one_row_kernel",
     "measure",
     "output_head",
+    "route_as_chosen",
     "routing_generation",
     "rows_linear",
+    "shape_key",
     "use_linear_kernel",
 ]

@@ -193,15 +193,18 @@ def test_auto_chooses_the_lm_head_on_its_own(target, tmp_path, monkeypatch):
     plain = Engine(target).generate(prompt, 24)
     chosen = target.use_cpu_matmul("auto", 5, drafter, "float32")
     assert chosen["target"]["kernel"] == "transposed" and chosen["target"]["lm_head"]["kernel"] == "onednn"
+    assert {c["kernel"] for c in chosen["target"]["shapes"].values()} == {"transposed"}
     assert "x".join(map(str, head.weight.shape)) in chosen["target"]["lm_head"]["why"]
     assert tuple(head.weight.shape) in measured
-    # the layers are timed on the largest product the forward calls (the fused gate/up weight),
-    # not on a projection it joins
+    # each weight shape the forward calls is timed on its own (the fused q/k/v and gate/up
+    # weights, not the projections they join); the top level reports the largest's choice
     routed = [m.weight for m in target.linear_modules().modules() if isinstance(m, torch.nn.Linear) and m is not head]
     largest = tuple(max(routed, key=torch.Tensor.numel).shape)
-    assert measured[0] == largest and largest not in {
-        tuple(m.weight.shape) for m in target.model.model.layers[0].mlp.children() if isinstance(m, torch.nn.Linear)
-    }
+    assert set(measured) == {tuple(w.shape) for w in routed} | {tuple(head.weight.shape)}
+    gate = target.model.model.layers[0].mlp.gate_proj.weight
+    assert largest == (2 * gate.shape[0], gate.shape[1])  # the fused gate/up weight
+    assert set(chosen["target"]["shapes"]) == {"x".join(map(str, w.shape)) for w in routed}
+    assert "x".join(map(str, largest)) in chosen["target"]["why"]
     assert head.__dict__["_kernel"] is kernels.KERNELS["onednn"]
     layer = next(m for m in target.linear_modules().modules() if isinstance(m, torch.nn.Linear) and m is not head)
     assert layer.__dict__["_kernel"] is kernels.KERNELS["transposed"]
@@ -209,9 +212,32 @@ def test_auto_chooses_the_lm_head_on_its_own(target, tmp_path, monkeypatch):
     assert head.__dict__["_one_row_kernel"] is kernels.KERNELS["onednn"]
     assert Engine(target, drafter, 4).generate(prompt, 24).tokens == plain.tokens
     assert any(line.startswith("target LM head: onednn (") for line in kernel_lines(chosen))
-    assert any(line.startswith("target: transposed, one row linear (") for line in kernel_lines(chosen))
+    largest_key = "x".join(map(str, largest))
+    assert any(line.startswith(f"target {largest_key}: transposed, one row linear (") for line in kernel_lines(chosen))
     chosen = target.use_cpu_matmul("transposed", 5, drafter, "float32")
     assert "lm_head" not in chosen["target"] and head.__dict__["_kernel"] is kernels.KERNELS["transposed"]
+
+
+def test_auto_routes_each_weight_shape_on_its_own(target, tmp_path, monkeypatch):
+    """A shape whose one-row product another kernel streams faster (a long down projection that
+    MKL already threads) gets that kernel; the other shapes keep theirs; outputs stay equal."""
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
+    down = target.model.model.layers[0].mlp.down_proj
+    others = {"one_row_s": 1.0, "linear_s": 4.0, "transposed_s": 1.4, "split_s": 1.5, "split_one_row_s": 0.5}
+    at_down = {**others, "split_one_row_s": 1.3, "onednn_s": 2.0, "onednn_one_row_s": 0.6}
+    monkeypatch.setattr(kernels, "measure", lambda w, rows: dict(at_down if w.shape == down.weight.shape else others))
+    prompt = target.tokenizer("The quick brown fox")["input_ids"]
+    plain = Engine(target).generate(prompt, 24)
+    chosen = target.use_cpu_matmul("auto", 5)["target"]
+    shapes = chosen["shapes"]
+    assert shapes[kernels.shape_key(down.weight)]["one_row"] == "onednn"
+    assert {c["one_row"] for key, c in shapes.items() if key != kernels.shape_key(down.weight)} == {"split"}
+    assert {c["kernel"] for c in shapes.values()} == {"transposed"}
+    layers = [m for m in target.linear_modules().modules() if isinstance(m, torch.nn.Linear)]
+    routed_down = [m for m in layers if m.weight.shape == down.weight.shape]
+    assert routed_down and all(m.__dict__["_one_row_kernel"] is kernels.KERNELS["onednn"] for m in routed_down)
+    assert all(m.__dict__["_one_row_kernel"] is kernels.KERNELS["split"] for m in layers if m not in routed_down)
+    assert Engine(target).generate(prompt, 24).tokens == plain.tokens
 
 
 def test_cuda_keeps_the_library_kernels(target):
