@@ -32,17 +32,17 @@ only the summation order differs, so outputs equal up to argmax ties: the bench 
 A draft that runs alone (a draft LM: no target features) mostly decodes one row, a pure weight
 stream, so bf16 (half the bytes) may pay: `choose_draft_dtype` prices a generation's worth of its
 largest weight's products, a prefill and the one-row drafts, in bf16 and in its own dtype (by
-F.linear or onednn, the faster). Without bf16 arithmetic the prefill decides against it (6x
+F.linear, split or onednn, the fastest). Without bf16 arithmetic the prefill decides against it (6x
 slower on the AVX2 EPYC). Either way only what the draft proposes changes, never the output
 (the target verifies every token).
 
-`choose_linear_kernel` times each kernel on copies of the model's own largest weight (the MLP's,
-which dominate a step; enough copies to exceed the caches, as a forward streams its weights) at
-the verify's row count and at one row, and keeps the fastest at the verify's rows for few-row
-products and, apart (`choose_one_row_kernel`), the fastest at one row for one-row products (a
-decode step, a one-row draft); a kernel that copies the weights (onednn) must also beat the
-fastest copy-free one by MIN_GAIN. The LM head is timed and chosen on its own (`output_head`):
-its shape is unlike the layers', and on the AVX2 EPYC its one-row product took 8.2 ms on oneDNN against 15.2 ms with
+`choose_by_shape` times each kernel on copies of every weight shape the forward calls (enough
+copies to exceed the caches, as a forward streams its weights; `choose_linear_kernel` for one
+shape) at the verify's row count and at one row, and keeps for each shape the fastest at the
+verify's rows for few-row products and, apart (`choose_one_row_kernel`), the fastest at one row
+for one-row products (a decode step, a one-row draft); a kernel that copies the weights (onednn)
+must also beat the fastest copy-free one by MIN_GAIN. The LM head is timed and chosen on its own
+(`output_head`): on the AVX2 EPYC its one-row product took 8.2 ms on oneDNN against 15.2 ms with
 `F.linear` (SmolLM2's 49152x576 fp32 head) where the layers' choice was `transposed`. A
 prefill's many rows (more than MAX_ROWS) stay on the library's GEMM unless the chosen kernel's
 PROMPT_ROWS_MEASURED-row product measured faster too (`takes_prompt_rows`). The measurement is
@@ -234,13 +234,15 @@ def use_linear_kernel(model: torch.nn.Module, name: str, prompt_rows: bool = Fal
     return count
 
 
-def _largest_weight(model: torch.nn.Module) -> torch.Tensor:
-    """The biggest decoder-layer weight (an MLP projection): the LM head is excluded, its shape
-    is one per model while the layers' repeat, and they make up most of a step."""
+def _largest_weight(model: torch.nn.Module, routed: torch.nn.Module | None = None) -> torch.Tensor:
+    """The biggest decoder-layer weight (an MLP projection) among the linears `routed` (the
+    products a forward calls: a fused forward's gate/up and q/k/v weights, not the projections
+    they join; default: `model`'s): the LM head is excluded, its shape is one per model while
+    the layers' repeat, and they make up most of a step."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     head_w = getattr(head, "weight", None)
     best = None
-    for module in model.modules():
+    for module in (model if routed is None else routed).modules():
         if isinstance(module, torch.nn.Linear) and module.weight is not head_w and module.weight.device.type != "meta":
             if best is None or module.weight.numel() > best.numel():
                 best = module.weight
@@ -330,14 +332,19 @@ def output_head(model: torch.nn.Module, routed: torch.nn.Module | None = None) -
 
 
 def choose_linear_kernel(
-    model: torch.nn.Module, rows: int, device, weight: torch.Tensor | None = None
+    model: torch.nn.Module,
+    rows: int,
+    device,
+    weight: torch.Tensor | None = None,
+    routed: torch.nn.Module | None = None,
 ) -> tuple[str, str, dict | None]:
     """(kernel name, why, timings) for `model`'s forwards of `rows` rows on `device`, timed on
-    its largest layer weight, or on `weight` (the LM head's: `output_head`)."""
+    its largest layer weight (among `routed`'s linears, where given), or on `weight` (the LM
+    head's: `output_head`)."""
     device = torch.device(device)
     if device.type != "cpu":
         return "linear", f"{device.type}: the library's own kernels", None
-    w = _largest_weight(model) if weight is None else weight
+    w = _largest_weight(model, routed) if weight is None else weight
     key = _machine_key(w, rows)
     with measurement_cache("cpu_matmul.json") as cached:
         if key not in cached:
@@ -378,6 +385,49 @@ def _fastest(times: dict[str, float]) -> str:
     return best if times[best] <= MIN_GAIN * times["linear"] else "linear"
 
 
+def shape_key(weight: torch.Tensor) -> str:
+    return "x".join(map(str, weight.shape))
+
+
+def choose_by_shape(model: torch.nn.Module, routed: torch.nn.Module, rows: int, device) -> dict:
+    """`--cpu-matmul auto` for one role: each distinct weight shape among `routed`'s linears timed
+    and chosen on its own, the verify's rows and one row apart, and the LM head (`output_head`).
+    One kernel for every layer weight chose split's one row for Qwen2.5-Coder-1.5B's 17920x1536
+    gate/up weight (0.66x F.linear) and ran its 1536x8960 down projection on it too, at 1.31x where
+    oneDNN took 0.76x (results/cpu-matmul/split-avx2.json). -> the role's report: the largest
+    layer weight's choice at the top level, each shape's under "shapes", the head's under "lm_head"
+    (`route_as_chosen` routes by it)."""
+    head = output_head(model, routed)
+    weights = {}
+    for m in routed.modules():
+        if isinstance(m, torch.nn.Linear) and m is not head and m.weight.device.type != "meta":
+            weights.setdefault(shape_key(m.weight), m.weight)
+    if not weights:
+        raise ValueError("the model has no linear layer to measure")
+
+    def choice(w: torch.Tensor) -> dict:
+        name, why, timings = choose_linear_kernel(model, rows, device, weight=w)
+        one_row, prompt_rows = choose_one_row_kernel(timings), takes_prompt_rows(name, timings)
+        return {"kernel": name, "one_row": one_row, "why": why, "timings": timings, "prompt_rows": prompt_rows}
+
+    shapes = {key: choice(w) for key, w in weights.items()}
+    largest = max(weights, key=lambda key: weights[key].numel())
+    chosen = {**shapes[largest], "rows": rows, "shapes": shapes}
+    if head is not None:
+        chosen["lm_head"] = choice(head.weight)
+    return chosen
+
+
+def route_as_chosen(routed: torch.nn.Module, chosen: dict, head: torch.nn.Module | None = None) -> None:
+    """Route `routed`'s linears as one role's `choose_by_shape` report says: each on its weight
+    shape's choice (the top-level one for a shape not listed), `head` on the head's."""
+    shapes = chosen.get("shapes") or {}
+    for m in routed.modules():
+        if isinstance(m, torch.nn.Linear):
+            c = chosen["lm_head"] if m is head and chosen.get("lm_head") else shapes.get(shape_key(m.weight), chosen)
+            use_linear_kernel(m, c["kernel"], bool(c.get("prompt_rows")), c.get("one_row"))
+
+
 PROMPT_ROWS, DRAFTED_ROWS = 256, 64  # the generation the draft-dtype choice prices: its prefill, then its drafts
 
 
@@ -401,6 +451,7 @@ def choose_draft_dtype(model: torch.nn.Module, device) -> tuple[torch.dtype, str
             weights = stream_copies(w)
             few = weights[:4]  # a prefill GEMM is compute-bound: a few copies, a few repeats
             cached[key] = {"own_s": _time(None, x.to(w.dtype), weights, 9)}
+            cached[key]["own_split_s"] = _time(_split, x.to(w.dtype), [_split_blocks(c) for c in weights], 9)
             try:  # oneDNN's packed layout may stream its own dtype faster than bf16 does
                 cached[key]["own_onednn_s"] = _time(_onednn, x.to(w.dtype), [_onednn_pack(c) for c in weights], 9)
             except RuntimeError:
@@ -410,10 +461,13 @@ def choose_draft_dtype(model: torch.nn.Module, device) -> tuple[torch.dtype, str
             cached[key]["bfloat16_s"] = _time(None, x.bfloat16(), bf16, 9)
             cached[key]["bfloat16_prompt_s"] = _time(None, prompt.bfloat16(), bf16[:4], 3)
         timings = cached[key]
-    own_row = min(t for t in (timings["own_s"], timings.get("own_onednn_s")) if t is not None)
+    own_row = min(t for n in ("own_s", "own_onednn_s", "own_split_s") if (t := timings.get(n)) is not None)
     own = timings["own_prompt_s"] + DRAFTED_ROWS * own_row
     bf16 = timings["bfloat16_prompt_s"] + DRAFTED_ROWS * timings["bfloat16_s"]
-    how = "F.linear or onednn, the faster" if timings.get("own_onednn_s") else "F.linear"
+    how = "/".join(
+        n for n, k in (("F.linear", "own_s"), ("split", "own_split_s"), ("onednn", "own_onednn_s")) if timings.get(k)
+    )
+    how = how if "/" not in how else f"the fastest of {how}"
     why = (
         f"a {PROMPT_ROWS}-row prefill + {DRAFTED_ROWS} one-row drafts of its {'x'.join(map(str, w.shape))} weight "
         f"in bfloat16: {bf16 / own:.2f}x the time in {w.dtype} (one row {timings['bfloat16_s'] / own_row:.2f}x "
@@ -428,11 +482,14 @@ __all__ = [
     "Kernel",
     "stream_copies",
     "choose_draft_dtype",
+    "choose_by_shape",
     "choose_linear_kernel",
     "choose_one_row_kernel",
     "measure",
     "output_head",
+    "route_as_chosen",
     "routing_generation",
     "rows_linear",
+    "shape_key",
     "use_linear_kernel",
 ]

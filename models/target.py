@@ -241,16 +241,16 @@ class Target:
 
     def use_cpu_matmul(self, choice: str, rows: int, drafter=None, draft_dtype: str = "auto") -> dict:
         """Route the target's (and the drafter's model's) few-row matmuls through `choice`
-        (infer/kernels.py: "auto" measures the candidates at `rows` rows on this machine and keeps
-        the fastest, for the layers and, on its own, for the LM head), and run a draft that needs
+        (infer/kernels.py: "auto" measures the candidates at `rows` rows and at one row on this
+        machine and keeps the fastest at each, for each layer weight shape and for the LM head:
+        `choose_by_shape`), and run a draft that needs
         no target features in `draft_dtype` ("auto": bfloat16 where its one-row product measured
         faster); -> the choices and why, which every report records."""
         from draftsmith.infer.kernels import (
+            choose_by_shape,
             choose_draft_dtype,
-            choose_linear_kernel,
-            choose_one_row_kernel,
             output_head,
-            takes_prompt_rows,
+            route_as_chosen,
             use_linear_kernel,
         )
 
@@ -270,24 +270,13 @@ class Target:
             if not isinstance(model, torch.nn.Module):
                 continue
             routed = self.linear_modules() if role == "target" else drafter.linear_modules()
-            if choice == "auto":
-                name, why, timings = choose_linear_kernel(model, rows, self.device)
+            if choice == "auto":  # each weight shape, and the LM head, on its own measured kernels
+                chosen[role] = choose_by_shape(model, routed, rows, self.device)
+                route_as_chosen(routed, chosen[role], output_head(model, routed))
             else:
-                name, why, timings = choice, "asked for", None
-            one_row = choose_one_row_kernel(timings)  # auto: one-row products on their own choice
-            prompt_rows = takes_prompt_rows(name, timings)  # measured: "auto" only
-            use_linear_kernel(routed, name, prompt_rows, one_row)
-            chosen[role] = {"kernel": name, "one_row": one_row, "why": why, "rows": rows, "timings": timings}
-            chosen[role]["prompt_rows"] = prompt_rows
-            head = output_head(model, routed) if choice == "auto" else None
-            if head is not None:  # the LM head's own choice: its shape is unlike the layers'
-                routed_as = (name, prompt_rows, one_row)
-                name, why, timings = choose_linear_kernel(model, rows, self.device, weight=head.weight)
-                one_row, prompt_rows = choose_one_row_kernel(timings), takes_prompt_rows(name, timings)
-                if (name, prompt_rows, one_row) != routed_as:  # else routed (and packed) already
-                    use_linear_kernel(head, name, prompt_rows, one_row)
-                chosen[role]["lm_head"] = {"kernel": name, "one_row": one_row, "why": why, "timings": timings}
-                chosen[role]["lm_head"]["prompt_rows"] = prompt_rows
+                use_linear_kernel(routed, choice)
+                chosen[role] = {"kernel": choice, "one_row": None, "why": "asked for", "rows": rows, "timings": None}
+                chosen[role]["prompt_rows"] = False
         self.cpu_matmul = chosen
         return chosen
 

@@ -138,7 +138,7 @@ def use_side(target, forward: str, kernel: str | None) -> None:
     """Run the target's `forward` (Target.FORWARDS) with its linears on `kernel` (None: leave
     them), repacking only on a change; a change first drops every packed copy, so one side's
     copies are in memory at a time (a 1.5B fp32 target's are 6 GB)."""
-    from draftsmith.infer.kernels import use_linear_kernel
+    from draftsmith.infer.kernels import output_head, route_as_chosen, use_linear_kernel
 
     if target.__dict__.get("_bench_side") != (forward, kernel):
         if kernel is not None:  # the current forward's copies (its fused projections' too) and the model's
@@ -147,14 +147,11 @@ def use_side(target, forward: str, kernel: str | None) -> None:
         target.forward_impl = forward
         if kernel is not None:  # the chosen kernel takes a prefill's rows where the choice measured it faster
             chosen = (target.cpu_matmul or {}).get("target") or {}
-            auto = chosen.get("kernel") == kernel  # auto's side: its one-row and LM head choices, as bench runs them
-            prompt_rows = auto and bool(chosen.get("prompt_rows"))
-            use_linear_kernel(target.linear_modules(), kernel, prompt_rows, chosen.get("one_row") if auto else None)
-            head = chosen.get("lm_head")
-            if auto and head:
-                use_linear_kernel(
-                    target.model.get_output_embeddings(), head["kernel"], bool(head["prompt_rows"]), head.get("one_row")
-                )
+            routed = target.linear_modules()
+            if kernel == "auto":  # each weight shape and the head as bench runs them
+                route_as_chosen(routed, chosen, output_head(target.model, routed))
+            else:
+                use_linear_kernel(routed, kernel)
         target.__dict__["_bench_side"] = (forward, kernel)
 
 
@@ -343,13 +340,13 @@ def bench_model(model, dtype, install, args, out) -> None:
 
 
 def ours_kernels(target, args) -> list[str]:
-    """The kernels our side runs, in order: `--cpu-matmul`'s, "auto" resolved as `draftsmith bench`
-    resolves it (Target.use_cpu_matmul at --verify-rows rows; its choice and timings are kept in
-    the rows), repeats dropped."""
+    """The kernels our side runs, in order: `--cpu-matmul`'s, repeats dropped; "auto" chosen as
+    `draftsmith bench` chooses (Target.use_cpu_matmul at --verify-rows rows: a kernel per weight
+    shape and the LM head's; the choice and its timings are kept in the rows)."""
     kernels = []
     for name in args.cpu_matmul:
         if name == "auto":
-            name = target.use_cpu_matmul("auto", args.verify_rows)["target"]["kernel"]
+            target.use_cpu_matmul("auto", args.verify_rows)
         if name not in kernels:
             kernels.append(name)
     return kernels
@@ -369,20 +366,20 @@ def profile_apart(install, model_dir, dtype, max_len, prompt, args):
 
 
 def side_label(row) -> str:
-    """Our side's forward and kernel, and, where auto chose them apart, the one-row products' and
-    the LM head's."""
+    """Our side's forward and kernel; for auto's side, each weight shape's and the LM head's
+    kernel ("verify/one row" where the two differ)."""
     chosen = (row.get("cpu_matmul") or {}).get("target") or {}
-    kernel, label = row.get("ours_kernel"), [row.get("ours_kernel")]
-    if chosen.get("kernel") == kernel:
-        one, head = chosen.get("one_row"), chosen.get("lm_head") or {}
-        if one not in (None, kernel):
-            label.append(f"one row {one}")
-        if head.get("kernel") not in (None, kernel) or head.get("one_row") not in (None, one):
-            head_one = head.get("one_row")
-            label.append(
-                f"head {head['kernel']}" + (f" (one row {head_one})" if head_one not in (None, head["kernel"]) else "")
-            )
-    return f"{(row.get('ours_forward') or '').split(' ')[0]}, {', '.join(n for n in label if n)}".strip(", ")
+    kernel = row.get("ours_kernel") or ""
+    if kernel == "auto" and chosen.get("timings") is not None:
+
+        def pair(c):
+            return c["kernel"] + (f"/{c['one_row']}" if c.get("one_row") not in (None, c["kernel"]) else "")
+
+        shapes = chosen.get("shapes") or {"layers": chosen}
+        kernel = "auto: " + ", ".join(f"{shape} {pair(c)}" for shape, c in shapes.items())
+        if chosen.get("lm_head"):
+            kernel += f", head {pair(chosen['lm_head'])}"
+    return f"{(row.get('ours_forward') or '').split(' ')[0]}, {kernel}".strip(", ")
 
 
 def table_line(row) -> str:

@@ -102,13 +102,13 @@ def bench(target, drafts: dict, library_drafts: dict, prompts_, k: int, max_new_
         interleaved,
     )
     from draftsmith.infer.engine import Engine, GenerationResult, predicted_speedup
-    from draftsmith.infer.kernels import use_linear_kernel
+    from draftsmith.infer.kernels import output_head, route_as_chosen, use_linear_kernel
     from draftsmith.infer.metrics import SpecMetrics
     from draftsmith.infer.sampling import GREEDY
 
     eos, pad = target.eos_token_ids, target.tokenizer.pad_token_id
     pad = pad if pad is not None else min(eos)
-    chosen, chosen_one_row = (target.cpu_matmul["target"].get(n) for n in ("kernel", "one_row"))
+    chosen = target.cpu_matmul["target"]
     engines = {"plain": Engine(target)}
     runs = {}
     for label, d in drafts.items():
@@ -126,7 +126,7 @@ def bench(target, drafts: dict, library_drafts: dict, prompts_, k: int, max_new_
             try:
                 toks, secs = _hf_generate(target.model, p.ids, max_new_tokens, GREEDY, eos, pad, seed, assistant)
             finally:
-                use_linear_kernel(target.model, chosen, one_row=chosen_one_row)
+                route_as_chosen(target.model, chosen, output_head(target.model))
             return GenerationResult(toks, [], "", SpecMetrics(), secs, 0, len(p.ids))
 
         return run

@@ -153,7 +153,8 @@ def test_fake_vllm_variants_ratio_and_a_failed_start(tiny_cache, tmp_path):
         row = rows[variant]
         _check_ours(row["ours"])
         # by default our side runs the kernel `draftsmith bench` chooses, with the choice recorded
-        assert row["ours_kernel"] == row["cpu_matmul"]["target"]["kernel"] and row["cpu_matmul"]["target"]["why"]
+        chosen = row["cpu_matmul"]["target"]
+        assert row["ours_kernel"] == "auto" and chosen["why"] and chosen["shapes"] and chosen["lm_head"]["why"]
         v = row["vllm"]
         assert v["prefill_ms"] == pytest.approx(12.0) and v["decode_ms_per_token"] == pytest.approx(2.0)
         assert v["tokens_per_s"] == pytest.approx(500.0) and v["all_tokens"] is True
@@ -225,16 +226,16 @@ def test_operator_groups():
     assert group_of("aten::bmm", "forward", "forward") == "linear/matmul"  # --cpu-matmul split
 
 
-def test_the_side_label_names_what_auto_chose_apart():
+def test_the_side_label_names_what_auto_chose_for_each_shape():
     from bench_plain_vs_vllm import side_label
 
-    chosen = {"kernel": "split", "one_row": "split", "lm_head": {"kernel": "transposed", "one_row": "onednn"}}
-    row = {"ours_forward": "fused (models/fused.py)", "ours_kernel": "split", "cpu_matmul": {"target": chosen}}
-    assert side_label(row) == "fused, split, head transposed (one row onednn)"
-    chosen.update(kernel="transposed", one_row="split", lm_head={"kernel": "transposed", "one_row": "split"})
-    row["ours_kernel"] = "transposed"
-    assert side_label(row) == "fused, transposed, one row split"
-    row["ours_kernel"] = "linear"  # a side asked for by name: auto's choices are not its own
+    up = {"kernel": "transposed", "one_row": "split", "timings": {}}
+    down = {"kernel": "transposed", "one_row": "onednn", "timings": {}}
+    head = {"kernel": "split", "one_row": "split", "timings": {}}
+    chosen = {**up, "shapes": {"17920x1536": up, "1536x8960": down}, "lm_head": head}
+    row = {"ours_forward": "fused (models/fused.py)", "ours_kernel": "auto", "cpu_matmul": {"target": chosen}}
+    assert side_label(row) == "fused, auto: 17920x1536 transposed/split, 1536x8960 transposed/onednn, head split"
+    row["ours_kernel"] = "linear"  # a side asked for by name
     assert side_label(row) == "fused, linear"
 
 

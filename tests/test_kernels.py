@@ -193,8 +193,18 @@ def test_auto_chooses_the_lm_head_on_its_own(target, tmp_path, monkeypatch):
     plain = Engine(target).generate(prompt, 24)
     chosen = target.use_cpu_matmul("auto", 5, drafter, "float32")
     assert chosen["target"]["kernel"] == "transposed" and chosen["target"]["lm_head"]["kernel"] == "onednn"
+    assert {c["kernel"] for c in chosen["target"]["shapes"].values()} == {"transposed"}
     assert "x".join(map(str, head.weight.shape)) in chosen["target"]["lm_head"]["why"]
     assert tuple(head.weight.shape) in measured
+    # each weight shape the forward calls is timed on its own (the fused q/k/v and gate/up
+    # weights, not the projections they join); the top level reports the largest's choice
+    routed = [m.weight for m in target.linear_modules().modules() if isinstance(m, torch.nn.Linear) and m is not head]
+    largest = tuple(max(routed, key=torch.Tensor.numel).shape)
+    assert set(measured) == {tuple(w.shape) for w in routed} | {tuple(head.weight.shape)}
+    gate = target.model.model.layers[0].mlp.gate_proj.weight
+    assert largest == (2 * gate.shape[0], gate.shape[1])  # the fused gate/up weight
+    assert set(chosen["target"]["shapes"]) == {"x".join(map(str, w.shape)) for w in routed}
+    assert "x".join(map(str, largest)) in chosen["target"]["why"]
     assert head.__dict__["_kernel"] is kernels.KERNELS["onednn"]
     layer = next(m for m in target.linear_modules().modules() if isinstance(m, torch.nn.Linear) and m is not head)
     assert layer.__dict__["_kernel"] is kernels.KERNELS["transposed"]
@@ -202,9 +212,32 @@ def test_auto_chooses_the_lm_head_on_its_own(target, tmp_path, monkeypatch):
     assert head.__dict__["_one_row_kernel"] is kernels.KERNELS["onednn"]
     assert Engine(target, drafter, 4).generate(prompt, 24).tokens == plain.tokens
     assert any(line.startswith("target LM head: onednn (") for line in kernel_lines(chosen))
-    assert any(line.startswith("target: transposed, one row linear (") for line in kernel_lines(chosen))
+    largest_key = "x".join(map(str, largest))
+    assert any(line.startswith(f"target {largest_key}: transposed, one row linear (") for line in kernel_lines(chosen))
     chosen = target.use_cpu_matmul("transposed", 5, drafter, "float32")
     assert "lm_head" not in chosen["target"] and head.__dict__["_kernel"] is kernels.KERNELS["transposed"]
+
+
+def test_auto_routes_each_weight_shape_on_its_own(target, tmp_path, monkeypatch):
+    """A shape whose one-row product another kernel streams faster (a long down projection that
+    MKL already threads) gets that kernel; the other shapes keep theirs; outputs stay equal."""
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
+    down = target.model.model.layers[0].mlp.down_proj
+    others = {"one_row_s": 1.0, "linear_s": 4.0, "transposed_s": 1.4, "split_s": 1.5, "split_one_row_s": 0.5}
+    at_down = {**others, "split_one_row_s": 1.3, "onednn_s": 2.0, "onednn_one_row_s": 0.6}
+    monkeypatch.setattr(kernels, "measure", lambda w, rows: dict(at_down if w.shape == down.weight.shape else others))
+    prompt = target.tokenizer("The quick brown fox")["input_ids"]
+    plain = Engine(target).generate(prompt, 24)
+    chosen = target.use_cpu_matmul("auto", 5)["target"]
+    shapes = chosen["shapes"]
+    assert shapes[kernels.shape_key(down.weight)]["one_row"] == "onednn"
+    assert {c["one_row"] for key, c in shapes.items() if key != kernels.shape_key(down.weight)} == {"split"}
+    assert {c["kernel"] for c in shapes.values()} == {"transposed"}
+    layers = [m for m in target.linear_modules().modules() if isinstance(m, torch.nn.Linear)]
+    routed_down = [m for m in layers if m.weight.shape == down.weight.shape]
+    assert routed_down and all(m.__dict__["_one_row_kernel"] is kernels.KERNELS["onednn"] for m in routed_down)
+    assert all(m.__dict__["_one_row_kernel"] is kernels.KERNELS["split"] for m in layers if m not in routed_down)
+    assert Engine(target).generate(prompt, 24).tokens == plain.tokens
 
 
 def test_cuda_keeps_the_library_kernels(target):
@@ -228,20 +261,27 @@ def test_a_draft_that_runs_alone_takes_its_own_dtype(target):
 def test_draft_dtype_auto_follows_the_measurement(target, tmp_path, monkeypatch):
     monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path))
     drafter = load_drafter("truncated:2", target)
-    # own dtype: one row by F.linear, by onednn, a prefill; then bfloat16: one row, a prefill
-    times = iter([1.0, 1.2, 64.0, 0.5, 64.0])  # 64 + 64 x 0.5 vs 64 + 64 x 1
+    # own dtype: one row by F.linear, by split, by onednn, a prefill; then bfloat16: one row, a prefill
+    times = iter([1.0, 1.1, 1.2, 64.0, 0.5, 64.0])  # 64 + 64 x 0.5 vs 64 + 64 x 1
     monkeypatch.setattr(kernels, "_time", lambda *a: next(times))
     dtype, why, _ = kernels.choose_draft_dtype(drafter.model, "cpu")
     assert dtype == torch.bfloat16 and "0.75x" in why and "one row 0.50x" in why
     monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path / "other"))
-    times = iter([1.0, 0.5, 64.0, 0.5, 64.0])  # onednn streams fp32 as fast as bf16: the draft stays fp32
+    times = iter([1.0, 1.1, 0.5, 64.0, 0.5, 64.0])  # onednn streams fp32 as fast as bf16: the draft stays fp32
     dtype, why, _ = kernels.choose_draft_dtype(drafter.model, "cpu")
-    assert dtype == torch.float32 and "1.00x" in why and "onednn" in why
+    assert dtype == torch.float32 and "1.00x" in why and "of the fastest of F.linear/split/onednn" in why
+    monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path / "split"))
+    times = iter([1.0, 0.5, 1.2, 64.0, 0.5, 64.0])  # split's blocks on every thread: as fast as bf16 too
+    assert kernels.choose_draft_dtype(drafter.model, "cpu")[0] == torch.float32
     monkeypatch.setenv("DRAFTSMITH_CACHE", str(tmp_path / "third"))
-    times = iter([1.0, 20.0, 0.5, 110.0])  # faster rows, but a bf16 prefill without native bf16 arithmetic
+    times = iter([1.0, 1.5, 20.0, 0.5, 110.0])  # faster rows, but a bf16 prefill without native bf16 arithmetic
     monkeypatch.setattr(kernels, "_onednn_pack", lambda w: (_ for _ in ()).throw(RuntimeError("no")))
     dtype, why, _ = kernels.choose_draft_dtype(drafter.model, "cpu")
-    assert dtype == torch.float32 and "the prefill 5.50x" in why and "one row 0.50x of F.linear" in why
+    assert (
+        dtype == torch.float32
+        and "the prefill 5.50x" in why
+        and "one row 0.50x of the fastest of F.linear/split," in why
+    )
 
 
 def test_a_draft_sharing_the_targets_weights_keeps_them(target):

@@ -105,7 +105,9 @@ def kernel_lines(cpu_matmul: dict | None) -> list[str]:
     """What --cpu-matmul / --draft-dtype chose for each role, and why (bench's and crosscheck's reports)."""
     lines = []
     for role, c in (cpu_matmul or {}).items():
-        for what, got in ((role, c), (f"{role} LM head", c.get("lm_head"))):
+        shapes = c.get("shapes") or {}
+        each = [(f"{role} {shape}", got) for shape, got in shapes.items()] if len(shapes) > 1 else [(role, c)]
+        for what, got in (*each, (f"{role} LM head", c.get("lm_head"))):
             if got:
                 prefill = "; prefills too" if got.get("prompt_rows") else ""
                 name = got.get("kernel") or got.get("dtype")

@@ -427,10 +427,10 @@ def crosscheck(
     if any(engine_format(e).draft_first for e in engines):
         first = full_vocabulary(load_drafter(opened, target))
         if "draft" in chosen:  # the same kernel for its own copy of the draft
-            from draftsmith.infer.kernels import use_linear_kernel
+            from draftsmith.infer.kernels import output_head, route_as_chosen
 
-            d = chosen["draft"]
-            use_linear_kernel(first.linear_modules(), d["kernel"], d["prompt_rows"], d.get("one_row"))
+            routed = first.linear_modules()
+            route_as_chosen(routed, chosen["draft"], output_head(getattr(first, "model", None), routed))
         runtimes["ours (draft-first)"] = OurRuntime(target, first, k, draft_first=True)
     info = {}
     try:
