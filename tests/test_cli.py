@@ -67,7 +67,10 @@ def test_bench_writes_json_table_and_plot(tiny_cache, tmp_path, capsys):
     assert r["cpu_matmul"]["target"]["kernel"] in KERNELS
     assert r["cpu_matmul"]["draft_dtype"]["dtype"] in ("float32", "bfloat16")
     printed = capsys.readouterr().out
-    assert "mean_acceptance_length" in printed and f"target: {r['cpu_matmul']['target']['kernel']} (" in printed
+    shapes = r["cpu_matmul"]["target"]["shapes"]  # auto: each weight shape's choice, printed on its own line
+    assert "mean_acceptance_length" in printed and all(
+        f"target {key}: {c['kernel']}" in printed for key, c in shapes.items()
+    )
 
 
 def test_bench_prompt_lookup_has_no_hf_assisted_baseline(tiny_cache, tmp_path):
