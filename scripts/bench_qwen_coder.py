@@ -118,24 +118,27 @@ def bench(target, drafts: dict, library_drafts: dict, prompts_, k: int, max_new_
             e, name != "plain"
         )
 
-    def hf(assistant, kernel):
+    def ours_kernels():
+        route_as_chosen(target.model, chosen, output_head(target.model))
+
+    def hf(assistant, our_kernels: bool):
         configure_hf_assistant(assistant, k)
 
         def run(p, seed):
-            use_linear_kernel(target.model, kernel)
+            ours_kernels() if our_kernels else use_linear_kernel(target.model, "linear")
             try:
                 toks, secs = _hf_generate(target.model, p.ids, max_new_tokens, GREEDY, eos, pad, seed, assistant)
             finally:
-                route_as_chosen(target.model, chosen, output_head(target.model))
+                ours_kernels()
             return GenerationResult(toks, [], "", SpecMetrics(), secs, 0, len(p.ids))
 
         return run
 
     for label, d in library_drafts.items():
-        runs[f"transformers assisted ({label})"] = hf(d.as_assistant_model(), "linear")
+        runs[f"transformers assisted ({label})"] = hf(d.as_assistant_model(), False)
     for label, d in drafts.items():
         if label == "untrained":  # the loop alone: same kernels and draft dtype as ours
-            runs[f"transformers assisted, our kernels ({label})"] = hf(d.as_assistant_model(), chosen)
+            runs[f"transformers assisted, our kernels ({label})"] = hf(d.as_assistant_model(), True)
     names = list(runs)
     for n in names:  # warm-up: allocator, kernels, lazy init; not recorded
         runs[n](prompts_[0], 0)
