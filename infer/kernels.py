@@ -130,7 +130,9 @@ def _kernel_weight(module: torch.nn.Module, kernel: Kernel) -> torch.Tensor:
         return module.weight
     w = module.weight
     key = (w.data_ptr(), w.dtype, w._version, torch.get_num_threads())
-    packed = module.__dict__.setdefault("_kernel_weights", {})
+    packed = module.__dict__.get("_kernel_weights")
+    if packed is None:
+        packed = module.__dict__["_kernel_weights"] = {}
     got = packed.get(kernel.pack)
     if got is None or got[0] != key:
         with torch.no_grad():
@@ -179,6 +181,7 @@ def rows_linear(module: torch.nn.Linear) -> Callable[[torch.Tensor], torch.Tenso
 
 
 _generation = 0
+ROUTING_ATTRS = ("forward", "_kernel", "_one_row_kernel", "_kernel_weights", "_prompt_rows")  # what routing sets
 
 
 def routing_generation() -> int:
@@ -205,13 +208,7 @@ def use_linear_kernel(model: torch.nn.Module, name: str, prompt_rows: bool = Fal
     one, count = KERNELS[one_name], 0
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
-            for attr in (
-                "forward",
-                "_kernel",
-                "_one_row_kernel",
-                "_kernel_weights",
-                "_prompt_rows",
-            ):  # a previous choice
+            for attr in ROUTING_ATTRS:  # a previous choice
                 module.__dict__.pop(attr, None)
             for n, k in ((name, kernel), (one_name, one)):
                 if k.pack is None:
@@ -234,15 +231,13 @@ def use_linear_kernel(model: torch.nn.Module, name: str, prompt_rows: bool = Fal
     return count
 
 
-def _largest_weight(model: torch.nn.Module, routed: torch.nn.Module | None = None) -> torch.Tensor:
-    """The biggest decoder-layer weight (an MLP projection) among the linears `routed` (the
-    products a forward calls: a fused forward's gate/up and q/k/v weights, not the projections
-    they join; default: `model`'s): the LM head is excluded, its shape is one per model while
-    the layers' repeat, and they make up most of a step."""
+def _largest_weight(model: torch.nn.Module) -> torch.Tensor:
+    """The biggest decoder-layer weight (an MLP projection): the LM head is excluded, its shape
+    is one per model while the layers' repeat, and they make up most of a step."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     head_w = getattr(head, "weight", None)
     best = None
-    for module in (model if routed is None else routed).modules():
+    for module in model.modules():
         if isinstance(module, torch.nn.Linear) and module.weight is not head_w and module.weight.device.type != "meta":
             if best is None or module.weight.numel() > best.numel():
                 best = module.weight
@@ -332,26 +327,21 @@ def output_head(model: torch.nn.Module, routed: torch.nn.Module | None = None) -
 
 
 def choose_linear_kernel(
-    model: torch.nn.Module,
-    rows: int,
-    device,
-    weight: torch.Tensor | None = None,
-    routed: torch.nn.Module | None = None,
+    model: torch.nn.Module, rows: int, device, weight: torch.Tensor | None = None
 ) -> tuple[str, str, dict | None]:
     """(kernel name, why, timings) for `model`'s forwards of `rows` rows on `device`, timed on
-    its largest layer weight (among `routed`'s linears, where given), or on `weight` (the LM
-    head's: `output_head`)."""
+    its largest layer weight, or on `weight` (one shape: `choose_by_shape`; the LM head's)."""
     device = torch.device(device)
     if device.type != "cpu":
         return "linear", f"{device.type}: the library's own kernels", None
-    w = _largest_weight(model, routed) if weight is None else weight
+    w = _largest_weight(model) if weight is None else weight
     key = _machine_key(w, rows)
     with measurement_cache("cpu_matmul.json") as cached:
         if key not in cached:
             cached[key] = measure(w, rows)
         timings = cached[key]
     few = {n: timings[f"{n}_s"] for n in KERNELS if timings.get(f"{n}_s") is not None}
-    shape, one = "x".join(map(str, w.shape)), timings["one_row_s"]
+    shape, one = shape_key(w), timings["one_row_s"]
     per = ", ".join(
         f"{n} {timings[f'{n}_s'] / one:.2f}x"
         + (f" (one row {timings[f'{n}_one_row_s'] / one:.2f}x)" if timings.get(f"{n}_one_row_s") else "")
@@ -469,7 +459,7 @@ def choose_draft_dtype(model: torch.nn.Module, device) -> tuple[torch.dtype, str
     )
     how = how if "/" not in how else f"the fastest of {how}"
     why = (
-        f"a {PROMPT_ROWS}-row prefill + {DRAFTED_ROWS} one-row drafts of its {'x'.join(map(str, w.shape))} weight "
+        f"a {PROMPT_ROWS}-row prefill + {DRAFTED_ROWS} one-row drafts of its {shape_key(w)} weight "
         f"in bfloat16: {bf16 / own:.2f}x the time in {w.dtype} (one row {timings['bfloat16_s'] / own_row:.2f}x "
         f"of {how}, the prefill {timings['bfloat16_prompt_s'] / timings['own_prompt_s']:.2f}x)"
     )
