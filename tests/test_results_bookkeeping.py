@@ -517,11 +517,13 @@ QUOTED = [
        [lambda j: j[TAU], lambda j: _qwen_fused_cc()["runtimes"]["vllm"][TAU], lambda j: j["speedup"],
         lambda j: _qwen_fused_cc()["runtimes"]["vllm"]["speedup"]])
       for page, phrase in ((README, "(target and draft on the fused forward) / vLLM-CPU, same machine"),)],
-    (RESULTS, "(SmolLM2 bf16 with `split` as a candidate: {} / {}) | | {} / {}; {} / {} of vLLM's | AMD EPYC, AVX2",
+    (RESULTS, "(SmolLM2 bf16 with `split` as a candidate: {} / {}) | | {} / {}; {} / {}; {} / {} of vLLM's | AMD EPYC, AVX2",
      "results/plain-vs-vllm/avx2-qwen-fp32-shapes.json",
      [lambda j, v=v: _again_row("bfloat16", v)[2](_json(AVX2_PLAIN.format("smollm2-split")))
       for v in ("crosscheck", "documented")]
      + [_again_row("float32", "crosscheck")[2], _again_row("float32", "documented")[2]]
+     + [lambda j, v=v: _again_row("bfloat16", v)[2](_json(AVX2_PLAIN.format("qwen-bf16-shapes")))
+        for v in ("crosscheck", "documented")]
      + [lambda j, v=v: _again_row("float32", v)[2](_json(AVX2_PLAIN.format("smollm2-shapes")))
         for v in ("crosscheck", "documented")]),
     *[(RESULTS, f"| {label} | {variant_label} | {{}} | {{}} | {{}} | {{}} | {{}} |", AVX2_PLAIN.format(name),
@@ -531,7 +533,8 @@ QUOTED = [
           ("SmolLM2-135M, bf16, `split` as a candidate", "bfloat16", "smollm2-split"),
           ("SmolLM2-135M, fp32, a kernel per shape", "float32", "smollm2-shapes"),
           ("Qwen2.5-Coder-1.5B, fp32, one row apart", "float32", "qwen-fp32-split"),
-          ("Qwen2.5-Coder-1.5B, fp32, a kernel per shape", "float32", "qwen-fp32-shapes"))
+          ("Qwen2.5-Coder-1.5B, fp32, a kernel per shape", "float32", "qwen-fp32-shapes"),
+          ("Qwen2.5-Coder-1.5B, bf16, a kernel per shape", "bfloat16", "qwen-bf16-shapes"))
       for variant, variant_label in (
           ("documented", "documented, 1 GiB KV" if name.startswith("qwen") else "documented"),
           ("crosscheck", "crosscheck"))],
@@ -541,6 +544,12 @@ QUOTED = [
     (RESULTS, "SmolLM2 {} ms a step against vLLM's {}, of which the layers' products {} against {}, "
      "the head {} against {}",
      AVX2_PLAIN.format("smollm2-shapes"),
+     [lambda j, s=s: j["profiles"][0][s]["ms_per_step"] for s in ("ours", "vllm")]
+     + [lambda j, s=s, g=g: j["profiles"][0][s]["groups_ms_per_step"][g]
+        for g in ("linear/matmul", "lm_head") for s in ("ours", "vllm")]),
+    (RESULTS, "Profile of one step (crosscheck's layout): {} ms against vLLM's {}, of which the layers' "
+     "products {} against {} and the head {} against {}",
+     AVX2_PLAIN.format("qwen-bf16-shapes"),
      [lambda j, s=s: j["profiles"][0][s]["ms_per_step"] for s in ("ours", "vllm")]
      + [lambda j, s=s, g=g: j["profiles"][0][s]["groups_ms_per_step"][g]
         for g in ("linear/matmul", "lm_head") for s in ("ours", "vllm")]),
