@@ -226,6 +226,7 @@ def _plain_row(model, dtype, variant):
 
 AVX2_PLAIN = "results/plain-vs-vllm/avx2-{}.json"
 AVX2_QUICK_CC = "results/crosscheck/avx2-smollm2-quickstart-k3{}.json"
+AVX2_QUICK_BENCH = "results/bench/avx2-smollm2-quickstart-k3.json"
 
 
 def _again_row(dtype: str, variant: str) -> list:
@@ -518,7 +519,8 @@ QUOTED = [
        [lambda j: j[TAU], lambda j: _qwen_fused_cc()["runtimes"]["vllm"][TAU], lambda j: j["speedup"],
         lambda j: _qwen_fused_cc()["runtimes"]["vllm"]["speedup"]])
       for page, phrase in ((README, "(target and draft on the fused forward) / vLLM-CPU, same machine"),)],
-    (RESULTS, "(SmolLM2 bf16 with `split` as a candidate: {} / {}) | | {} / {}; {} / {}; {} / {} of vLLM's | AMD EPYC, AVX2",
+    (RESULTS, "(SmolLM2 bf16 with `split` as a candidate: {} / {}) | | {} / {}; {} / {}; {} / {} of vLLM's | "
+     "AMD EPYC, AVX2",
      "results/plain-vs-vllm/avx2-qwen-fp32-shapes.json",
      [lambda j, v=v: _again_row("bfloat16", v)[2](_json(AVX2_PLAIN.format("smollm2-split")))
       for v in ("crosscheck", "documented")]
@@ -554,10 +556,11 @@ QUOTED = [
             ("vllm", TAU), ("vllm", "tokens_per_s"), ("vllm", "speedup"), ("vllm", "outputs_equal_plain"))
        + [lambda j: j["runtimes"]["vllm"]["agreement"]["counts_equal_ours"]])
       for side, suffix in (("`F.linear`", ""), ("`--cpu-matmul auto`", "-auto"))],
-    (RESULTS, "| `draftsmith bench` | ours | {} ± {} ({} drafts) | | {}× |", "results/bench/avx2-smollm2-quickstart-k3.json",
+    (RESULTS, "| `draftsmith bench` | ours | {} ± {} ({} drafts) | | {}× |", AVX2_QUICK_BENCH,
      [lambda j: j[TAU], lambda j: j[TAU + "_se"], lambda j: j["drafts"], lambda j: j["speedup"]]),
-    (RESULTS, "our bench reads {}× and vLLM-CPU {}-{}× over its own plain", "results/bench/avx2-smollm2-quickstart-k3.json",
-     [lambda j: j["speedup"]] + [lambda j, s=s: _cc(_json(AVX2_QUICK_CC.format(s)), "vllm", "speedup") for s in ("", "-auto")]),
+    (RESULTS, "our bench reads {}× and vLLM-CPU {}-{}× over its own plain", AVX2_QUICK_BENCH,
+     [lambda j: j["speedup"]]
+     + [lambda j, s=s: _cc(_json(AVX2_QUICK_CC.format(s)), "vllm", "speedup") for s in ("", "-auto")]),
     (RESULTS, "Plain decoding in the same process: ours {} tokens/s against vLLM's {}", AVX2_QUICK_CC.format("-auto"),
      _ccs(("ours plain", "tokens_per_s"), ("vllm plain", "tokens_per_s"))),
     (RESULTS, "Profile of one step (crosscheck's layout): {} ms against vLLM's {}, of which the layers' "
