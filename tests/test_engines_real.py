@@ -70,7 +70,7 @@ def checkpoints(tmp_path_factory):
     return get
 
 
-def _crosscheck(ckpt, engine, tmp_path, k=3):
+def _crosscheck(ckpt, engine, tmp_path, k=3, extra=()):
     out = tmp_path / f"{engine}.json"
     argv = [
         sys.executable,
@@ -93,6 +93,7 @@ def _crosscheck(ckpt, engine, tmp_path, k=3):
         "--quiet",
         "--workdir",
         str(tmp_path / "work"),
+        *extra,
     ]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -111,6 +112,21 @@ def test_vllm_agrees_with_our_runtime(kind, checkpoints, tmp_path):
     assert result["runtimes"]["vllm plain"]["outputs_equal_plain"] == 4
     if kind in INIT:  # 20 of 30 layers accept from the start: the counts compared are not all zeros
         assert row["accepted_tokens"] > 0
+
+
+@pytest.mark.parametrize("kind", ["draft_lm", "eagle3"])
+def test_vllm_agrees_with_our_runtime_on_the_kernels_bench_chooses(kind, checkpoints, tmp_path):
+    """fp32's exact contract holds with our side on `--cpu-matmul auto` too (a kernel per weight
+    shape, one-row products apart; the draft LM drafts through the fused forward on them)."""
+    _needs("vllm")
+    result = _crosscheck(checkpoints(kind), "vllm", tmp_path, extra=("--cpu-matmul", "auto"))
+    assert result["cpu_matmul"]["target"]["shapes"], result["cpu_matmul"]  # the choice ran and was recorded
+    row = result["runtimes"]["vllm"]
+    ag = row["agreement"]
+    assert ag["agrees"] and ag["exact_counts"], ag["issues"]
+    assert ag["outputs_equal_plain"] == ag["counts_equal_ours"] == result["num_prompts"] == 4
+    assert result["runtimes"]["ours"]["outputs_equal_plain"] == 4
+    assert row["drafts"] > 0
 
 
 @pytest.mark.parametrize("kind", ["draft_lm", "eagle3"])
