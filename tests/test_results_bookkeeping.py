@@ -229,6 +229,20 @@ AVX2_QUICK_CC = "results/crosscheck/avx2-smollm2-quickstart-k3{}.json"
 AVX2_QUICK_BENCH = "results/bench/avx2-smollm2-quickstart-k3.json"
 
 
+def _profile_split() -> list:
+    """Getters of a plain-vs-vLLM profile as the pages quote it: ms a step, then the layers'
+    products, then the LM head, each ours then vLLM's."""
+    steps = [lambda j, s=s: j["profiles"][0][s]["ms_per_step"] for s in ("ours", "vllm")]
+    return steps + [lambda j, s=s, g=g: j["profiles"][0][s]["groups_ms_per_step"][g]
+                    for g in ("linear/matmul", "lm_head") for s in ("ours", "vllm")]  # fmt: skip
+
+
+def _verify_steps(j) -> float:
+    """A bench's verify forward in plain steps, as timed inside its loop (drafting every step)."""
+    costs = j["fixed_k"]["step_costs_in_loop_s"]
+    return costs["t_verify"] / costs["t_step"]
+
+
 def _again_row(dtype: str, variant: str) -> list:
     """Getters of a row of the measured-again table: decode ms ours, vLLM, ratio, prefill ms ours,
     vLLM, the idle vLLM's cores while ours ran."""
@@ -547,9 +561,7 @@ QUOTED = [
     (RESULTS, "SmolLM2 {} ms a step against vLLM's {}, of which the layers' products {} against {}, "
      "the head {} against {}",
      AVX2_PLAIN.format("smollm2-shapes"),
-     [lambda j, s=s: j["profiles"][0][s]["ms_per_step"] for s in ("ours", "vllm")]
-     + [lambda j, s=s, g=g: j["profiles"][0][s]["groups_ms_per_step"][g]
-        for g in ("linear/matmul", "lm_head") for s in ("ours", "vllm")]),
+     _profile_split()),
     *[(RESULTS, f"| crosscheck, {side} | ours | {{}} | {{}} | {{}}× | {{}}/12 | | | | | vLLM | {{}} | {{}} | {{}}× | "
        "{}/12 | {}/12 | agrees (exact contract) |", AVX2_QUICK_CC.format(suffix),
        _ccs(("ours", TAU), ("ours", "tokens_per_s"), ("ours", "speedup"), ("ours", "outputs_equal_plain"),
@@ -562,7 +574,7 @@ QUOTED = [
      [lambda j: j["speedup"]]
      + [lambda j, s=s: _cc(_json(AVX2_QUICK_CC.format(s)), "vllm", "speedup") for s in ("", "-auto")]),
     *[(page, phrase, "results/quickstart/avx2-10min.json",
-       [lambda j: j["fixed_k"]["step_costs_in_loop_s"]["t_verify"] / j["fixed_k"]["step_costs_in_loop_s"]["t_step"],
+       [_verify_steps,
         lambda j: j["fixed_k"]["speedup"], lambda j: j["speedup"]])
       for page, phrase in ((README, "a 17-token verify costs {} plain steps, at {}× and {}×"),
                            ("docs/getting-started.md", "a 17-token verify cost {} plain steps, and the draft decoded "
@@ -572,7 +584,7 @@ QUOTED = [
      "results/quickstart/avx2-10min.json",
      [lambda j: j["fixed_k"][TAU], lambda j: j["fixed_k"][TAU + "_se"], lambda j: j["fixed_k"]["drafts"],
       lambda j: j["fixed_k"]["speedup"],
-      lambda j: j["fixed_k"]["step_costs_in_loop_s"]["t_verify"] / j["fixed_k"]["step_costs_in_loop_s"]["t_step"],
+      _verify_steps,
       lambda j: j["fixed_k"]["step_costs_in_loop_s"]["t_verify"] * 1e3,
       lambda j: j["fixed_k"]["step_costs_in_loop_s"]["t_step"] * 1e3,
       lambda j: j["adaptive_k"]["k_counts"]["1"], lambda j: sum(j["adaptive_k"]["k_counts"].values()),
@@ -582,14 +594,10 @@ QUOTED = [
     (RESULTS, "Profile of one step (crosscheck's layout): {} ms against vLLM's {}, of which the layers' "
      "products {} against {} and the head {} against {}",
      AVX2_PLAIN.format("qwen-bf16-shapes"),
-     [lambda j, s=s: j["profiles"][0][s]["ms_per_step"] for s in ("ours", "vllm")]
-     + [lambda j, s=s, g=g: j["profiles"][0][s]["groups_ms_per_step"][g]
-        for g in ("linear/matmul", "lm_head") for s in ("ours", "vllm")]),
+     _profile_split()),
     (RESULTS, "The 1.5B: {} against {}, products {} against {}, head {} against {}.",
      AVX2_PLAIN.format("qwen-fp32-shapes"),
-     [lambda j, s=s: j["profiles"][0][s]["ms_per_step"] for s in ("ours", "vllm")]
-     + [lambda j, s=s, g=g: j["profiles"][0][s]["groups_ms_per_step"][g]
-        for g in ("linear/matmul", "lm_head") for s in ("ours", "vllm")]),
+     _profile_split()),
     *[(RESULTS, f"| SmolLM2-135M, {label}, AVX2 | {variant} | {{}} | {{}} | {{}} | {{}} | {{}} | {{}} |",
        "results/plain-vs-vllm/avx2-smollm2-head.json",
        [*(_again_row(dtype, variant)[i] for i in (0, 1, 2)),
