@@ -2,6 +2,7 @@
 stand-in runner, and the agreement rules on hand-made decodes. (The real engines: test_engines_real.py.)"""
 
 import json
+import math
 import sys
 import textwrap
 
@@ -153,6 +154,11 @@ def test_summarize_pools_acceptance():
     assert s["draft_acceptance_rate"] == pytest.approx(3 / 15)
     assert s["per_position_acceptance"] == pytest.approx([2 / 5, 1 / 5])
     assert s["tokens_per_s"] == pytest.approx((2.0 + 6.0) / 2)
+    # τ's standard error, each prompt a cluster: sqrt(n/(n-1) * sum((a_i - r d_i)^2)) / sum(d_i)
+    r = 3 / 5
+    assert s["mean_acceptance_length_se"] == pytest.approx(math.sqrt(2 * ((3 - 2 * r) ** 2 + (0 - 3 * r) ** 2)) / 5)
+    assert summarize([d([1] * 4, 2, 6, 3, [2, 1])])["mean_acceptance_length_se"] is None  # one prompt: no estimate
+    assert summarize([d([1] * 4), d([1] * 4)])["mean_acceptance_length_se"] is None  # nothing drafted
 
 
 def test_format_crosscheck_names_disagreements():
@@ -179,6 +185,9 @@ def test_format_crosscheck_names_disagreements():
         "cpu": {"model": "cpu", "flags": {"avx512f": True}, "threads": 2, "cores": 2},
     }
     text = format_crosscheck(result)
+    assert "tau (± se)" in text and "1.50" in text.splitlines()[4] and "±" not in text.splitlines()[4]  # one prompt
+    rows["ours"]["mean_acceptance_length_se"] = 0.125
+    assert "1.50 ± 0.12" in format_crosscheck(result).splitlines()[4]
     assert "vllm DISAGREES with ours" in text and "ours [2, 6, 1, [1]] vs engine [2, 6, 2, [1, 1]]" in text
     assert "ours on cpu (cpu), float32" in text  # a result written before --device: our side ran on the CPU
     json.dumps(result)

@@ -34,11 +34,13 @@ prints the report.
 from __future__ import annotations
 
 import logging
+import math
 import pathlib
 import time
 from dataclasses import asdict, dataclass, field
 
 from draftsmith.errors import DraftsmithError
+from draftsmith.infer.metrics import pooled_ratio
 from draftsmith.kinds import KINDS
 from draftsmith.shipping.crosscheck_report import (  # noqa: F401 (hub, the tests and users import them from here)
     format_crosscheck,
@@ -235,7 +237,10 @@ def agreement(
 
 
 def summarize(outputs: list[Decoded]) -> dict:
+    """One runtime's figures over its prompts: τ pooled over them, with its standard error taking
+    each prompt as a cluster (bench's, `pooled_ratio`; None with one prompt or nothing drafted)."""
     drafts = sum(o.drafts for o in outputs)
+    se = pooled_ratio([o.accepted_tokens for o in outputs], [o.drafts for o in outputs])[1]
     drafted = sum(o.draft_tokens for o in outputs)
     accepted = sum(o.accepted_tokens for o in outputs)
     width = max((len(o.accepted_per_pos) for o in outputs), default=0)
@@ -247,6 +252,7 @@ def summarize(outputs: list[Decoded]) -> dict:
         "accepted_tokens": accepted,
         "draft_acceptance_rate": accepted / drafted if drafted else None,
         "mean_acceptance_length": 1 + accepted / drafts if drafts else 1.0,
+        "mean_acceptance_length_se": se if math.isfinite(se) else None,
         "per_position_acceptance": [a / drafts for a in per_pos] if drafts else [],
         "tokens_per_s": sum(tps) / len(tps) if tps else None,
         "generated_tokens": sum(o.generated for o in outputs),

@@ -97,19 +97,22 @@ def format_crosscheck(result: dict) -> str:
         f"{result['max_new_tokens']} tokens",
         f"ours on {device} ({result.get('hardware') or result['cpu']['model']}), {result['dtype']}; "
         f"cpu: {format_cpu(result['cpu'])}",
-        f"{'runtime':<20}{'tau':>6}{'accept':>8}{'tok/s':>8}{'speedup':>9}{'=plain':>8}{'=ours':>7}  per-position",
+        f"{'runtime':<20}{'tau (± se)':>14}{'accept':>8}{'tok/s':>8}{'speedup':>9}{'=plain':>8}{'=ours':>7}"
+        "  per-position",
     ]
     lines[2:2] = [f"ours, {line}" for line in kernel_lines(result.get("cpu_matmul"))]
     n = result["num_prompts"]
     for name, r in result["runtimes"].items():
         ag = r.get("agreement")
         counts = "-" if ag is None else f"{ag['counts_equal_ours']}/{n}"
-        tau = "-" if name.endswith("plain") else f"{r['mean_acceptance_length']:.2f}"
+        se = r.get("mean_acceptance_length_se")  # over the prompts; absent from records before it
+        tau = f"{r['mean_acceptance_length']:.2f}" + (f" ± {se:.2f}" if se is not None else "")
+        tau = "-" if name.endswith("plain") else tau
         rate = "-" if r["draft_acceptance_rate"] is None else f"{r['draft_acceptance_rate']:.2f}"
         speed = "-" if "speedup" not in r else f"{r['speedup']:.2f}x"
         tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:.2f}"
         lines.append(
-            f"{name:<20}{tau:>6}{rate:>8}{tps:>8}{speed:>9}{r['outputs_equal_plain']:>5}/{n}"
+            f"{name:<20}{tau:>14}{rate:>8}{tps:>8}{speed:>9}{r['outputs_equal_plain']:>5}/{n}"
             f"{counts:>7}  " + " ".join(f"{a:.2f}" for a in r["per_position_acceptance"])
         )
     for name, r in result["runtimes"].items():
