@@ -37,7 +37,9 @@ taken) and a plain step the same way; chains join the choice once one has been t
 or a try beside the tree), its probes draft a chain of one token, and every third try beside a
 best chain is the tree (its own estimate would otherwise go stale). A probe that hits, or a try
 of the tree that beats the best choice, brings the tree back for as long as its steps keep
-beating it.
+beating it; where no chain pays either, the tree's try after the hit, not the hit, decides
+whether the probes back off (a dear tree tried at every hit would otherwise restart the back-off
+one probe in four, and the budget counts those tries).
 
 K changes only what is proposed, never how it is verified: greedy output equals plain
 decoding's and sampled output keeps the target's distribution at every step whatever K is
@@ -106,6 +108,7 @@ class AdaptiveK:
         self._plain_run = 0  # plain steps since the last drafted one
         self._probe_gap = self.probe_every
         self._retry_tree = False
+        self._probe_tree = False  # the tree's next try was brought by a probe's hit
         self._tree_try = False  # the step chosen now drafts the tree where the tree is not the best choice
         self._steps = 0  # steps chosen over every generation: the first two bootstrap the costs
         self._since_explore = 0  # drafted steps since a neighbour of the best K was last tried
@@ -263,29 +266,47 @@ class AdaptiveK:
             others = [self.rate(x) or 0.0 for x in range(0, self.k_max + 1)]
             tried = (1 + num_accepted) / (seconds or self.cost(TREE) or math.inf)
             self._retry_tree = tried > max(others)
+            if self._probe_tree:  # the try a probe's hit brought: it, not the hit, decides the back-off
+                self._back_off(self._retry_tree)
+        self._probe_tree = False
         probe = self._plain_run >= self._probe_gap
         self._since_explore += 1
         self._plain_run = 0
         self._update_rates(k, num_accepted)
         if probe:  # back off while probes do not make drafting pay; one that does resets the gap
-            self._retry_tree = self.tree and num_accepted > 0
-            pays = self._retry_tree or (num_accepted > 0 and self._best() != 0)
+            hit = num_accepted > 0
+            pays = hit and self._best() != 0
+            # A tree drafter's hit tries its tree next; that try, not the hit, then resets the gap
+            # or backs off further: where the tree is dear (a 17-token verify at 3 plain steps on a
+            # CPU without fast few-row products) a hit one probe in four would otherwise draft the
+            # tree and restart the back-off every time, for a draft that never pays.
+            self._retry_tree = self.tree and hit
+            self._probe_tree = self._retry_tree and not pays
             # A hit whose rate still loses may lose only by its catching up: where one drafted token
             # was never timed steadily, the next step times it (a tree drafter's next step is its
             # tree, timed steadily anyway).
-            self._confirm = not self.tree and num_accepted > 0 and not pays and 1 not in self._steady
-            self._probe_gap = self.probe_every if pays else min(2 * self._probe_gap, self._probe_cap())
+            self._confirm = not self.tree and hit and not pays and 1 not in self._steady
+            if not self._probe_tree:
+                self._back_off(pays)
         elif self._confirming and self._best() != 0:  # the steady timing made drafting pay
             self._probe_gap = self.probe_every
+
+    def _back_off(self, pays: bool) -> None:
+        """After a probe: drafting pays again (the gap restarts) or not (the gap doubles, up to the cap)."""
+        self._probe_gap = self.probe_every if pays else min(2 * self._probe_gap, self._probe_cap())
 
     def _probe_cap(self) -> int:
         """The longest gap between failing probes: `probe_max` plain steps, or more where a probe
         (its drafting, catching the draft up on the plain steps since the last one, a longer
-        verify) costs so much over a plain step that 1 in `probe_max` steps would exceed the budget."""
+        verify; for a tree drafter, the try of the tree its hit brings, at the hit's measured rate)
+        costs so much over a plain step that 1 in `probe_max` steps would exceed the budget."""
         probe, plain = self._recent_low(self._caught_up_times.get(1)) or self._cost.get(1), self._cost.get(0)
         if probe is None or not plain:
             return self.probe_max
-        return max(self.probe_max, min(16 * self.probe_max, math.ceil((probe - plain) / (self.probe_budget * plain))))
+        extra = probe - plain
+        if self.tree and TREE in self._cost:  # a hit (at the first position's rate) tries the tree too
+            extra += self.rates()[0] * max(0.0, self._cost[TREE] - plain * self.expected_tokens(TREE))
+        return max(self.probe_max, min(16 * self.probe_max, math.ceil(extra / (self.probe_budget * plain))))
 
     @staticmethod
     def _recent_low(times: list[float] | None) -> float | None:

@@ -204,6 +204,40 @@ def test_a_tree_drafter_probe_that_hits_brings_the_tree_back():
     assert TREE in history[-30:] and history[-5:] == [TREE] * 5
 
 
+def test_a_tree_drafter_whose_probes_hit_now_and_then_but_whose_tree_is_dear_still_backs_off():
+    """As a weak EAGLE head on a CPU without fast few-row products: one probe in four keeps its
+    token, a 17-token tree costs 3.6 plain steps and keeps one token in nine tries, a chain never
+    pays. Each hit tries the tree once, and that losing try (not the hit) decides the back-off, so
+    the probes stay far apart and the whole run keeps 99% of plain speed (restarting the back-off
+    at every hit kept 98%)."""
+    policy = AdaptiveK(k_max=8, k_start=4, tree=True)
+    seen = {"probes": 0, "hits": 0}
+
+    def accept(k):
+        if k == 1:
+            seen["probes"] += 1
+            hit = seen["probes"] % 4 == 0
+            seen["hits"] += hit
+            return int(hit)
+        return int(k == TREE and seen["probes"] % 9 == 0)
+
+    cost = lambda k: {0: 0.1, TREE: 0.36}.get(k, 0.12 + 0.01 * k)  # noqa: E731
+    tokens = seconds = 0.0
+    for _ in range(3000):
+        k = policy.choose()
+        kept = accept(k)
+        policy.observe(k, kept, cost(k))
+        tokens, seconds = tokens + 1 + kept, seconds + cost(k)
+    history = policy.history
+    drafted = [i for i, k in enumerate(history) if k]
+    gaps = [b - a - 1 for a, b in zip(drafted, drafted[1:])]
+    assert gaps[:4] == [8, 16, 32, 64]
+    assert all(g == 0 or g >= 64 for g in gaps[4:]), gaps  # 0: the tree's try right after a hit
+    assert history.count(TREE) == 1 + seen["hits"]  # the first step, then one try per hit
+    assert sum(1 for k in history if k not in (0, TREE)) == seen["probes"]  # every chain step was a probe
+    assert tokens * cost(0) / seconds >= 0.99
+
+
 def test_a_tree_drafter_drafts_chains_where_they_beat_its_tree():
     """The tree keeps 1 token for 3 plain steps' time; a chain of k keeps min(k, 2) for a little
     more than a plain step: the policy settles on chains of about 2-3 and still tries the tree."""
