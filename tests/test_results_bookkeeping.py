@@ -227,6 +227,35 @@ def _plain_row(model, dtype, variant):
 AVX2_PLAIN = "results/plain-vs-vllm/avx2-{}.json"
 AVX2_QUICK_CC = "results/crosscheck/avx2-smollm2-quickstart-k3{}.json"
 AVX2_QUICK_BENCH = "results/bench/avx2-smollm2-quickstart-k3.json"
+AVX2_ADAPTIVE = "results/adaptive-k/avx2-smollm2-{}.json"
+AVX2_QUICK_ONE_CORE = "results/bench/avx2-smollm2-quickstart-k3-one-core.json"
+AVX2_QUICK_SERVED = "results/serve-bench/avx2-smollm2-quickstart-k3/results.json"
+
+
+def _served_all(j) -> dict:
+    """serve-bench's pooled row ("all") of a one-level, one-temperature run."""
+    (row,) = [r for r in j["rows"] if r["category"] == "all"]
+    return row
+
+
+def _predicted_split() -> list:
+    """A bench's speedup predicted from its step costs alone, its verify in plain steps, and its
+    drafting's share of a plain step."""
+    costs = lambda j: j["step_costs_s"]  # noqa: E731
+    return [lambda j: j["predicted_speedup"], lambda j: costs(j)["t_verify"] / costs(j)["t_step"],
+            lambda j: costs(j)["t_draft_k"] / costs(j)["t_step"]]  # fmt: skip
+
+
+def _adaptive_row(tree: bool) -> list:
+    """A row of the AVX2 adaptive-K table: the fixed run's τ, its error and speedup, adaptive K's
+    speedup, its drafted steps of all its steps (written 1,976: thousands, then the rest), and for
+    a tree drafter its chains of one token and its trees."""
+    counts = lambda j: j["adaptive_k"]["k_counts"]  # noqa: E731
+    total = lambda j: sum(counts(j).values())  # noqa: E731
+    return [lambda j: j["fixed_k"][TAU], lambda j: j["fixed_k"][TAU + "_se"], lambda j: j["fixed_k"]["speedup"],
+            lambda j: j["speedup"], lambda j: total(j) - counts(j)["0"],
+            lambda j: total(j) // 1000, lambda j: f"{total(j) % 1000:03d}"] + (
+        [lambda j: counts(j)["1"], lambda j: counts(j)["tree"]] if tree else [])  # fmt: skip
 
 
 def _profile_split() -> list:
@@ -589,6 +618,54 @@ QUOTED = [
       lambda j: j["fixed_k"]["step_costs_in_loop_s"]["t_step"] * 1e3,
       lambda j: j["adaptive_k"]["k_counts"]["1"], lambda j: sum(j["adaptive_k"]["k_counts"].values()),
       lambda j: j["speedup"]]),
+    *[(RESULTS, f"| SmolLM2, {label} | K=4: {{}} ± {{}}, {{}}× | {{}}× | {{}} of {{}},{{}} | 8075615 |",
+       AVX2_ADAPTIVE.format(name), _adaptive_row(False))
+      for label, name in (("`truncated:1` (useless)", "truncated1"), ("EAGLE-3 after one step", "one-step"))],
+    *[(RESULTS, f"| SmolLM2, quickstart EAGLE-3, tree; {label} | tree: {{}} ± {{}}, {{}}× | {{}}× | {{}} of {{}},{{}} "
+       f"(chains of 1 {{}}, the tree {{}}) | {commit} |", AVX2_ADAPTIVE.format(name), _adaptive_row(True))
+      for label, name, commit in (("a probe's hit restarts the back-off", "quickstart-tree", "8075615"),
+                                  ("the tree's try after a hit decides the back-off", "quickstart-tree-backoff",
+                                   "22416b2"))],
+    (RESULTS, "so the runtime drafted {} times and read {}×. With the tree's try deciding the back-off (the hit "
+     "still brings the tree back where no chain pays), it drafted {} times and read {}×",
+     AVX2_ADAPTIVE.format("quickstart-tree"),
+     [lambda j: j["drafts"], lambda j: j["speedup"]]
+     + [lambda j, k=k: _json(AVX2_ADAPTIVE.format("quickstart-tree-backoff"))[k] for k in ("drafts", "speedup")]),
+    (RESULTS, "The two runs' plain speeds differ by 7% ({} and {} tokens/s", AVX2_ADAPTIVE.format("quickstart-tree"),
+     [lambda j, n=n: _json(AVX2_ADAPTIVE.format(n))["methods"]["plain"]["tokens_per_s"]
+      for n in ("quickstart-tree", "quickstart-tree-backoff")]),
+    (RESULTS, "(drafting every step: {}× / {}× / {}×) | | {}× / {}× / {}× | AMD EPYC, AVX2 only",
+     AVX2_ADAPTIVE.format("truncated1"),
+     [lambda j, n=n, f=f: f(_json(AVX2_ADAPTIVE.format(n)))
+      for f in (lambda r: r["fixed_k"]["speedup"], lambda r: r["speedup"])
+      for n in ("truncated1", "one-step", "quickstart-tree-backoff")]),
+    (RESULTS, "vLLM's server (`serve-bench`, its model on one core) | {} / {} | {}× / {}× |", AVX2_QUICK_ONE_CORE,
+     [lambda j: j[TAU], lambda j: _served_all(_json(AVX2_QUICK_SERVED))["drafted"]["spec"]["tau"],
+      lambda j: j["speedup"], lambda j: _served_all(_json(AVX2_QUICK_SERVED))["speedup"]["output_tokens_per_s"]]),
+    (RESULTS, "| `draftsmith bench` | 2 | {} ± {} ({}) | {}× | |", AVX2_QUICK_BENCH,
+     [lambda j: j[TAU], lambda j: j[TAU + "_se"], lambda j: j["drafts"], lambda j: j["speedup"]]),
+    (RESULTS, "| `draftsmith bench`, one core | 1 | {} ± {} ({}) | {}× | a step {} ms |", AVX2_QUICK_ONE_CORE,
+     [lambda j: j[TAU], lambda j: j[TAU + "_se"], lambda j: j["drafts"], lambda j: j["speedup"],
+      lambda j: j["step_costs_s"]["t_step"] * 1e3]),
+    (RESULTS, "| vLLM's server (`serve-bench`) | 1 | {} ({}) | {}× (time per output token: {}×) | a token {} ms "
+     "(median TPOT) |", AVX2_QUICK_SERVED,
+     [lambda j: _served_all(j)["drafted"]["spec"]["tau"], lambda j: _served_all(j)["drafted"]["spec"]["drafts"],
+      lambda j: _served_all(j)["speedup"]["output_tokens_per_s"], lambda j: _served_all(j)["speedup"]["median_tpot_ms"],
+      lambda j: _served_all(j)["baseline"]["median_tpot_ms"]]),
+    # the same phrase held to the server's counters and to each of our runs': the counts are equal
+    *[(RESULTS, "vLLM's server counted the same {} drafts and {} accepted tokens as our runtime", path, getters)
+      for path, getters in (
+          (AVX2_QUICK_SERVED,
+           [lambda j, k=k: _served_all(j)["drafted"]["spec"][k] for k in ("drafts", "accepted_tokens")]),
+          (AVX2_QUICK_ONE_CORE, [lambda j: j["drafts"], lambda j: j["accepted_tokens"]]),
+          (AVX2_QUICK_BENCH, [lambda j: j["drafts"], lambda j: j["accepted_tokens"]]))],
+    (RESULTS, "our bench's speedup ({}×) is within 3% of the server's ({}×). On 2 cores it read {}×",
+     AVX2_QUICK_ONE_CORE,
+     [lambda j: j["speedup"], lambda j: _served_all(_json(AVX2_QUICK_SERVED))["speedup"]["output_tokens_per_s"],
+      lambda j: _json(AVX2_QUICK_BENCH)["speedup"]]),
+    *[(RESULTS, "The step costs of both bench runs predict {}× (a 4-token verify at {} plain steps on one core and "
+       "on two, the drafting at {} of a step)", path, _predicted_split())
+      for path in (AVX2_QUICK_ONE_CORE, AVX2_QUICK_BENCH)],
     (RESULTS, "Plain decoding in the same process: ours {} tokens/s against vLLM's {}", AVX2_QUICK_CC.format("-auto"),
      _ccs(("ours plain", "tokens_per_s"), ("vllm plain", "tokens_per_s"))),
     (RESULTS, "Profile of one step (crosscheck's layout): {} ms against vLLM's {}, of which the layers' "
