@@ -40,7 +40,6 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from draftsmith.errors import DraftsmithError
-from draftsmith.infer.metrics import pooled_ratio
 from draftsmith.kinds import KINDS
 from draftsmith.shipping.crosscheck_report import (  # noqa: F401 (hub, the tests and users import them from here)
     format_crosscheck,
@@ -239,6 +238,8 @@ def agreement(
 def summarize(outputs: list[Decoded]) -> dict:
     """One runtime's figures over its prompts: τ pooled over them, with its standard error taking
     each prompt as a cluster (bench's, `pooled_ratio`; None with one prompt or nothing drafted)."""
+    from draftsmith.infer.metrics import pooled_ratio  # here: draftsmith.infer imports torch, and --help must not
+
     drafts = sum(o.drafts for o in outputs)
     se = pooled_ratio([o.accepted_tokens for o in outputs], [o.drafts for o in outputs])[1]
     drafted = sum(o.draft_tokens for o in outputs)
