@@ -90,6 +90,12 @@ class Drafter:
         """A transformers model for `generate(assistant_model=...)` baselines, or None."""
         return None
 
+    def own_model(self) -> torch.nn.Module | None:
+        """The model it drafts with: what the runtime casts to the draft's dtype (`--draft-dtype`)
+        and times the CPU matmul kernels on; None: it drafts with no model (prompt lookup). A
+        model made of the target's own tensors (`truncated:N`) is returned too: the caller tells."""
+        return None
+
     def linear_modules(self) -> torch.nn.Module | None:
         """The modules holding every linear its drafting forward calls, for a CPU matmul kernel to
         route (infer/kernels.py `use_linear_kernel`); None: it has no model of its own."""
@@ -134,6 +140,9 @@ class WrappedDrafter(Drafter):
 
     def as_assistant_model(self):
         return self.inner.as_assistant_model()
+
+    def own_model(self):
+        return self.inner.own_model()
 
     def linear_modules(self):
         return self.inner.linear_modules()

@@ -59,6 +59,9 @@ class TrainedDrafter(Drafter):
     def forward_why(self) -> str | None:
         return self._fused.describe(self.model, self._kept_on_transformers()) if self.fusable else None
 
+    def own_model(self):
+        return self.model
+
     def linear_modules(self):
         fused = self.fused_forward()
         return fused.linears if fused is not None else self.model

@@ -255,11 +255,11 @@ class Target:
         )
 
         chosen = {}
-        draft = getattr(drafter, "model", None)
-        shared = isinstance(draft, torch.nn.Module) and bool(  # a draft made of the target's own tensors
+        draft = drafter.own_model() if drafter is not None else None
+        shared = draft is not None and bool(  # a draft made of the target's own tensors
             {p.data_ptr() for p in draft.parameters()} & {p.data_ptr() for p in self.model.parameters()}
         )
-        if isinstance(draft, torch.nn.Module) and not getattr(drafter, "needs_hidden_states", True) and not shared:
+        if draft is not None and not drafter.needs_hidden_states and not shared:
             if draft_dtype == "auto":
                 dtype, why, timings = choose_draft_dtype(draft, self.device)
             else:
@@ -267,7 +267,7 @@ class Target:
             draft.to(dtype)
             chosen["draft_dtype"] = {"dtype": str(dtype).removeprefix("torch."), "why": why, "timings": timings}
         for role, model in (("target", self.model), ("draft", draft)):
-            if not isinstance(model, torch.nn.Module):
+            if model is None:
                 continue
             routed = self.linear_modules() if role == "target" else drafter.linear_modules()
             if choice == "auto":  # each weight shape, and the LM head, on its own measured kernels

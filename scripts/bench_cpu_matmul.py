@@ -105,7 +105,7 @@ def step_costs(target_name: str, draft_name: str, k: int, dtype: str) -> dict:
     out = {}
     for name in KERNELS:
         use_linear_kernel(target.linear_modules(), name)
-        use_linear_kernel(drafter.model, name)
+        use_linear_kernel(drafter.own_model(), name)
         c = Engine(target, drafter, k).measure_step_costs(prompt.ids, max_new_tokens=64)
         out[name] = {
             "t_step_ms": 1e3 * c["t_step"],

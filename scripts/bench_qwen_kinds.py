@@ -86,20 +86,20 @@ def main(args) -> dict:
         drafters["truncated:1"] = load_drafter("truncated:1", target)
     if args.whole_vocab:  # the same weights drafting over the whole vocabulary: what the draft vocabulary adds
         for name in runs:
-            if getattr(drafters[name], "draft_ids", None) is not None:
+            if drafters[name].draft_ids is not None:
                 whole = DraftLM.from_pretrained(trained[name]["checkpoint"], target, draft_vocab=False)
                 drafters[f"{name} whole vocab"] = whole
     # The best plain decoding on this machine: the kernel auto picks for one row and for K+1 rows.
     choices = {}
     for name, d in drafters.items():
-        if not getattr(d, "needs_hidden_states", False):
+        if not d.needs_hidden_states:
             choices[name] = target.use_cpu_matmul("auto", max(args.k) + 1, d, "auto")
     methods = [Method(f"qwen0.5b K={k}", drafters["qwen0.5b"], k) for k in args.k_sweep]
     if not args.no_adaptive:
         methods.append(Method("qwen0.5b adaptive", drafters["qwen0.5b"], max(args.k_sweep), adaptive=True))
     for name in [*runs, *(["truncated:1"] if "truncated:1" in drafters else [])]:
         d = drafters[name]
-        cap = getattr(d, "max_speculative_tokens", None) or 99
+        cap = d.max_speculative_tokens or 99
         if not (name == "truncated:1" and args.no_useless_fixed):
             methods += [Method(f"{name} K={k}", d, min(k, cap)) for k in args.k]
         if not args.no_adaptive:

@@ -187,7 +187,10 @@ def test_it_answers_the_drafter_contract(name, tiny_target, tiny):
         assert drafter.max_tree_nodes(TreeConfig(topk=2, depth=2)) >= 2
     assistant = drafter.as_assistant_model()
     assert assistant is None or isinstance(assistant, torch.nn.Module)
+    own = drafter.own_model()  # what --draft-dtype casts and --cpu-matmul times its kernels on
+    assert own is None or isinstance(own, torch.nn.Module)
     routed = drafter.linear_modules()  # what --cpu-matmul routes: None for a drafter with no model
+    assert (own is None) == (routed is None), f"{name}: a model to route but none of its own, or the reverse"
     assert routed is None or any(isinstance(m, torch.nn.Linear) for m in routed.modules())
     assert drafter.forward_why is None or isinstance(drafter.forward_why, str)
 
