@@ -20,7 +20,10 @@ statistics; transformers' assistant likewise keeps its number of assistant token
   `explore_every` drafted steps the step drafts one fewer or one more token than the best K
   (alternately, fewer first; from K = 1 the one fewer is a plain step): a neighbour's cost
   measured once, on a cold first step, would otherwise stand forever, since a K never chosen is
-  never timed again.
+  never timed again. A K not yet timed is also tried where its best case pays: its expected
+  tokens over a plain step plus its drafting (at the cheapest drafted token timed) beat the best
+  choice by `min_gain`; a CPU's verify cost is not linear in its rows, and a line through two
+  timed K can price a cheap one dear.
 
 A K is drafted only where its expected rate beats plain decoding's by 5% (`min_gain`): below
 that, the error of rates estimated from a few steps outweighs the gain. When no K pays, the
@@ -190,6 +193,8 @@ class AdaptiveK:
                 k, self._retry_tree = TREE, False
             elif k == 0 and self._confirm:
                 k = 1  # after a probe that hit: one token again, this time without catching up
+            elif (untried := self._untried(best)) is not None:
+                k = untried
             elif k == 0 and self._plain_run >= self._probe_gap:
                 k = 1  # a probe, one drafted token (a tree drafter too: a whole tree is a dear probe)
             elif k != 0 and self._since_explore >= self.explore_every:
@@ -198,6 +203,28 @@ class AdaptiveK:
         self._confirming, self._confirm = self._confirm and k == 1, False
         self.history.append(k)
         return k
+
+    def _untried(self, best: int) -> int | None:
+        """A chain never timed steadily whose best case beats the best choice by `min_gain`: its
+        expected tokens over the least a step drafting it can cost (a plain step, plus its tokens
+        at the cheapest drafted token measured so far). A verify's cost is not linear in its rows
+        on a CPU (an AVX2 EPYC verified 4 tokens of Qwen2.5-Coder-1.5B at 1.29 plain steps and 3
+        at 1.68: GEMM kernels tile the rows), so a K interpolated between two timed ones can look
+        dear and never be chosen, nor timed. Each is tried until timed steadily (twice at most:
+        a try after plain steps catches the draft up); a useless draft's E(k) stays near 1, so it
+        tries none."""
+        if self.tree and not self._chain_timed():
+            return None
+        untimed = [x for x in range(1, self.k_max + 1) if x not in self._steady]
+        plain = self._cost.get(0)
+        per_token = [self._draft[x] / x for x in self._draft if x not in (0, TREE)]
+        if not untimed or not plain or not per_token:
+            return None
+        least, alphas = min(per_token), self.rates()
+        bar = (1 + self.min_gain) * (self.rate(best, alphas) or 0.0)
+        best_case = {x: self.expected_tokens(x, alphas) / (plain + least * x) for x in untimed}
+        x = max(best_case, key=best_case.__getitem__)
+        return x if best_case[x] > bar else None
 
     def _beside(self, k: int) -> int:
         """A try beside the best K: one fewer or one more token, alternately (fewer first); a tree
