@@ -230,6 +230,17 @@ AVX2_QUICK_BENCH = "results/bench/avx2-smollm2-quickstart-k3.json"
 AVX2_ADAPTIVE = "results/adaptive-k/avx2-smollm2-{}.json"
 AVX2_QUICK_ONE_CORE = "results/bench/avx2-smollm2-quickstart-k3-one-core.json"
 AVX2_QUICK_SERVED = "results/serve-bench/avx2-smollm2-quickstart-k3/results.json"
+QWEN_AVX2 = "results/qwen-kinds-avx2{}/results.json"  # "": the sweep; "-untried": with the untimed-K try
+
+
+def _qk(method: str, key: str, run: str = ""):
+    """A getter of one method's figure in the Qwen pair's AVX2 runs (key "steps": all its steps)."""
+
+    def get(j):
+        m = _json(QWEN_AVX2.format(run))["methods"][method]
+        return sum(m["adaptive_k"]["k_counts"].values()) if key == "steps" else m[key]
+
+    return get
 
 
 def _served_all(j) -> dict:
@@ -724,6 +735,37 @@ QUOTED = [
      [lambda j: _dtype(j["stamp"]["dtype"])]),
     (RESULTS, "| SmolLM2 quickstart EAGLE-3 | {} | ours | {} |", SMOL_CC,
      [lambda j: _dtype(j["dtype"]), *_ccs(("ours", TAU))]),
+    # adaptive K on the Qwen pair on the AVX2 EPYC, before and with the try of an untimed K
+    (RESULTS, "| Qwen 1.5B, the 0.5B untrained | fixed K = 2 / 3 / 4 / 6 | {} ± {} / {} ± {} / {} ± {} / {} ± {} | "
+     "{}× / {}× / {}× / {}× | | c282b96 |", QWEN_AVX2.format(""),
+     [_qk(f"qwen0.5b K={k}", key) for k in (2, 3, 4, 6) for key in (TAU, TAU + "_se")]
+     + [_qk(f"qwen0.5b K={k}", "speedup") for k in (2, 3, 4, 6)]),
+    (RESULTS, "| Qwen 1.5B, the 0.5B untrained | adaptive K, a line between timed K | {} ± {} | {}× "
+     "| {} of {} (K = 3: {}) |",
+     QWEN_AVX2.format(""), [_qk("qwen0.5b adaptive", k) for k in (TAU, TAU + "_se", "speedup", "drafts", "steps")]
+     + [lambda j: j["methods"]["qwen0.5b adaptive"]["adaptive_k"]["k_counts"]["3"]]),
+    (RESULTS, "| Qwen 1.5B, `truncated:1` (useless) | fixed K = 4 / adaptive K | {} ± {} / {} ± {} "
+     "| {}× / {}× | {} of {} |",
+     QWEN_AVX2.format(""), [_qk(m, k) for m in ("truncated:1 K=4", "truncated:1 adaptive") for k in (TAU, TAU + "_se")]
+     + [_qk("truncated:1 K=4", "speedup"), _qk("truncated:1 adaptive", "speedup"),
+        _qk("truncated:1 adaptive", "drafts"), _qk("truncated:1 adaptive", "steps")]),
+    (RESULTS, "| Qwen 1.5B, the 0.5B untrained, again | fixed K = 3 / 6 | {} ± {} / {} ± {} | {}× / {}× | | 0c8208e |",
+     QWEN_AVX2.format("-untried"),
+     [_qk(f"qwen0.5b K={k}", key, "-untried") for k in (3, 6) for key in (TAU, TAU + "_se")]
+     + [_qk(f"qwen0.5b K={k}", "speedup", "-untried") for k in (3, 6)]),
+    (RESULTS, "| Qwen 1.5B, the 0.5B untrained, again | adaptive K, an untimed K tried where its best case pays "
+     "| {} ± {} | {}× | {} of {} (K = 3: {}) |", QWEN_AVX2.format("-untried"),
+     [_qk("qwen0.5b adaptive", k, "-untried") for k in (TAU, TAU + "_se", "speedup", "drafts", "steps")]
+     + [lambda j: j["methods"]["qwen0.5b adaptive"]["adaptive_k"]["k_counts"]["3"]]),
+    (RESULTS, "| Qwen 1.5B, `truncated:1` (useless), again | adaptive K, an untimed K tried where its best case pays | "
+     "{} ± {} | {}× | {} of {} |", QWEN_AVX2.format("-untried"),
+     [_qk("truncated:1 adaptive", k, "-untried") for k in (TAU, TAU + "_se", "speedup", "drafts", "steps")]),
+    (RESULTS, "the untrained 0.5B (the best fixed K, K = 3: {}×) / `truncated:1` (drafting K = 4 every step: {}×) | | "
+     "{}× / {}× | AMD EPYC, AVX2 only", QWEN_AVX2.format("-untried"),
+     [_qk("qwen0.5b K=3", "speedup", "-untried"), _qk("truncated:1 K=4", "speedup"),
+      _qk("qwen0.5b adaptive", "speedup", "-untried"), _qk("truncated:1 adaptive", "speedup", "-untried")]),
+    (RESULTS, "read 1.17× beside the best fixed K's {}× (0.99 of it", QWEN_AVX2.format("-untried"),
+     [_qk("qwen0.5b K=3", "speedup", "-untried")]),
 ]  # fmt: skip
 
 FIGURE = r"(-?\w+(?:\.\w+)*)"  # a number (3.74, 1.00), or a word (false, bf16)
