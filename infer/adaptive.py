@@ -188,12 +188,13 @@ class AdaptiveK:
         elif step in (1, 2) or 0 not in self._cost:
             k = best = 0  # two plain steps: the first is often cold (kernels warming up), the lower median drops it
         else:
-            k = best = self._best()
+            alphas = self.rates()  # once a step: _best and _untried both read them
+            k = best = self._best(alphas)
             if self._retry_tree:  # a probe hit, or a try of the tree beat the best choice: the tree again
                 k, self._retry_tree = TREE, False
             elif k == 0 and self._confirm:
                 k = 1  # after a probe that hit: one token again, this time without catching up
-            elif (untried := self._untried(best)) is not None:
+            elif (untried := self._untried(best, alphas)) is not None:
                 k = untried
             elif k == 0 and self._plain_run >= self._probe_gap:
                 k = 1  # a probe, one drafted token (a tree drafter too: a whole tree is a dear probe)
@@ -204,7 +205,7 @@ class AdaptiveK:
         self.history.append(k)
         return k
 
-    def _untried(self, best: int) -> int | None:
+    def _untried(self, best: int, alphas: list[float]) -> int | None:
         """A chain never timed steadily whose best case beats the best choice by `min_gain`: its
         expected tokens over the least a step drafting it can cost (a plain step, plus its tokens
         at the cheapest drafted token measured so far). A verify's cost is not linear in its rows
@@ -220,7 +221,7 @@ class AdaptiveK:
         per_token = [self._draft[x] / x for x in self._draft if x not in (0, TREE)]
         if not untimed or not plain or not per_token:
             return None
-        least, alphas = min(per_token), self.rates()
+        least = min(per_token)
         bar = (1 + self.min_gain) * (self.rate(best, alphas) or 0.0)
         best_case = {x: self.expected_tokens(x, alphas) / (plain + least * x) for x in untimed}
         x = max(best_case, key=best_case.__getitem__)
@@ -339,7 +340,7 @@ class AdaptiveK:
     def _recent_low(times: list[float] | None) -> float | None:
         return statistics.median_low(times) if times else None
 
-    def _best(self) -> int:
+    def _best(self, alphas: list[float] | None = None) -> int:
         """The K with the highest expected rate from what is known now; 0 (plain decoding) unless
         that rate beats plain's by `min_gain`: rates estimated from a few steps carry more error
         than a marginal gain, and a draft that only breaks even costs its mistakes."""
@@ -348,7 +349,7 @@ class AdaptiveK:
             options = [TREE] + (options if self._chain_timed() else [])
         # The rates once, not once per K: this runs at every step, plain ones included, and a plain
         # step inside the speculative engine must cost what plain decoding's step costs.
-        alphas = self.rates()
+        alphas = self.rates() if alphas is None else alphas
         rate = {x: self.rate(x, alphas) or 0.0 for x in options}
         best = max(options, key=rate.__getitem__)
         plain = self.rate(0, alphas)
